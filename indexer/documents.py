@@ -1,0 +1,106 @@
+"""The text of each indexed field of a tool, and its content hash. Pure functions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from indexer.tools import ToolDefinition
+
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_SEPARATORS = re.compile(r"[_\-.\s/:]+")
+MAX_PARAM_DEPTH = 4
+MAX_FIELD_CHARS = 4000
+
+
+def split_identifier(identifier: str) -> str:
+    """`get_currentTime.v2-beta` -> `get current time v2 beta`."""
+    words: list[str] = []
+    for part in _SEPARATORS.split(identifier):
+        if part:
+            words.extend(w for w in _CAMEL_BOUNDARY.split(part) if w)
+    return " ".join(w.lower() for w in words)
+
+
+def normalize_name_key(text: str) -> str:
+    """The key that exact-name matching compares: lower case, `_`, `-`, `.` and spaces removed."""
+    return re.sub(r"[\s_\-.]+", "", text).lower()
+
+
+def _param_lines(schema: Any, prefix: str = "", depth: int = 0) -> list[str]:
+    if not isinstance(schema, dict) or depth > MAX_PARAM_DEPTH:
+        return []
+    lines: list[str] = []
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for key, spec in properties.items():
+            label = split_identifier(f"{prefix} {key}" if prefix else str(key))
+            parts = [label]
+            if isinstance(spec, dict):
+                if isinstance(spec.get("description"), str):
+                    parts.append(spec["description"])
+                if isinstance(spec.get("enum"), list):
+                    parts.append("one of " + ", ".join(str(v) for v in spec["enum"][:20]))
+                lines.append(": ".join(p for p in parts if p))
+                lines.extend(_param_lines(spec, str(key), depth + 1))
+                items = spec.get("items")
+                if isinstance(items, dict):
+                    lines.extend(_param_lines(items, str(key), depth + 1))
+            else:
+                lines.append(label)
+    for combinator in ("anyOf", "oneOf", "allOf"):
+        for option in schema.get(combinator) or []:
+            lines.extend(_param_lines(option, prefix, depth + 1))
+    return lines
+
+
+@dataclass(frozen=True)
+class ToolDocument:
+    """The field texts embedded and encoded for one tool."""
+
+    qualified_name: str
+    name: str
+    description: str
+    params: str
+    server: str
+    lexical: str
+    content_hash: str
+
+
+def build_document(tool: ToolDefinition) -> ToolDocument:
+    """The one place that decides the text indexed for a tool."""
+    name_words = split_identifier(tool.name)
+    server_words = split_identifier(tool.server)
+    description = " ".join(tool.description.split())[:MAX_FIELD_CHARS]
+    params = "; ".join(_param_lines(tool.input_schema))[:MAX_FIELD_CHARS]
+    lexical = " ".join(p for p in (name_words, description, params, " ".join(tool.tags)) if p)
+    return ToolDocument(
+        qualified_name=tool.qualified_name,
+        name=name_words,
+        description=description or name_words,
+        params=params or name_words,
+        server=server_words,
+        lexical=lexical,
+        content_hash=content_hash(tool),
+    )
+
+
+def content_hash(tool: ToolDefinition) -> str:
+    """SHA-256 of everything that affects the index entry of a tool."""
+    canonical = json.dumps(
+        {
+            "server": tool.server,
+            "name": tool.name,
+            "description": tool.description,
+            "input_schema": tool.input_schema,
+            "annotations": tool.annotations,
+            "tags": list(tool.tags),
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()

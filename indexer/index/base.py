@@ -1,0 +1,96 @@
+"""The vector index protocol that both adapters (qdrant-edge-py, qdrant-client) implement.
+
+One point per tool, id = uuid5 of the qualified name; dense named vectors `name`, `description`, `params`
+(cosine) and the sparse `lexical` vector with Qdrant's IDF modifier."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from indexer.lexical import SparseVector
+
+DENSE_FIELDS = ("name", "description", "params")
+LEXICAL_FIELD = "lexical"
+Signal = Literal["name", "description", "params", "lexical"]
+POINT_NAMESPACE = uuid.UUID("6f1c3f5e-2b7d-4d8e-9a55-7001500c7001")
+
+
+def point_id(qualified_name: str) -> str:
+    """The point id of a tool: uuid5 of its qualified name."""
+    return str(uuid.uuid5(POINT_NAMESPACE, qualified_name))
+
+
+@dataclass(frozen=True)
+class IndexPoint:
+    """Everything stored for one tool."""
+
+    qualified_name: str
+    vectors: dict[str, list[float]]  # name, description, params
+    lexical: SparseVector
+    payload: dict[str, Any]  # qualified_name, server, name, tags, annotations, content_hash, priors...
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    """Restrictions applied inside the vector query (never after it)."""
+
+    servers: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    allowed: frozenset[str] | None = None  # qualified names the caller may use; None = all
+    denied: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def matches_nothing(self) -> bool:
+        return self.allowed is not None and not (self.allowed - self.denied)
+
+
+@dataclass(frozen=True)
+class SignalQuery:
+    """One signal's candidate query: a dense vector for a named field, or the sparse lexical vector."""
+
+    signal: Signal
+    limit: int
+    dense: list[float] | None = None
+    sparse: SparseVector | None = None
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A candidate from one signal."""
+
+    qualified_name: str
+    score: float
+    payload: dict[str, Any]
+
+
+class VectorIndex(Protocol):
+    """Operations the sync pipeline and the search use; every adapter passes tests/integration/test_index_contract.py."""
+
+    dimension: int
+
+    def ensure_collection(self) -> None:
+        """Create the collection (vectors config and payload indexes) if it does not exist."""
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        """Insert or replace points."""
+
+    def delete(self, qualified_names: Sequence[str]) -> None:
+        """Remove points; unknown names are ignored."""
+
+    def content_hashes(self) -> dict[str, str]:
+        """qualified name -> content hash of every stored point (reads payloads only)."""
+
+    def set_payload(self, qualified_name: str, values: dict[str, Any]) -> None:
+        """Merge values into one point's payload (usage priors)."""
+
+    def search(self, queries: Sequence[SignalQuery], where: SearchFilter) -> list[list[Hit]]:
+        """Run each signal query inside the filter; one list of hits per query, best first."""
+
+    def count(self) -> int:
+        """Number of points."""
+
+    def close(self) -> None:
+        """Flush and release the store."""

@@ -1,0 +1,185 @@
+"""The tool model, qualified names and validation of registrations."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field
+
+QUALIFIED_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+SEPARATOR = "__"
+MAX_NAME_CHARS = 256
+MAX_SERVER_CHARS = 128
+MAX_DESCRIPTION_CHARS = 16_000
+MAX_SCHEMA_BYTES = 128_000
+MAX_TAGS = 32
+MAX_TAG_CHARS = 64
+_INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
+
+
+class ToolDefinition(BaseModel):
+    """One tool of one server, as registered (MCP `tools/list` shape plus server and tags)."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    server: str
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict, alias="inputSchema")
+    annotations: dict[str, Any] = Field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+
+    @property
+    def qualified_name(self) -> str:
+        """`<server>__<tool>`, valid for MCP clients."""
+        return qualify(self.server, self.name)
+
+
+def _slug(text: str) -> str:
+    return _INVALID_CHARS.sub("_", text.strip()).strip("_") or "x"
+
+
+def normalize_server_id(server: str) -> str:
+    """A server id made of MCP-safe characters (`Chemical Engineering/Forensics` -> `Chemical_Engineering_Forensics`)."""
+    slug = _slug(server)
+    if len(slug) <= 48:
+        return slug
+    return slug[:39] + "-" + hashlib.sha1(server.encode()).hexdigest()[:8]
+
+
+def qualify(server: str, name: str) -> str:
+    """The qualified name of a tool; invalid characters become `_`, names over 64 characters are cut and
+    suffixed with a hash of the original so that the mapping stays deterministic."""
+    candidate = f"{normalize_server_id(server)}{SEPARATOR}{_slug(name)}"
+    if QUALIFIED_NAME_RE.match(candidate) and candidate == f"{server}{SEPARATOR}{name}":
+        return candidate
+    if len(candidate) <= 64:
+        return candidate
+    digest = hashlib.sha1(f"{server}{SEPARATOR}{name}".encode()).hexdigest()[:8]
+    return candidate[:55] + "-" + digest
+
+
+@dataclass(frozen=True)
+class ToolProblem:
+    """What is wrong with one tool of a registration batch."""
+
+    index: int
+    tool: str
+    field: str
+    reason: str
+    kind: str = "invalid"  # invalid | duplicate | conflict
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "tool": self.tool,
+            "pointer": f"/{self.index}/{self.field}" if self.field else f"/{self.index}",
+            "field": self.field,
+            "reason": self.reason,
+            "kind": self.kind,
+        }
+
+
+@dataclass
+class ValidatedBatch:
+    """The tools of a batch that passed validation, and the problems of the others."""
+
+    tools: list[ToolDefinition] = field(default_factory=list)
+    problems: list[ToolProblem] = field(default_factory=list)
+
+
+def _check_schema(schema: Any) -> str | None:
+    if not isinstance(schema, dict):
+        return "input_schema must be a JSON object"
+    if len(repr(schema)) > MAX_SCHEMA_BYTES:
+        return f"input_schema is larger than {MAX_SCHEMA_BYTES} bytes"
+    if schema == {}:
+        return None
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path) or "(root)"
+        return f"not a valid JSON Schema at {where}: {exc.message}"
+    declared = schema.get("type")
+    if declared is not None and declared != "object":
+        return f'input_schema must describe an object (type "object"), not {declared!r}'
+    return None
+
+
+def validate_tool(index: int, raw: Any, default_server: str | None = None) -> ToolDefinition | ToolProblem:
+    """Check one raw registration; return the tool or the first problem found."""
+    if not isinstance(raw, dict):
+        return ToolProblem(index, "?", "", "each tool must be a JSON object")
+    name = raw.get("name")
+    label = name if isinstance(name, str) and name else f"#{index}"
+    if not isinstance(name, str) or not name.strip():
+        return ToolProblem(index, label, "name", "name is missing or empty")
+    if len(name) > MAX_NAME_CHARS:
+        return ToolProblem(index, label[:80], "name", f"name is longer than {MAX_NAME_CHARS} characters")
+    server = raw.get("server", default_server)
+    if not isinstance(server, str) or not server.strip():
+        return ToolProblem(index, label, "server", "server is missing or empty")
+    if len(server) > MAX_SERVER_CHARS:
+        return ToolProblem(index, label, "server", f"server is longer than {MAX_SERVER_CHARS} characters")
+    description = raw.get("description") or ""
+    if not isinstance(description, str):
+        return ToolProblem(index, label, "description", "description must be a string")
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        return ToolProblem(
+            index, label, "description", f"description is longer than {MAX_DESCRIPTION_CHARS} characters"
+        )
+    schema_key = "input_schema" if "input_schema" in raw else "inputSchema"
+    schema = raw.get(schema_key)
+    schema = {} if schema is None else schema
+    problem = _check_schema(schema)
+    if problem:
+        return ToolProblem(index, label, schema_key, problem)
+    annotations = raw.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        return ToolProblem(index, label, "annotations", "annotations must be a JSON object")
+    tags = raw.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(t, str) and 0 < len(t) <= MAX_TAG_CHARS for t in tags):
+        return ToolProblem(index, label, "tags", f"tags must be a list of strings of 1-{MAX_TAG_CHARS} characters")
+    if len(tags) > MAX_TAGS:
+        return ToolProblem(index, label, "tags", f"at most {MAX_TAGS} tags")
+    return ToolDefinition(
+        server=server.strip(),
+        name=name.strip(),
+        description=description,
+        input_schema=schema,
+        annotations=annotations,
+        tags=tuple(dict.fromkeys(tags)),
+    )
+
+
+def validate_batch(raw_tools: list[Any], default_server: str | None = None) -> ValidatedBatch:
+    """Validate a registration batch; bad tools and duplicates are reported, the others kept.
+
+    Two tools that get the same qualified name: the first wins, the second is reported as a conflict
+    (or a duplicate when server and name are identical)."""
+    batch = ValidatedBatch()
+    seen: dict[str, ToolDefinition] = {}
+    for index, raw in enumerate(raw_tools):
+        result = validate_tool(index, raw, default_server)
+        if isinstance(result, ToolProblem):
+            batch.problems.append(result)
+            continue
+        qualified = result.qualified_name
+        first = seen.get(qualified)
+        if first is not None:
+            same = (first.server, first.name) == (result.server, result.name)
+            reason = (
+                f"duplicate of an earlier tool in this batch ({qualified})"
+                if same
+                else f"qualified name {qualified} is already taken by {first.server}/{first.name}"
+            )
+            batch.problems.append(ToolProblem(index, result.name, "name", reason, "duplicate" if same else "conflict"))
+            continue
+        seen[qualified] = result
+        batch.tools.append(result)
+    return batch

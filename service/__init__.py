@@ -1,0 +1,1 @@
+"""Toolscout runtime: HTTP API, MCP front end, CLI, execution, policy, learning and analytics."""

@@ -1,0 +1,84 @@
+"""Engines, sessions and the migration runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine, AsyncSession
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def sync_url(url: str) -> str:
+    """The URL for synchronous use (Alembic): plain sqlite, psycopg for PostgreSQL."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return parsed.set(drivername="sqlite").render_as_string(hide_password=False)
+    if parsed.get_backend_name() == "postgresql":
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return url
+
+
+def async_url(url: str) -> str:
+    """The URL for the async engine: aiosqlite for SQLite, psycopg (async) for PostgreSQL."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return parsed.set(drivername="sqlite+aiosqlite").render_as_string(hide_password=False)
+    if parsed.get_backend_name() == "postgresql":
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return url
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def create_engine_for(url: str, echo: bool = False) -> AsyncEngine:
+    """An async engine for the catalog database; SQLite gets WAL and foreign keys."""
+    full = async_url(url)
+    if make_url(full).get_backend_name() == "sqlite":
+        database = make_url(full).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(full, echo=echo)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(full, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions that keep loaded objects usable after commit."""
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic configuration for the migrations folder and this database."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", sync_url(url).replace("%", "%%"))
+    return config
+
+
+def upgrade_database(url: str, revision: str = "head") -> None:
+    """Apply the migrations up to `revision` (creating the SQLite folder if needed)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade_database(url: str, revision: str = "base") -> None:
+    """Revert the migrations down to `revision`."""
+    command.downgrade(alembic_config(url), revision)
+
+
+__all__ = ["Engine", "create_engine_for", "create_sessionmaker", "upgrade_database", "downgrade_database"]

@@ -1,0 +1,184 @@
+"""SQLAlchemy models. The schema is created and changed only by the Alembic migrations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, the only clock the models use."""
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: DateTime(timezone=True)}
+
+
+class Server(Base):
+    """An upstream MCP server (or a catalog source registered over the API)."""
+
+    __tablename__ = "servers"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    transport: Mapped[str] = mapped_column(String(16), default="catalog")  # stdio | http | catalog
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="registered")
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    last_sync_at: Mapped[datetime | None] = mapped_column(default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Tool(Base):
+    """The catalog of record: one row per qualified tool name."""
+
+    __tablename__ = "tools"
+
+    qualified_name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    server_id: Mapped[str] = mapped_column(ForeignKey("servers.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(256))
+    description: Mapped[str] = mapped_column(Text, default="")
+    input_schema: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    annotations: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    tags: Mapped[list[Any]] = mapped_column(default=list)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    deprecated: Mapped[bool] = mapped_column(Boolean, default=False)
+    first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Search(Base):
+    """Every /search: who asked what and what came back."""
+
+    __tablename__ = "searches"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    caller: Mapped[str] = mapped_column(String(128), index=True)
+    query: Mapped[str] = mapped_column(Text)
+    k: Mapped[int] = mapped_column(Integer)
+    results: Mapped[list[Any]] = mapped_column(default=list)  # [{"name", "score"}]
+    result_count: Mapped[int] = mapped_column(Integer, default=0)
+    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class Execution(Base):
+    """Every call through /execute, whatever its outcome."""
+
+    __tablename__ = "executions"
+    __table_args__ = (
+        Index("ix_executions_tool_started", "tool", "started_at"),
+        Index("ix_executions_caller_started", "caller", "started_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    caller: Mapped[str] = mapped_column(String(128))
+    tool: Mapped[str] = mapped_column(String(64))
+    server_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    search_id: Mapped[str | None] = mapped_column(String(36), default=None, index=True)
+    arguments_digest: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    status: Mapped[str] = mapped_column(String(24), index=True)
+    error_class: Mapped[str | None] = mapped_column(String(128), default=None)
+    error_detail: Mapped[str | None] = mapped_column(Text, default=None)
+    duration_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    result_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    finished_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class StoredResult(Base):
+    """A full tool result kept behind a result id when the response was cut to the token budget."""
+
+    __tablename__ = "results"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    caller: Mapped[str] = mapped_column(String(128))
+    tool: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    total_tokens: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ToolStats(Base):
+    """Aggregates that ranking reads, refreshed incrementally from executions."""
+
+    __tablename__ = "tool_stats"
+
+    tool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    calls: Mapped[int] = mapped_column(Integer, default=0)
+    successes: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    decayed_calls: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_ms_avg: Mapped[float] = mapped_column(Float, default=0.0)
+    last_called_at: Mapped[datetime | None] = mapped_column(default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CallerToolStats(Base):
+    """Per-caller reuse of a tool."""
+
+    __tablename__ = "caller_tool_stats"
+
+    caller: Mapped[str] = mapped_column(String(128), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    calls: Mapped[int] = mapped_column(Integer, default=0)
+    successes: Mapped[int] = mapped_column(Integer, default=0)
+    decayed_calls: Mapped[float] = mapped_column(Float, default=0.0)
+    last_called_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class StatsCursor(Base):
+    """How far the statistics have consumed the execution log (incremental refresh)."""
+
+    __tablename__ = "stats_cursor"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    last_started_at: Mapped[datetime | None] = mapped_column(default=None)
+    last_execution_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    rows_seen: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class ApiKey(Base):
+    """An API key, stored as a SHA-256 hash, bound to a caller and roles."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    caller: Mapped[str] = mapped_column(String(128), index=True)
+    roles: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class Approval(Base):
+    """A grant for one destructive call: bound to caller, tool, argument digest and expiry; usable once."""
+
+    __tablename__ = "approvals"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    caller: Mapped[str] = mapped_column(String(128))
+    tool: Mapped[str] = mapped_column(String(64))
+    arguments_digest: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | granted | used | expired
+    requested_at: Mapped[datetime] = mapped_column(default=utcnow)
+    granted_by: Mapped[str | None] = mapped_column(String(128), default=None)
+    granted_at: Mapped[datetime | None] = mapped_column(default=None)
+    expires_at: Mapped[datetime] = mapped_column()
+    used_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -1,0 +1,122 @@
+"""Settings, read from the environment (prefix TOOLSCOUT_, nested sections with `__`) or passed explicitly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class DatabaseSettings(BaseModel):
+    """SQL catalog of record; SQLite under the data folder unless a URL is given."""
+
+    url: str | None = None
+    echo: bool = False
+
+
+class IndexSettings(BaseModel):
+    """Vector index backend: `edge` (embedded, default) or `qdrant` (qdrant-client with url or ':memory:')."""
+
+    backend: Literal["edge", "qdrant"] = "edge"
+    path: Path | None = None
+    url: str | None = None
+    api_key: str | None = None
+    collection: str = "toolscout_tools"
+
+
+class EmbeddingSettings(BaseModel):
+    """The dense embedder; `model` is a sentence-transformers path or `bundled` for the offline MiniLM."""
+
+    model: str = "bundled"
+    batch_size: int = 64
+    cache_size: int = 4096
+    threads: int = 2
+
+
+class SearchSettings(BaseModel):
+    """Fusion weights and candidate pool sizes of the hybrid search."""
+
+    weight_name: float = 0.25
+    weight_description: float = 0.35
+    weight_params: float = 0.10
+    weight_lexical: float = 0.30
+    candidates: int = 100
+    default_k: int = 5
+    max_k: int = 50
+    split_multi_intent: bool = True
+    max_query_chars: int = 8000
+
+
+class ExecutionSettings(BaseModel):
+    """Upstream calls: timeouts, result budgets and what the execution log keeps."""
+
+    servers_file: Path | None = None
+    demo_servers: bool = True
+    timeout_seconds: float = 30.0
+    result_token_budget: int = 4000
+    batch_concurrency: int = 8
+    log_raw_arguments: bool = False
+
+
+class PolicySettings(BaseModel):
+    """API keys, permissions file and rate limits."""
+
+    permissions_file: Path | None = None
+    rate_limit_per_minute: float = 600.0
+    rate_limit_burst: int = 60
+    approval_ttl_seconds: int = 900
+
+
+class LearningSettings(BaseModel):
+    """Bounded ranking boosts learned from the execution log."""
+
+    enabled: bool = True
+    half_life_days: float = 14.0
+    max_popularity_boost: float = 0.06
+    max_reliability_penalty: float = 0.10
+    max_caller_boost: float = 0.06
+
+
+class FrontendSettings(BaseModel):
+    """The MCP front end: which REST API it calls and how."""
+
+    api_url: str = "http://127.0.0.1:8765"
+    api_key: str | None = None
+    profiles_file: Path | None = None
+    dynamic_max_active: int = 64
+    dynamic_idle_seconds: int = 1800
+
+
+class Settings(BaseSettings):
+    """All Toolscout settings; every field has a working default."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TOOLSCOUT_", env_nested_delimiter="__", env_file=".env", extra="ignore"
+    )
+
+    data_dir: Path = Path(".toolscout")
+    host: str = "127.0.0.1"
+    port: int = 8765
+    log_level: str = "INFO"
+    db: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    index: IndexSettings = Field(default_factory=IndexSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    execution: ExecutionSettings = Field(default_factory=ExecutionSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    learning: LearningSettings = Field(default_factory=LearningSettings)
+    frontend: FrontendSettings = Field(default_factory=FrontendSettings)
+
+    @property
+    def database_url(self) -> str:
+        """The SQLAlchemy URL: the configured one, or a SQLite file in the data folder."""
+        if self.db.url:
+            return self.db.url
+        return f"sqlite:///{(self.data_dir / 'toolscout.db').resolve()}"
+
+    @property
+    def index_path(self) -> Path:
+        """Where the embedded index lives."""
+        return self.index.path or self.data_dir / "index"
