@@ -1,0 +1,1 @@
+"""Thin routers: parse, call a service function, shape the response."""

@@ -1,0 +1,36 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from service.deps import ResourcesDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=None)
+async def readyz(resources: ResourcesDep) -> JSONResponse:
+    """The database answers and the index is open."""
+    checks: dict[str, str] = {}
+    try:
+        async with resources.session() as session:
+            await session.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - readiness reports any failure instead of raising
+        checks["database"] = f"error: {exc.__class__.__name__}"
+    if resources.index is not None:
+        checks["index"] = "ok"
+        checks["tools"] = str(await resources.run_index(resources.index.count))
+    else:
+        checks["index"] = "not open"
+    ready = checks["database"] == "ok" and checks["index"] == "ok"
+    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503)

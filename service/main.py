@@ -1,0 +1,58 @@
+"""The FastAPI application: create_app(settings) builds it, the lifespan connects and warms."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from indexer.embedding import Embedder
+from indexer.index.base import VectorIndex
+from service.api import health, search, tools
+from service.errors import install_error_handlers
+from service.resources import build_resources, close_resources, start_resources
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: Settings | None = None, *, embedder: Embedder | None = None, index: VectorIndex | None = None
+) -> FastAPI:
+    """Build the app; tests pass settings (and optionally an embedder or index) explicitly."""
+    settings = settings or Settings()
+    resources = build_resources(settings, embedder)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await start_resources(resources, index)
+        for hook in app.state.startup_hooks:
+            await hook(resources)
+        try:
+            yield
+        finally:
+            for hook in reversed(app.state.shutdown_hooks):
+                await hook(resources)
+            await close_resources(resources)
+
+    app = FastAPI(
+        title="Toolscout",
+        version="0.1.0",
+        summary="Semantic tool retrieval and execution for LLM agents over MCP servers",
+        lifespan=lifespan,
+    )
+    app.state.resources = resources
+    app.state.startup_hooks = []
+    app.state.shutdown_hooks = []
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(search.router)
+    app.include_router(tools.router)
+    return app
+
+
+def app_factory() -> FastAPI:
+    """Entry point for `uvicorn --factory service.main:app_factory`."""
+    return create_app()
