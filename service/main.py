@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from indexer.embedding import Embedder
 from indexer.index.base import VectorIndex
 from service.api import health, search, tools
+from service.catalog import reconcile_index
 from service.errors import install_error_handlers
 from service.resources import build_resources, close_resources, start_resources
 from service.settings import Settings
@@ -28,6 +29,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await start_resources(resources, index)
+        report = await reconcile_index(resources)
+        logger.info("index reconciled with the catalog: %s", report.as_dict())
         for hook in app.state.startup_hooks:
             await hook(resources)
         try:

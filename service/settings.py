@@ -64,9 +64,15 @@ class PolicySettings(BaseModel):
     """API keys, permissions file and rate limits."""
 
     permissions_file: Path | None = None
-    rate_limit_per_minute: float = 600.0
+    rate_limit_per_minute: float = 600.0  # per API key (or the open local user); 0 turns limits off
     rate_limit_burst: int = 60
     approval_ttl_seconds: int = 900
+    # With no API key in the database the service serves one local admin; False refuses every request instead.
+    open_without_keys: bool = True
+    # How long a resolved key stays cached in the process (a revocation from another process waits this long).
+    key_cache_seconds: float = 5.0
+    # An approver may grant a call they requested themselves only if this is set (the open local user always may).
+    allow_self_approval: bool = False
 
 
 class LearningSettings(BaseModel):
@@ -77,6 +83,15 @@ class LearningSettings(BaseModel):
     max_popularity_boost: float = 0.06
     max_reliability_penalty: float = 0.10
     max_caller_boost: float = 0.06
+    refresh_seconds: float = 15.0  # background refresh period (also woken by request_refresh)
+    refresh_lag_seconds: float = 2.0  # rows finished this recently wait for the next refresh (commit order)
+    refresh_batch: int = 10_000  # executions consumed per transaction
+    popularity_half_calls: float = 20.0  # decayed calls at which the popularity boost is half its maximum
+    habit_half_calls: float = 3.0  # decayed successful calls by one caller at which its habit boost is half
+    reliability_prior_success: float = 0.95  # smoothing prior of the success rate ...
+    reliability_prior_weight: float = 5.0  # ... worth this many calls
+    reliability_tolerance: float = 0.10  # a smoothed failure rate up to this costs nothing
+    latency_smoothing: float = 0.1  # weight of a new call in the moving average of latency
 
 
 class FrontendSettings(BaseModel):
@@ -87,6 +102,12 @@ class FrontendSettings(BaseModel):
     profiles_file: Path | None = None
     dynamic_max_active: int = 64
     dynamic_idle_seconds: int = 1800
+    dynamic_max_sessions: int = 1000  # dynamic-mode activation sets kept at once (least recently used go first)
+    request_timeout_seconds: float = 120.0  # one REST call; above the execution timeout so the API answers first
+    events_retry_seconds: float = 2.0  # first wait before reconnecting to GET /events (doubles up to 60 s)
+    http_host: str = "127.0.0.1"  # `toolscout mcp --transport http` listens here
+    http_port: int = 8766
+    http_path: str = "/mcp"
 
 
 class Settings(BaseSettings):

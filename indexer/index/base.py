@@ -23,6 +23,10 @@ def point_id(qualified_name: str) -> str:
     return str(uuid.uuid5(POINT_NAMESPACE, qualified_name))
 
 
+class IndexBackendError(RuntimeError):
+    """The vector store failed (unreachable, locked by another process, incompatible or corrupt data)."""
+
+
 @dataclass(frozen=True)
 class IndexPoint:
     """Everything stored for one tool."""
@@ -82,6 +86,9 @@ class VectorIndex(Protocol):
 
     def content_hashes(self) -> dict[str, str]:
         """qualified name -> content hash of every stored point (reads payloads only)."""
+
+    def payloads(self, qualified_names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """qualified name -> payload of the named points that exist."""
 
     def set_payload(self, qualified_name: str, values: dict[str, Any]) -> None:
         """Merge values into one point's payload (usage priors)."""

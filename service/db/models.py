@@ -81,6 +81,8 @@ class Execution(Base):
     __table_args__ = (
         Index("ix_executions_tool_started", "tool", "started_at"),
         Index("ix_executions_caller_started", "caller", "started_at"),
+        # 0002: the statistics cursor reads the log in finished_at order.
+        Index("ix_executions_finished_at", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -127,6 +129,9 @@ class ToolStats(Base):
     latency_ms_avg: Mapped[float] = mapped_column(Float, default=0.0)
     last_called_at: Mapped[datetime | None] = mapped_column(default=None)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0002: outcomes decayed like decayed_calls (all decayed values are as of last_called_at).
+    decayed_successes: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    decayed_failures: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class CallerToolStats(Base):
@@ -140,10 +145,26 @@ class CallerToolStats(Base):
     successes: Mapped[int] = mapped_column(Integer, default=0)
     decayed_calls: Mapped[float] = mapped_column(Float, default=0.0)
     last_called_at: Mapped[datetime | None] = mapped_column(default=None)
+    # 0002: successful calls, decayed as of last_called_at (the habit boost reads this).
+    decayed_successes: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+
+
+class ToolSearchStats(Base):
+    """How often each tool came back from /search (0002); feeds "tools never found"."""
+
+    __tablename__ = "tool_search_stats"
+
+    tool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    appearances: Mapped[int] = mapped_column(BigInteger, default=0)
+    top1: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_returned_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class StatsCursor(Base):
-    """How far the statistics have consumed the execution log (incremental refresh)."""
+    """How far the statistics have consumed a log (incremental refresh).
+
+    One row per log: `executions` (position = finished_at, id) and `searches` (position = created_at, id);
+    the position columns keep their original names."""
 
     __tablename__ = "stats_cursor"
 
@@ -182,3 +203,5 @@ class Approval(Base):
     granted_at: Mapped[datetime | None] = mapped_column(default=None)
     expires_at: Mapped[datetime] = mapped_column()
     used_at: Mapped[datetime | None] = mapped_column(default=None)
+    # 0002: the arguments to approve, so that an approver sees what the call will do.
+    arguments: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)

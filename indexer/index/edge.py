@@ -1,0 +1,189 @@
+"""The embedded index: a qdrant-edge shard in a local directory, searched in-process with exact dense search.
+
+A shard directory may be open in one EdgeShard at a time (its WAL is locked): a second open, from this or
+another process, fails with IndexBackendError."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import qdrant_edge as qe
+
+from indexer.index.base import (
+    DENSE_FIELDS,
+    LEXICAL_FIELD,
+    Hit,
+    IndexBackendError,
+    IndexPoint,
+    SearchFilter,
+    SignalQuery,
+    point_id,
+)
+
+KEYWORD_FIELDS = ("server", "tags", "qualified_name")
+_SCROLL_PAGE = 1000
+_EXACT = qe.SearchParams(exact=True)
+
+
+@contextmanager
+def _backend(action: str) -> Iterator[None]:
+    """Translate qdrant-edge failures (bare Exception) into IndexBackendError; TypeError is a caller bug."""
+    try:
+        yield
+    except TypeError:  # raised while converting arguments, e.g. a payload value that is not JSON
+        raise
+    except Exception as exc:
+        raise IndexBackendError(f"edge index: {action} failed: {exc}") from exc
+
+
+class EdgeIndex:
+    """VectorIndex on an embedded qdrant-edge shard at `path` (loaded if present, created otherwise)."""
+
+    def __init__(self, path: Path, dimension: int = 384) -> None:
+        self.path = Path(path)
+        self.dimension = dimension
+        config = qe.EdgeConfig(
+            vectors={
+                name: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)
+                for name in DENSE_FIELDS
+            },
+            sparse_vectors={LEXICAL_FIELD: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        )
+        with _backend(f"opening {self.path}"):
+            if (self.path / "edge_config.json").exists():
+                self._shard = qe.EdgeShard.load(str(self.path), config)  # also checks the dimension
+            else:
+                self._shard = qe.EdgeShard.create(str(self.path), config)
+
+    def ensure_collection(self) -> None:
+        """The shard exists since __init__; add the missing keyword payload indexes."""
+        with _backend("creating payload indexes"):
+            existing = self._shard.info().payload_schema
+            for field in KEYWORD_FIELDS:
+                if field not in existing:
+                    self._shard.update(
+                        qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword)
+                    )
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        """Insert or replace points (vectors and payload together)."""
+        if not points:
+            return
+        edge_points = [
+            qe.Point(
+                point_id(p.qualified_name), _vectors(p), {**p.payload, "qualified_name": p.qualified_name}
+            )
+            for p in points
+        ]
+        with _backend("upsert"):
+            self._shard.update(qe.UpdateOperation.upsert_points(edge_points))
+
+    def delete(self, qualified_names: Sequence[str]) -> None:
+        """Remove points; unknown names are ignored."""
+        if not qualified_names:
+            return
+        with _backend("delete"):
+            self._shard.update(qe.UpdateOperation.delete_points([point_id(n) for n in qualified_names]))
+
+    def content_hashes(self) -> dict[str, str]:
+        """qualified name -> content hash ("" when absent) of every stored point."""
+        hashes: dict[str, str] = {}
+        offset: Any = None
+        with _backend("scroll"):
+            while True:
+                request = qe.ScrollRequest(
+                    offset=offset, limit=_SCROLL_PAGE, with_payload=["qualified_name", "content_hash"]
+                )
+                records, offset = self._shard.scroll(request)
+                for record in records:
+                    payload = record.payload or {}
+                    hashes[payload["qualified_name"]] = payload.get("content_hash", "")
+                if offset is None:
+                    return hashes
+
+    def payloads(self, qualified_names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """qualified name -> payload of the named points that exist."""
+        if not qualified_names:
+            return {}
+        with _backend("retrieve"):
+            records = self._shard.retrieve(
+                [point_id(n) for n in qualified_names], with_payload=True, with_vector=False
+            )
+        return {r.payload["qualified_name"]: dict(r.payload) for r in records if r.payload}
+
+    def set_payload(self, qualified_name: str, values: dict[str, Any]) -> None:
+        """Merge values into one point's payload; an unknown name is ignored."""
+        only = qe.Filter(must=[qe.HasIdCondition({point_id(qualified_name)})])
+        with _backend("set_payload"):
+            self._shard.update(qe.UpdateOperation.set_payload_by_filter(only, values))
+
+    def search(self, queries: Sequence[SignalQuery], where: SearchFilter) -> list[list[Hit]]:
+        """All signal queries in one query_batch, each restricted by the filter; best first."""
+        if where.matches_nothing or not queries:
+            return [[] for _ in queries]
+        flt = _filter(where)
+        requests = [
+            qe.QueryRequest(
+                limit=q.limit,
+                query=_query(q),
+                filter=flt,
+                with_payload=True,
+                params=None if q.signal == LEXICAL_FIELD else _EXACT,  # the sparse index is exact already
+            )
+            for q in queries
+        ]
+        with _backend("search"):
+            results = self._shard.query_batch(qe.QueryBatchRequest(requests))
+        return [[_hit(p.score, p.payload) for p in points] for points in results]
+
+    def count(self) -> int:
+        """Number of points."""
+        with _backend("count"):
+            return self._shard.count(qe.CountRequest(exact=True))
+
+    def close(self) -> None:
+        """Flush and release the shard (and its lock); the index is unusable afterwards."""
+        with _backend("close"):
+            self._shard.flush()
+            self._shard.close()
+
+
+def _vectors(point: IndexPoint) -> dict[str, Any]:
+    sparse = qe.SparseVector(point.lexical.indices, point.lexical.values)
+    return {**point.vectors, LEXICAL_FIELD: sparse}
+
+
+def _query(query: SignalQuery) -> qe.Query:
+    if query.signal == LEXICAL_FIELD:
+        if query.sparse is None:
+            raise ValueError("a lexical SignalQuery needs a sparse vector")
+        return qe.Query.Nearest(
+            qe.SparseVector(query.sparse.indices, query.sparse.values), using=LEXICAL_FIELD
+        )
+    if query.dense is None:
+        raise ValueError(f"a {query.signal} SignalQuery needs a dense vector")
+    return qe.Query.Nearest(query.dense, using=query.signal)
+
+
+def _filter(where: SearchFilter) -> qe.Filter | None:
+    must: list[Any] = []
+    if where.servers:
+        must.append(qe.FieldCondition("server", match=qe.MatchAny(list(where.servers))))
+    if where.tags:
+        must.append(qe.FieldCondition("tags", match=qe.MatchAny(list(where.tags))))
+    if where.allowed is not None:
+        must.append(qe.FieldCondition("qualified_name", match=qe.MatchAny(sorted(where.allowed))))
+    must_not: list[Any] = []
+    if where.denied:
+        must_not.append(qe.FieldCondition("qualified_name", match=qe.MatchAny(sorted(where.denied))))
+    if not must and not must_not:
+        return None
+    return qe.Filter(must=must or None, must_not=must_not or None)
+
+
+def _hit(score: float, payload: dict[str, Any] | None) -> Hit:
+    data = dict(payload or {})
+    return Hit(data["qualified_name"], float(score), data)

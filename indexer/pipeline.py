@@ -1,0 +1,112 @@
+"""Sync tools into the vector index: diff by content hash, batch-embed what changed, upsert, delete."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from indexer.documents import ToolDocument, build_document, content_hash
+from indexer.embedding import Embedder
+from indexer.index.base import DENSE_FIELDS, IndexPoint, VectorIndex
+from indexer.lexical import Bm25Encoder
+from indexer.tools import ToolDefinition
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+@dataclass
+class SyncReport:
+    """What a sync did."""
+
+    embedded: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    deleted: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "embedded": len(self.embedded),
+            "unchanged": self.unchanged,
+            "deleted": len(self.deleted),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def tool_payload(tool: ToolDefinition, document: ToolDocument) -> dict[str, object]:
+    """What the index stores next to the vectors: enough to answer a search without SQL."""
+    return {
+        "qualified_name": document.qualified_name,
+        "server": tool.server,
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": tool.input_schema,
+        "annotations": tool.annotations,
+        "tags": list(tool.tags),
+        "content_hash": document.content_hash,
+    }
+
+
+def build_points(
+    tools: Sequence[ToolDefinition], embedder: Embedder, encoder: Bm25Encoder
+) -> list[IndexPoint]:
+    """Embed the dense fields of the tools in one batch and encode their lexical vectors."""
+    documents = [build_document(tool) for tool in tools]
+    texts = [getattr(doc, fname) for doc in documents for fname in DENSE_FIELDS]
+    vectors = embedder.embed(texts)
+    width = len(DENSE_FIELDS)
+    points = []
+    for i, (tool, doc) in enumerate(zip(tools, documents, strict=True)):
+        dense = {fname: vectors[i * width + j] for j, fname in enumerate(DENSE_FIELDS)}
+        points.append(
+            IndexPoint(doc.qualified_name, dense, encoder.encode_document(doc.lexical), tool_payload(tool, doc))
+        )
+    return points
+
+
+def index_tools(
+    index: VectorIndex,
+    embedder: Embedder,
+    encoder: Bm25Encoder,
+    tools: Sequence[ToolDefinition],
+    *,
+    batch_size: int = 128,
+    progress: Progress | None = None,
+    known_hashes: dict[str, str] | None = None,
+) -> SyncReport:
+    """Upsert the tools whose content hash differs from the index; unchanged tools embed nothing."""
+    started = time.perf_counter()
+    stored = index.content_hashes() if known_hashes is None else known_hashes
+    changed = [t for t in tools if stored.get(t.qualified_name) != content_hash(t)]
+    report = SyncReport(unchanged=len(tools) - len(changed))
+    for offset in range(0, len(changed), batch_size):
+        batch = changed[offset : offset + batch_size]
+        index.upsert(build_points(batch, embedder, encoder))
+        report.embedded.extend(t.qualified_name for t in batch)
+        if progress:
+            progress(len(report.embedded), len(changed))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def sync_catalog(
+    index: VectorIndex,
+    embedder: Embedder,
+    encoder: Bm25Encoder,
+    tools: Sequence[ToolDefinition],
+    *,
+    batch_size: int = 128,
+    progress: Progress | None = None,
+) -> SyncReport:
+    """Make the index hold exactly these tools: index the changed ones, delete the ones not listed."""
+    started = time.perf_counter()
+    stored = index.content_hashes()
+    report = index_tools(index, embedder, encoder, tools, batch_size=batch_size, progress=progress, known_hashes=stored)
+    wanted = {t.qualified_name for t in tools}
+    stale = [name for name in stored if name not in wanted]
+    if stale:
+        index.delete(stale)
+    report.deleted = stale
+    report.seconds = time.perf_counter() - started
+    return report
+

