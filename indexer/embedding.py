@@ -53,7 +53,8 @@ class SentenceTransformerEmbedder:
 
                     path = str(get_model_path())
                 self._model = SentenceTransformer(path, device="cpu")
-                self.dimension = int(self._model.get_sentence_embedding_dimension() or 384)
+                dimension_of = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+                self.dimension = int(dimension_of() or 384)
                 logger.info("loaded embedding model %s (%d dimensions)", path, self.dimension)
         return self._model
 

@@ -138,7 +138,9 @@ async def _index(resources: Resources, tools: list[ToolDefinition]) -> SyncRepor
     index = resources.index
     assert index is not None and resources.retriever is not None
     report: SyncReport = await resources.run_index(
-        lambda: index_tools(index, resources.embedder, resources.encoder, tools, progress=resources.extras.get("progress"))
+        # Catalog texts bypass the query cache: they would only evict the queries it is there for.
+        lambda: index_tools(index, resources.embedder.inner, resources.encoder, tools,
+                            progress=resources.extras.get("progress"))
     )
     for tool in tools:
         resources.retriever.directory.add(tool.qualified_name, tool.name, tool.server, tool.tags)
@@ -244,7 +246,7 @@ async def reconcile_index(resources: Resources) -> SyncReport:
         index = resources.index
         assert index is not None
         return await resources.run_index(
-            lambda: sync_catalog(index, resources.embedder, resources.encoder, tools)
+            lambda: sync_catalog(index, resources.embedder.inner, resources.encoder, tools)
         )
 
 

@@ -10,8 +10,10 @@ from fastapi import FastAPI
 
 from indexer.embedding import Embedder
 from indexer.index.base import VectorIndex
-from service.api import health, search, tools
-from service.catalog import reconcile_index
+from service import gateway, learning, policy
+from service.api import analytics, approvals, events, execute, health, keys, search, servers, tools
+from service.catalog import reconcile_index, register_tools
+from service.catalog_files import demo_catalog
 from service.errors import install_error_handlers
 from service.resources import build_resources, close_resources, start_resources
 from service.settings import Settings
@@ -31,6 +33,9 @@ def create_app(
         await start_resources(resources, index)
         report = await reconcile_index(resources)
         logger.info("index reconciled with the catalog: %s", report.as_dict())
+        if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
+            seeded = await register_tools(resources, demo_catalog())
+            logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
         for hook in app.state.startup_hooks:
             await hook(resources)
         try:
@@ -49,10 +54,20 @@ def create_app(
     app.state.resources = resources
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
+    app.state.startup_hooks += [policy.start_policy, learning.start_learning]
+    app.state.shutdown_hooks.append(learning.stop_learning)
+    app.state.startup_hooks.append(gateway.start_gateway)
+    app.state.shutdown_hooks.append(gateway.stop_gateway)
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(search.router)
     app.include_router(tools.router)
+    app.include_router(approvals.router)
+    app.include_router(analytics.router)
+    app.include_router(keys.router)
+    app.include_router(events.router)
+    app.include_router(execute.router)
+    app.include_router(servers.router)
     return app
 
 

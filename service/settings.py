@@ -58,6 +58,18 @@ class ExecutionSettings(BaseModel):
     result_token_budget: int = 4000
     batch_concurrency: int = 8
     log_raw_arguments: bool = False
+    # Where the demo servers' virtual environment and npm packages go (default ~/.cache/toolscout/upstream).
+    toolchain_dir: Path | None = None
+    # How long start-up waits for the upstream servers' first connection and sync (the rest go on in the
+    # background); a clean shutdown waits this long for the calls in flight.
+    startup_wait_seconds: float = 20.0
+    shutdown_grace_seconds: float = 30.0
+    # Reconnection after a crash: exponential backoff between these bounds; idle connections are pinged.
+    reconnect_initial_seconds: float = 0.5
+    reconnect_max_seconds: float = 30.0
+    heartbeat_seconds: float = 30.0
+    batch_max_calls: int = 100
+    result_ttl_hours: float = 24.0
 
 
 class PolicySettings(BaseModel):
@@ -84,7 +96,7 @@ class LearningSettings(BaseModel):
     max_reliability_penalty: float = 0.10
     max_caller_boost: float = 0.06
     refresh_seconds: float = 15.0  # background refresh period (also woken by request_refresh)
-    refresh_lag_seconds: float = 2.0  # rows finished this recently wait for the next refresh (commit order)
+    refresh_lag_seconds: float = 10.0  # rows finished this recently wait (the log is written in batches)
     refresh_batch: int = 10_000  # executions consumed per transaction
     popularity_half_calls: float = 20.0  # decayed calls at which the popularity boost is half its maximum
     habit_half_calls: float = 3.0  # decayed successful calls by one caller at which its habit boost is half
@@ -121,6 +133,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8765
     log_level: str = "INFO"
+    demo_catalog: bool = Field(
+        default=True, description="Index the bundled tool lists of eight real MCP servers when the catalog is empty"
+    )
     db: DatabaseSettings = Field(default_factory=DatabaseSettings)
     index: IndexSettings = Field(default_factory=IndexSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)

@@ -26,8 +26,8 @@ EXECUTIONS_CURSOR = "executions"
 SEARCHES_CURSOR = "searches"
 SUCCESS = frozenset({"ok"})
 FAILURE = frozenset({"tool_error", "timeout", "upstream_error"})
-# A denied call never reached the tool: it says nothing about the tool.
-IGNORED = frozenset({"denied"})
+# Calls that say nothing about the tool: refused by policy, unknown name, caller gone, our own failure.
+IGNORED = frozenset({"denied", "not_found", "cancelled", "internal_error"})
 # Calls that reached the upstream server; their duration is the tool's latency.
 REACHED_SERVER = SUCCESS | FAILURE
 

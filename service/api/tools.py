@@ -27,6 +27,7 @@ class RegisterResponse(BaseModel):
     created: int
     updated: int
     unchanged: int
+    removed: int
     tools: list[str]
     errors: list[dict[str, Any]]
 

@@ -8,7 +8,7 @@ import logging
 import sys
 
 # Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
-COMMAND_MODULES = ["service.cli.core"]
+COMMAND_MODULES = ["service.cli.core", "service.cli.bench", "service.cli.keys", "service.cli.analytics", "service.cli.mcp"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -139,7 +139,8 @@ class ToolscoutApi:
         return list(body.get("servers") or [])
 
     async def events(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """GET /events (Server-Sent Events): yields (event, data) until the stream ends.
+        """GET /events (Server-Sent Events): yields ("open", {}) once connected, then (event, data) until the
+        stream ends.
 
         Raises ApiUnavailable (or ApiError for a refusal) when the stream cannot be opened or breaks."""
         try:
@@ -149,6 +150,7 @@ class ToolscoutApi:
                 if response.status_code >= 400:
                     await response.aread()
                     raise ApiError(_problem_of(response))
+                yield "open", {}
                 event, data = "message", []
                 async for line in response.aiter_lines():
                     if not line:

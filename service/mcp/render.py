@@ -116,9 +116,14 @@ def help_tools(catalog: Iterable[Mapping[str, Any]]) -> list[types.Tool]:
     return tools
 
 
+def lean_schema(schema: Any) -> dict[str, Any]:
+    """An input schema without its `$schema` dialect line, which costs tokens and tells a model nothing."""
+    return {k: v for k, v in (schema or {}).items() if k != "$schema"} if isinstance(schema, Mapping) else {}
+
+
 def catalog_tool(tool: Mapping[str, Any]) -> types.Tool:
     """A catalog tool (REST shape) as the MCP tool `<server>__<tool>` with its schema and hints."""
-    schema = dict(tool.get("input_schema") or {})
+    schema = lean_schema(tool.get("input_schema"))
     if schema.get("type") != "object":
         schema = {"type": "object", **{k: v for k, v in schema.items() if k != "type"}}
     hints = {k: v for k, v in (tool.get("annotations") or {}).items() if k in _ANNOTATION_KEYS}
@@ -130,6 +135,29 @@ def catalog_tool(tool: Mapping[str, Any]) -> types.Tool:
     )
 
 
+def mode_tools(
+    mode: Mode,
+    *,
+    catalog: Sequence[Mapping[str, Any]] = (),
+    always: Sequence[Mapping[str, Any]] = (),
+    active: Sequence[Mapping[str, Any]] = (),
+    default_k: int | None = None,
+) -> list[types.Tool]:
+    """The tools/list of a mode: `catalog` is every tool in scope (needed by full and grouped), `always` the
+    profile's always-listed tools and `active` what a dynamic session activated."""
+    if mode == "full":
+        return [catalog_tool(t) for t in catalog]
+    tools = meta_tools(mode, default_k)
+    if mode == "grouped":
+        tools += help_tools(catalog)
+    listed = {t.name for t in tools}
+    for tool in [*always, *(active if mode == "dynamic" else ())]:
+        if tool["name"] not in listed:
+            listed.add(str(tool["name"]))
+            tools.append(catalog_tool(tool))
+    return tools
+
+
 def wire_list(tools: Sequence[types.Tool], version: str = LATEST_HANDSHAKE_VERSION) -> dict[str, Any]:
     """The tools/list result exactly as it goes on the wire at a protocol version."""
     dumped = types.ListToolsResult(tools=list(tools)).model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -137,8 +165,8 @@ def wire_list(tools: Sequence[types.Tool], version: str = LATEST_HANDSHAKE_VERSI
 
 
 def compact(value: Any) -> str:
-    """Compact, key-sorted JSON: what a model reads, deterministic for the token benchmark."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    """Compact JSON, as a model reads it (and as the token benchmark counts it)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 @lru_cache(maxsize=1)
@@ -159,7 +187,7 @@ def search_entry(result: Mapping[str, Any]) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": result["name"],
         "description": result.get("description") or "",
-        "input_schema": result.get("input_schema") or {},
+        "input_schema": lean_schema(result.get("input_schema")),
     }
     hints = {k: v for k, v in (result.get("annotations") or {}).items() if k in _ANNOTATION_KEYS and v}
     if hints:

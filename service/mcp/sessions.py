@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-
-import mcp.types as types
+from typing import Any
 
 
 @dataclass
@@ -21,7 +20,7 @@ class SessionState:
 
     key: str
     last_seen: float
-    active: OrderedDict[str, types.Tool] = field(default_factory=OrderedDict)
+    active: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)  # name -> catalog tool
     search_ids: OrderedDict[str, str] = field(default_factory=OrderedDict)
 
 
@@ -76,12 +75,13 @@ class SessionStore:
         self._expire(self._clock())
         return list(self._sessions.values())
 
-    def activate(self, state: SessionState, tools: Iterable[types.Tool]) -> bool:
-        """Add tools to the session's list (most recent last); True when the list changed."""
+    def activate(self, state: SessionState, tools: Iterable[Mapping[str, Any]]) -> bool:
+        """Add catalog tools (REST shape) to the session's list, most recent last; True when it changed."""
         before = dict(state.active)
         for tool in tools:
-            state.active.pop(tool.name, None)
-            state.active[tool.name] = tool
+            name = str(tool["name"])
+            state.active.pop(name, None)
+            state.active[name] = dict(tool)
         while len(state.active) > self.max_active:
             state.active.popitem(last=False)
         return dict(state.active) != before

@@ -2,6 +2,7 @@
 
     python tests/integration/mcp_test_server.py stdio
     python tests/integration/mcp_test_server.py http PORT
+    python tests/integration/mcp_test_server.py paged N      (low-level server listing N tools, 2 per page)
 
 Tools: `echo`, `sleep` (outlives timeouts), `big` (a result of many tokens), `pid`, `fail` (a tool error),
 `add_tool` (adds a tool and sends notifications/tools/list_changed) and `crash` (the process exits mid-call).
@@ -61,9 +62,42 @@ async def crash() -> str:
     os._exit(3)
 
 
+def run_paged(count: int) -> None:
+    """A low-level server whose tools/list answers two tools a page, with cursors."""
+    import anyio
+    import mcp_types as types
+    from mcp.server import Server
+    from mcp.server.stdio import stdio_server
+
+    tools = [
+        types.Tool(name=f"tool_{i}", description=f"Paged tool number {i}.",
+                   input_schema={"type": "object", "properties": {"x": {"type": "integer"}}})
+        for i in range(count)
+    ]
+
+    async def list_tools(ctx: object, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        start = int(params.cursor) if params and params.cursor else 0
+        end = start + 2
+        return types.ListToolsResult(tools=tools[start:end], next_cursor=str(end) if end < count else None)
+
+    async def call_tool(ctx: object, params: types.CallToolRequestParams) -> types.CallToolResult:
+        x = (params.arguments or {}).get("x", 0)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"{params.name}:{x}")])
+
+    low = Server("toolscout-paged", on_list_tools=list_tools, on_call_tool=call_tool)
+
+    async def serve() -> None:
+        async with stdio_server() as (read, write):
+            await low.run(read, write, low.create_initialization_options())
+
+    anyio.run(serve)
+
+
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
-    if mode == "stdio":
+    if mode == "paged":
+        run_paged(int(sys.argv[2]))
+    elif mode == "stdio":
         server.run("stdio")
     else:
         port = int(sys.argv[2])

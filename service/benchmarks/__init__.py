@@ -1,0 +1,1 @@
+"""Benchmarks behind `toolscout bench`: each prints a table and can write JSON."""

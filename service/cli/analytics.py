@@ -1,0 +1,146 @@
+"""`toolscout analytics tools | timeseries | callers | cooccurrence | conversion | unanswered | never-found`.
+
+Reads the database directly with an admin's view (every caller, every tool)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service import analytics
+from service.analytics import Scope
+from service.cli.database import print_table, with_database
+from service.learning import refresh_stats
+from service.resources import Resources
+from service.settings import Settings
+
+
+def _common(parser: argparse.ArgumentParser, window: bool = True) -> None:
+    if window:
+        parser.add_argument("--since", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC)")
+        parser.add_argument("--until", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC), exclusive")
+        parser.add_argument("--days", type=float, default=30.0, help="window when --since is not given (30)")
+        parser.add_argument("--caller", default=None, help="only this caller")
+    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("analytics", help="what agents search for and call")
+    sub = parser.add_subparsers(dest="analytics_command", required=True)
+
+    tools = sub.add_parser("tools", help="per tool: calls, success rate, p50/p95 latency, errors by class")
+    _common(tools)
+    tools.add_argument("--tool", default=None)
+    tools.set_defaults(func=cmd_tools)
+
+    series = sub.add_parser("timeseries", help="calls and searches per hour or day")
+    _common(series)
+    series.add_argument("--bucket", choices=["hour", "day"], default="day")
+    series.add_argument("--tool", default=None)
+    series.set_defaults(func=cmd_timeseries)
+
+    callers = sub.add_parser("callers", help="top callers")
+    _common(callers)
+    callers.set_defaults(func=cmd_callers)
+
+    pairs = sub.add_parser("cooccurrence", help="tools used together")
+    _common(pairs)
+    pairs.add_argument("--window", type=float, default=300.0, help="seconds between two calls (300)")
+    pairs.set_defaults(func=cmd_cooccurrence)
+
+    conversion = sub.add_parser("conversion", help="search -> call conversion")
+    _common(conversion)
+    conversion.set_defaults(func=cmd_conversion)
+
+    unanswered = sub.add_parser("unanswered", help="searches with no result, or never followed by a call")
+    _common(unanswered)
+    unanswered.add_argument("--kind", choices=["no_result", "no_call"], default="no_result")
+    unanswered.set_defaults(func=cmd_unanswered)
+
+    never = sub.add_parser("never-found", help="tools no search ever returned")
+    _common(never, window=False)
+    never.add_argument("--since", type=datetime.fromisoformat, default=None, help="not returned since (ISO 8601)")
+    never.set_defaults(func=cmd_never_found)
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    return moment if moment is None or moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _scope(args: argparse.Namespace) -> Scope:
+    since = _utc(args.since) or datetime.now(UTC) - timedelta(days=args.days)
+    return Scope(since=since, until=_utc(args.until), caller=args.caller)
+
+
+def _run(query: Callable[[AsyncSession], Awaitable[Any]], refresh: bool = False) -> Any:
+    async def run(resources: Resources) -> Any:
+        if refresh:
+            await refresh_stats(resources)
+        async with resources.session() as session:
+            return await query(session)
+
+    return asyncio.run(with_database(Settings(), run))
+
+
+def _emit(args: argparse.Namespace, body: Any, rows: list[dict[str, Any]], columns: list[str]) -> int:
+    if args.json:
+        print(json.dumps(body, indent=2))
+    elif not rows:
+        print("no data in this window")
+    else:
+        print_table(rows, columns)
+    return 0
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    rows = _run(lambda s: analytics.tool_usage(s, scope, tool=args.tool, limit=args.limit))
+    flat = [{**r, "p50_ms": r["latency_ms"]["p50"], "p95_ms": r["latency_ms"]["p95"],
+             "errors": ", ".join(f"{k}={v}" for k, v in r["errors"].items())} for r in rows]
+    return _emit(args, rows, flat, ["tool", "calls", "success_rate", "p50_ms", "p95_ms", "errors"])
+
+
+def cmd_timeseries(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    rows = _run(lambda s: analytics.timeseries(s, scope, args.bucket, args.tool))
+    return _emit(args, rows, rows, ["bucket", "calls", "success_rate", "mean_latency_ms", "callers", "searches",
+                                    "empty_searches"])
+
+
+def cmd_callers(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    rows = _run(lambda s: analytics.top_callers(s, scope, args.limit))
+    return _emit(args, rows, rows, ["caller", "calls", "success_rate", "tools", "searches", "last_call_at"])
+
+
+def cmd_cooccurrence(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    rows = _run(lambda s: analytics.cooccurrence(s, scope, window_seconds=args.window, limit=args.limit))
+    flat = [{"tool_a": r["tools"][0], "tool_b": r["tools"][1], "count": r["count"]} for r in rows]
+    return _emit(args, rows, flat, ["tool_a", "tool_b", "count"])
+
+
+def cmd_conversion(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    body = _run(lambda s: analytics.conversion(s, scope))
+    rows = [{"metric": k, "value": v} for k, v in body.items()]
+    return _emit(args, body, rows, ["metric", "value"])
+
+
+def cmd_unanswered(args: argparse.Namespace) -> int:
+    scope = _scope(args)
+    rows = _run(lambda s: analytics.unanswered_searches(s, scope, args.kind, args.limit))
+    return _emit(args, rows, rows, ["count", "callers", "last_at", "query"])
+
+
+def cmd_never_found(args: argparse.Namespace) -> int:
+    scope = Scope(since=_utc(args.since))
+    rows = _run(lambda s: analytics.never_found(s, scope, limit=args.limit), refresh=True)
+    return _emit(args, rows, rows, ["tool", "server", "calls", "first_seen_at", "last_returned_at"])

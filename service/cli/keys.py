@@ -1,0 +1,93 @@
+"""`toolscout keys create | list | revoke`: API keys, written straight to the database.
+
+Works whether the service runs or not; a running service notices new and revoked keys within
+`policy.key_cache_seconds`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from service import auth
+from service.cli.database import print_table, with_database
+from service.errors import NotFound
+from service.resources import Resources
+from service.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    keys = subparsers.add_parser("keys", help="manage API keys")
+    sub = keys.add_subparsers(dest="keys_command", required=True)
+
+    create = sub.add_parser("create", help="create a key (the secret is printed once)")
+    create.add_argument("--caller", required=True, help="the caller id the key acts as")
+    create.add_argument("--role", action="append", default=[], dest="roles",
+                        help="a role of the permissions file (repeatable), e.g. admin, approver")
+    create.add_argument("--json", action="store_true")
+    create.set_defaults(func=cmd_create)
+
+    listing = sub.add_parser("list", help="list keys (never their secrets)")
+    listing.add_argument("--all", action="store_true", help="include revoked keys")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=cmd_list)
+
+    revoke = sub.add_parser("revoke", help="revoke a key by id or shown prefix")
+    revoke.add_argument("key")
+    revoke.set_defaults(func=cmd_revoke)
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    async def run(resources: Resources) -> auth.CreatedKey:
+        async with resources.session() as session:
+            created = await auth.create_key(session, args.caller, args.roles)
+            await session.commit()
+            return created
+
+    try:
+        created = asyncio.run(with_database(Settings(), run))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"id": created.id, "key": created.key, "prefix": created.prefix,
+                          "caller": created.caller, "roles": list(created.roles)}))
+    else:
+        print(f"key for {created.caller} (roles: {', '.join(created.roles) or 'none'}), id {created.id}:")
+        print(created.key)
+        print("Store it now: only its hash is kept. Every request without a key is refused from now on.",
+              file=sys.stderr)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    async def run(resources: Resources) -> list[dict[str, object]]:
+        async with resources.session() as session:
+            return [auth.key_view(row) for row in await auth.list_keys(session, args.all)]
+
+    rows = asyncio.run(with_database(Settings(), run))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no API keys: the service runs open for one local user")
+    else:
+        print_table([{**r, "roles": ",".join(r["roles"])} for r in rows],  # type: ignore[arg-type]
+                    ["id", "prefix", "caller", "roles", "created_at", "revoked_at"])
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    async def run(resources: Resources) -> dict[str, object]:
+        async with resources.session() as session:
+            row = await auth.revoke_key(session, args.key)
+            await session.commit()
+            return auth.key_view(row)
+
+    try:
+        view = asyncio.run(with_database(Settings(), run))
+    except NotFound as exc:
+        print(f"error: {exc.detail}", file=sys.stderr)
+        return 1
+    print(f"revoked {view['id']} ({view['prefix']}, caller {view['caller']})")
+    return 0

@@ -1,0 +1,54 @@
+"""`toolscout mcp`: the MCP front end, a process of its own that calls the REST API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import anyio
+
+from service.errors import ToolscoutError
+from service.mcp.profiles import select_profile
+from service.mcp.render import MODES
+from service.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    mcp = subparsers.add_parser(
+        "mcp",
+        help="run the MCP front end (stdio or streamable HTTP) for chat clients",
+        description="One MCP server in front of every tool of every upstream server, calling the Toolscout "
+        "REST API at TOOLSCOUT_FRONTEND__API_URL (key: TOOLSCOUT_FRONTEND__API_KEY).",
+    )
+    mcp.add_argument("--mode", choices=MODES, default="lazy", help="what tools/list shows (default lazy)")
+    mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default stdio")
+    mcp.add_argument("--profile", default=None, help="a named scope of the profiles file")
+    mcp.add_argument("--api-url", default=None, help="the REST API (default: settings frontend.api_url)")
+    mcp.add_argument("--host", default=None, help="HTTP host (default: settings frontend.http_host)")
+    mcp.add_argument("--port", type=int, default=None, help="HTTP port (default: settings frontend.http_port)")
+    mcp.add_argument("--path", default=None, help="HTTP path (default: settings frontend.http_path, /mcp)")
+    mcp.set_defaults(func=cmd_mcp)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from service.mcp.serve import serve_http, serve_stdio
+    from service.mcp.server import create_frontend
+
+    settings = Settings()
+    if args.api_url:
+        settings.frontend.api_url = args.api_url
+    try:
+        profile = select_profile(settings.frontend.profiles_file, args.profile)
+    except ToolscoutError as exc:
+        print(f"error: {exc.detail}", file=sys.stderr)
+        return 2
+    frontend = create_frontend(settings, mode=args.mode, profile=profile, transport=args.transport)
+    if args.transport == "stdio":
+        anyio.run(serve_stdio, frontend)
+    else:
+        host = args.host or settings.frontend.http_host
+        port = args.port or settings.frontend.http_port
+        print(f"Toolscout MCP front end ({args.mode}) on http://{host}:{port}{args.path or settings.frontend.http_path}"
+              f" -> {settings.frontend.api_url}", file=sys.stderr, flush=True)
+        anyio.run(serve_http, frontend, host, port, args.path)
+    return 0

@@ -1,0 +1,51 @@
+"""Running a front end over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from mcp.server.stdio import stdio_server
+from starlette.applications import Starlette
+
+from service.mcp.server import Frontend
+
+logger = logging.getLogger(__name__)
+
+
+async def serve_stdio(frontend: Frontend) -> None:
+    """Serve one client on stdin/stdout until it closes the pipe."""
+    async with frontend.running(), stdio_server() as (read_stream, write_stream):
+        server = frontend.server
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = None) -> Starlette:
+    """The streamable-HTTP app (both protocol eras); DNS-rebinding protection is on for localhost hosts."""
+    settings = frontend.settings.frontend
+    app = frontend.server.streamable_http_app(
+        streamable_http_path=path or settings.http_path,
+        host=host or settings.http_host,
+        session_idle_timeout=float(settings.dynamic_idle_seconds),
+    )
+    serve_sessions = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with frontend.running(), serve_sessions(app):
+            yield
+
+    app.router.lifespan_context = lifespan
+    return app
+
+
+async def serve_http(frontend: Frontend, host: str, port: int, path: str | None = None) -> None:
+    """Serve streamable HTTP with uvicorn until interrupted."""
+    import uvicorn
+
+    app = http_app(frontend, path=path, host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    logger.info("Toolscout MCP front end (%s) on http://%s:%d%s", frontend.mode, host, port,
+                path or frontend.settings.frontend.http_path)
+    await uvicorn.Server(config).serve()

@@ -1,0 +1,446 @@
+"""The MCP front end: one MCP server in front of every tool of every upstream server, over the REST API.
+
+    lazy     status, search_tools, call_tool, fetch_result: a constant tools/list whatever the catalog size
+    grouped  lazy plus one help_<server>(query) per upstream server
+    full     every tool as <server>__<tool> with its schema
+    dynamic  the meta-tools, plus what this session's searches found (bounded, forgotten when idle)
+
+In every mode the meta-tools and every catalog tool stay callable by exact name, a profile bounds what can be
+searched and called, and an error is a tool result with `isError`. Built on the low-level SDK `Server` because
+the tool list depends on the session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import anyio
+import httpx
+import mcp.types as types
+from mcp.server import Server
+from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from indexer.tools import normalize_server_id
+from service.errors import InvalidArguments, NotFound, PermissionDenied, ToolscoutError
+from service.mcp import render
+from service.mcp.api import ApiError, ToolscoutApi
+from service.mcp.notify import Notifier
+from service.mcp.profiles import Profile
+from service.mcp.render import CALL, FETCH, HELP_PREFIX, SEARCH, STATUS, Mode
+from service.mcp.sessions import SessionState, SessionStore
+from service.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+Transport = Literal["stdio", "http", "memory"]
+STDIO_SESSION = "stdio"
+SESSION_META_KEY = "dev.toolscout/session"  # 2026-era clients may name their session in `_meta`
+_STATE_KEY = "toolscout.session"
+_MAX_EVENT_RETRY = 60.0
+
+INSTRUCTIONS = {
+    "lazy": "Toolscout reaches every tool of many MCP servers. Use search_tools to find tools for a task, then "
+    "call_tool with the exact name and arguments.",
+    "grouped": "Toolscout reaches every tool of many MCP servers. Use search_tools, or help_<server> for one "
+    "server, then call_tool with the exact name and arguments.",
+    "full": "Toolscout lists every tool of its MCP servers as <server>__<tool>.",
+    "dynamic": "Toolscout reaches every tool of many MCP servers. search_tools adds the tools it finds to your "
+    "tool list; call them directly or with call_tool.",
+}
+
+
+class _FrontendServer(Server[Any]):
+    """The SDK server, announcing `tools.listChanged` on every transport (HTTP sessions build their own
+    initialization options)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+        )
+
+
+def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
+    # mcp 2.3 hands low-level handlers no public Connection (the SDK's Context.connection is not built by
+    # ServerRunner yet, see its TODO L54); the per-request ServerSession holds it.
+    connection = getattr(ctx.session, "_connection", None)
+    return connection if isinstance(connection, Connection) else None
+
+
+def _text(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)])
+
+
+def _string(arguments: Mapping[str, Any], key: str, *, required: bool) -> str | None:
+    value = arguments.get(key)
+    if value is None or value == "":
+        if required:
+            raise InvalidArguments(f"`{key}` is required", errors=[{"pointer": f"/{key}", "reason": "required"}])
+        return None
+    if not isinstance(value, str):
+        raise InvalidArguments(f"`{key}` must be a string", errors=[{"pointer": f"/{key}", "reason": "not a string"}])
+    return value
+
+
+def _integer(arguments: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int | None:
+    value = arguments.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        raise InvalidArguments(
+            f"`{key}` must be an integer {bounds}", errors=[{"pointer": f"/{key}", "reason": f"integer {bounds}"}]
+        )
+    return value
+
+
+class Frontend:
+    """One front end process: its REST client, caches, sessions and the MCP server built for its mode."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        mode: Mode = "lazy",
+        profile: Profile | None = None,
+        transport: Transport = "stdio",
+        api_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if mode not in render.MODES:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(render.MODES)}")
+        frontend = settings.frontend
+        self.settings = settings
+        self.mode: Mode = mode
+        self.profile = profile
+        self.single_session = transport == "stdio"
+        self.sessions = SessionStore(
+            frontend.dynamic_max_sessions, frontend.dynamic_max_active, frontend.dynamic_idle_seconds
+        )
+        self.notifier = Notifier()
+        self._api_transport = api_transport
+        self._api: ToolscoutApi | None = None
+        # Catalog caches stay valid only while the event stream is open: an event (or a reconnect) drops them.
+        self.events_connected = False
+        self._generation = 0
+        self._catalog: list[dict[str, Any]] | None = None
+        self._tools: dict[str, dict[str, Any]] = {}
+        self.server = _FrontendServer(
+            "toolscout",
+            version="0.1.0",
+            title=f"Toolscout ({mode})",
+            instructions=INSTRUCTIONS[mode],
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+            on_subscriptions_listen=self._on_listen,
+        )
+        self.server.add_notification_handler("notifications/initialized", types.NotificationParams, self._on_initialized)
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+
+    @property
+    def api(self) -> ToolscoutApi:
+        if self._api is None:
+            raise RuntimeError("the front end is not running: enter `async with frontend.running()` first")
+        return self._api
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Frontend]:
+        """Open the REST client and follow the API's events for as long as the front end serves."""
+        frontend = self.settings.frontend
+        self._api = ToolscoutApi(
+            frontend.api_url, frontend.api_key, timeout=frontend.request_timeout_seconds, transport=self._api_transport
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._follow_events)
+                try:
+                    yield self
+                finally:
+                    self.notifier.close()
+                    tg.cancel_scope.cancel()
+        finally:
+            await self._api.aclose()
+            self._api = None
+            self.events_connected = False
+
+    async def _follow_events(self) -> None:
+        """Follow GET /events; reconnect with backoff, and after a gap assume the catalog changed."""
+        delay = base = max(0.05, self.settings.frontend.events_retry_seconds)
+        had_stream = False
+        while True:
+            try:
+                async for event, data in self.api.events():
+                    if event == "open":
+                        self.events_connected, delay = True, base
+                        if had_stream:
+                            await self._catalog_changed(None)
+                        had_stream = True
+                    elif event == "tools_changed":
+                        await self._catalog_changed(data.get("server"))
+            except ApiError as exc:
+                log = logger.warning if delay == base else logger.debug
+                log("no event stream from %s (%s); retrying in %.1f s", self.api.base_url, exc.detail, delay)
+            self.events_connected = False
+            self._invalidate()
+            await anyio.sleep(delay)
+            delay = min(delay * 2, _MAX_EVENT_RETRY)
+
+    def _invalidate(self) -> None:
+        self._generation += 1
+        self._catalog = None
+        self._tools.clear()
+
+    async def _catalog_changed(self, server: str | None) -> None:
+        """An upstream server's tools changed: refresh what sessions activated, then tell every client."""
+        self._invalidate()
+        if self.mode == "dynamic":
+            await self._refresh_active(server)
+        await self.notifier.tools_changed(None)
+
+    async def _refresh_active(self, server: str | None) -> None:
+        states = [s for s in self.sessions.states() if s.active]
+        if not states:
+            return
+        try:
+            current = {t["name"]: t for t in await self.api.list_tools(server=server)}
+        except ApiError as exc:
+            logger.warning("could not refresh activated tools after a catalog change: %s", exc.detail)
+            return
+        for state in states:
+            for name, tool in list(state.active.items()):
+                if server is not None and tool.get("server") != server:
+                    continue
+                if name in current:
+                    state.active[name] = current[name]
+                else:
+                    del state.active[name]
+
+    # ---- sessions -----------------------------------------------------------------------------------------
+
+    def session_key(self, ctx: ServerRequestContext[Any, Any]) -> str:
+        """The session a request belongs to (stdio: the process; 2025 era: the connection; 2026 era: the
+        `_meta` session the client names, else its credential and client name)."""
+        connection = _connection_of(ctx)
+        if connection is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            key = connection.state.get(_STATE_KEY)
+            if key is None:
+                if self.single_session:
+                    key = STDIO_SESSION
+                else:
+                    key = f"http:{connection.session_id}" if connection.session_id else f"conn:{uuid.uuid4().hex}"
+                    connection.exit_stack.callback(self.sessions.drop, key)
+                connection.state[_STATE_KEY] = key
+                self.notifier.register(key, connection)
+            return str(key)
+        if self.single_session:
+            return STDIO_SESSION
+        chosen = (ctx.meta or {}).get(SESSION_META_KEY)  # type: ignore[attr-defined]
+        if isinstance(chosen, str) and chosen:
+            return "client:" + chosen[:128]
+        headers = getattr(ctx.request, "headers", None)
+        credential = headers.get("authorization", "") if headers is not None else ""
+        params = ctx.session.client_params
+        client = params.client_info.name if params is not None else ""
+        return "caller:" + hashlib.sha256(f"{credential}\n{client}".encode()).hexdigest()[:24]
+
+    def _origin(self, ctx: ServerRequestContext[Any, Any]) -> tuple[Connection, ServerRequestContext[Any, Any]] | None:
+        connection = _connection_of(ctx)
+        return (connection, ctx) if connection is not None else None
+
+    async def _on_initialized(self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams) -> None:
+        self.session_key(ctx)  # registers the connection for list_changed before its first request
+
+    async def _on_listen(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        return await self.notifier.listen(self.session_key(ctx), ctx, params)
+
+    # ---- catalog ------------------------------------------------------------------------------------------
+
+    def _in_scope(self, tool: Mapping[str, Any]) -> bool:
+        return self.profile is None or self.profile.allows(tool)
+
+    async def catalog(self) -> list[dict[str, Any]]:
+        """Every tool in scope (REST shape), cached while the event stream is open."""
+        if self._catalog is not None:
+            return self._catalog
+        generation = self._generation
+        tools = [t for t in await self.api.list_tools() if self._in_scope(t)]
+        tools.sort(key=lambda t: str(t["name"]))
+        if self.events_connected and generation == self._generation:
+            self._catalog = tools
+            self._tools.update({t["name"]: t for t in tools})
+        return tools
+
+    async def tool(self, name: str) -> dict[str, Any]:
+        """One catalog tool by name (REST shape), cached while the event stream is open."""
+        cached = self._tools.get(name)
+        if cached is not None:
+            return cached
+        generation = self._generation
+        tool = await self.api.get_tool(name)
+        if self.events_connected and generation == self._generation:
+            self._tools[name] = tool
+        return tool
+
+    async def _always_listed(self) -> list[dict[str, Any]]:
+        tools = []
+        for name in self.profile.always_listed if self.profile else ():
+            try:
+                tools.append(await self.tool(name))
+            except ApiError as exc:
+                logger.warning("always-listed tool %s of profile %s is unavailable: %s", name,
+                               self.profile.name if self.profile else "", exc.detail)
+        return tools
+
+    # ---- tools/list ---------------------------------------------------------------------------------------
+
+    async def list_tools_for(self, session: str) -> list[types.Tool]:
+        """The tool list a session sees in this mode."""
+        catalog = await self.catalog() if self.mode in ("full", "grouped") else []
+        state = self.sessions.peek(session) if self.mode == "dynamic" else None
+        return render.mode_tools(
+            self.mode,
+            catalog=catalog,
+            always=await self._always_listed() if self.mode != "full" else [],
+            active=list(state.active.values()) if state is not None else [],
+            default_k=self.profile.default_k if self.profile else None,
+        )
+
+    async def _on_list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        session = self.session_key(ctx)
+        if self.mode == "dynamic":
+            self.sessions.get(session)  # listing counts as activity
+        try:
+            tools = await self.list_tools_for(session)
+        except ApiError as exc:
+            # A client cannot act on a failed list; fall back to the meta-tools so status can explain.
+            logger.warning("tools/list fell back to the meta-tools: %s", exc.detail)
+            tools = render.meta_tools(self.mode)
+        return types.ListToolsResult(tools=tools, ttl_ms=0, cache_scope="private")
+
+    # ---- tools/call ---------------------------------------------------------------------------------------
+
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments = params.arguments or {}
+        try:
+            return await self._dispatch(ctx, params.name, arguments)
+        except ToolscoutError as exc:
+            return render.error_result(exc)
+        except Exception as exc:  # the session boundary: a bug in one call must not end the client's session
+            logger.exception("front end call of %s failed", params.name)
+            return render.error_result(ToolscoutError(f"The Toolscout front end failed: {type(exc).__name__}: {exc}"))
+
+    async def _dispatch(
+        self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        if name == STATUS:
+            return await self._status(ctx)
+        if name == SEARCH:
+            query = _string(arguments, "query", required=True)
+            k = _integer(arguments, "k", 1, 50)
+            return await self._search(ctx, str(query), k, _string(arguments, "server", required=False))
+        if name == CALL:
+            target = _string(arguments, "name", required=True)
+            inner = arguments.get("arguments")
+            if inner is not None and not isinstance(inner, dict):
+                raise InvalidArguments("`arguments` must be an object", errors=[{"pointer": "/arguments",
+                                                                                 "reason": "not an object"}])
+            return await self._call(ctx, str(target), inner or {})
+        if name == FETCH:
+            result_id = _string(arguments, "result_id", required=True)
+            body = await self.api.fetch_result(str(result_id), _integer(arguments, "offset", 0))
+            return _text(render.fetch_result_text(body))
+        if self.mode == "grouped" and name.startswith(HELP_PREFIX):
+            server = await self._help_server(name)
+            if server is not None:
+                query = _string(arguments, "query", required=True)
+                return await self._search(ctx, str(query), None, server)
+        return await self._call(ctx, name, arguments)
+
+    async def _help_server(self, name: str) -> str | None:
+        for tool in await self.catalog():
+            if render.help_tool_name(str(tool["server"])) == name:
+                return str(tool["server"])
+        return None
+
+    async def _status(self, ctx: ServerRequestContext[Any, Any]) -> types.CallToolResult:
+        servers = [s for s in await self.api.servers() if self.profile is None or self.profile.allows_server(s["id"])]
+        state = self.sessions.peek(self.session_key(ctx))
+        active = list(state.active) if state is not None else []
+        return _text(render.status_text(self.mode, self.profile.name if self.profile else None, servers, active))
+
+    async def _search(
+        self, ctx: ServerRequestContext[Any, Any], query: str, k: int | None, server: str | None
+    ) -> types.CallToolResult:
+        profile = self.profile
+        if server is not None:
+            server = normalize_server_id(server)
+            if profile is not None and not profile.allows_server(server):
+                raise PermissionDenied(f"Server {server!r} is outside the profile {profile.name!r}",
+                                       servers=list(profile.servers))
+        servers = [server] if server else (list(profile.servers) if profile and profile.servers else None)
+        tags = list(profile.tags) if profile and profile.tags else None
+        k = k or (profile.default_k if profile else None)
+        body = await self.api.search(query, k=k, servers=servers, tags=tags)
+        results = [r for r in body.get("results") or [] if self._in_scope(r)]
+        session = self.session_key(ctx)
+        state = self.sessions.get(session)
+        if body.get("search_id"):
+            self.sessions.remember_search(state, [r["name"] for r in results], str(body["search_id"]))
+        if self.mode == "dynamic" and self.sessions.activate(state, (_catalog_shape(r) for r in results)):
+            await self.notifier.tools_changed(session, origin=self._origin(ctx))
+        return _text(render.search_text(results, self.mode))
+
+    async def _call(
+        self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        if self.profile is not None:
+            try:
+                tool = await self.tool(name)
+            except ApiError as exc:
+                if exc.status == 404:
+                    raise NotFound(exc.detail, tool=name, **exc.extensions) from exc
+                raise
+            if not self.profile.allows(tool):
+                raise PermissionDenied(f"Tool {name!r} is outside the profile {self.profile.name!r}", tool=name)
+            name = str(tool["name"])
+        state = self.sessions.peek(self.session_key(ctx))
+        search_id = state.search_ids.get(name) if state is not None else None
+        return render.execution_result(await self.api.execute(name, arguments, search_id))
+
+
+def _catalog_shape(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A search hit without its score: the catalog entry a session activates."""
+    return {k: v for k, v in result.items() if k not in ("score", "explain")}
+
+
+def create_frontend(
+    settings: Settings,
+    *,
+    mode: Mode = "lazy",
+    profile: Profile | None = None,
+    transport: Transport = "stdio",
+    api_transport: httpx.AsyncBaseTransport | None = None,
+) -> Frontend:
+    """Build a front end (cheap: nothing connects until `running()`)."""
+    return Frontend(settings, mode=mode, profile=profile, transport=transport, api_transport=api_transport)

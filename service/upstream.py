@@ -1,0 +1,528 @@
+"""Pooled, long-lived MCP client sessions to upstream servers.
+
+One `UpstreamConnection` per server owns one session (stdio child or streamable HTTP) in a supervisor task:
+connect, list every tool (all pages), hand them to the catalog, then serve calls multiplexed on that session
+until it is lost. A lost session (the child exits, the stream closes, a malformed result, no answer to a
+ping) is reconnected with exponential backoff; `notifications/tools/list_changed` re-lists and re-syncs.
+Upstream failures are translated here into the service's errors: UpstreamTimeout (504) and UpstreamError (502).
+
+Sessions use the initialize handshake (protocol 2025-11-25 and earlier), which every server speaks and in which
+`tools/list_changed` is a plain notification on the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from pydantic import ValidationError
+
+from service.db.models import utcnow
+from service.errors import Conflict, NotFound, UpstreamError, UpstreamTimeout
+from service.servers_config import ServerSpec
+from service.upstream_transport import ChildProcess, http_transport, stdio_transport
+
+logger = logging.getLogger(__name__)
+
+CLIENT_INFO = types.Implementation(name="toolscout", version="0.1.0")
+# Bounds the handshake, tools/list and pings; tool calls carry their own timeout.
+SESSION_TIMEOUT_SECONDS = 30.0
+PING_TIMEOUT_SECONDS = 10.0
+MAX_TOOL_PAGES = 1000
+STABLE_AFTER_SECONDS = 10.0
+LIST_CHANGED_DEBOUNCE_SECONDS = 0.05
+
+ToolsCallback = Callable[[ServerSpec, list[dict[str, Any]]], Awaitable[Any]]
+PrepareCallback = Callable[[ServerSpec], Awaitable[ServerSpec]]
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line account of an exception, looking inside exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return f"MCP error {exc.code}: {exc.message}"
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"command not found: {exc.filename}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between reconnection attempts: initial * 2^(failures-1), capped."""
+
+    initial: float = 0.5
+    maximum: float = 30.0
+
+    def delay(self, failures: int) -> float:
+        return min(self.maximum, self.initial * 2 ** max(0, failures - 1))
+
+
+@dataclass
+class ServerHealth:
+    """What GET /servers reports of one connection."""
+
+    state: str = "starting"
+    last_error: str | None = None
+    last_error_at: datetime | None = None
+    restarts: int = 0
+    pid: int | None = None
+    protocol_version: str | None = None
+    server_name: str | None = None
+    server_version: str | None = None
+    connected_at: datetime | None = None
+    last_sync_at: datetime | None = None
+    tools: int = 0
+    calls: int = 0
+    failures: int = 0
+    timeouts: int = 0
+    in_flight: int = 0
+    next_attempt_in: float | None = None
+    latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+
+    def error(self, message: str) -> None:
+        self.last_error, self.last_error_at = message, utcnow()
+
+    def as_dict(self) -> dict[str, Any]:
+        recent = sorted(self.latencies_ms)
+        latency = None
+        if recent:
+            latency = {
+                "p50_ms": round(statistics.median(recent), 3),
+                "p95_ms": round(recent[min(len(recent) - 1, int(len(recent) * 0.95))], 3),
+                "max_ms": round(recent[-1], 3),
+                "samples": len(recent),
+            }
+        return {
+            "state": self.state,
+            "last_error": self.last_error,
+            "last_error_at": self.last_error_at.isoformat() if self.last_error_at else None,
+            "restarts": self.restarts,
+            "pid": self.pid,
+            "protocol_version": self.protocol_version,
+            "server_info": {"name": self.server_name, "version": self.server_version} if self.server_name else None,
+            "connected_at": self.connected_at.isoformat() if self.connected_at else None,
+            "last_sync_at": self.last_sync_at.isoformat() if self.last_sync_at else None,
+            "tools": self.tools,
+            "calls": self.calls,
+            "failures": self.failures,
+            "timeouts": self.timeouts,
+            "in_flight": self.in_flight,
+            "next_attempt_in": self.next_attempt_in,
+            "latency": latency,
+        }
+
+
+class UpstreamConnection:
+    """One long-lived session to one server, kept alive by a supervisor task."""
+
+    def __init__(
+        self,
+        spec: ServerSpec,
+        *,
+        on_tools: ToolsCallback,
+        prepare: PrepareCallback | None = None,
+        backoff: Backoff | None = None,
+        heartbeat_seconds: float = 30.0,
+    ) -> None:
+        self.spec = spec
+        self.health = ServerHealth()
+        self.last_report: dict[str, Any] | None = None
+        self._on_tools = on_tools
+        self._prepare = prepare
+        self._backoff = backoff or Backoff()
+        self._heartbeat_seconds = heartbeat_seconds
+        self._resolved: ServerSpec | None = None
+        self._client: Client | None = None
+        self._child = ChildProcess()
+        self._ready = asyncio.Event()
+        self._first_attempt = asyncio.Event()
+        self._lost = asyncio.Event()
+        self._lost_reason: str | None = None
+        self._resync = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._sync_lock = asyncio.Lock()
+        self._stopping = False
+        self._session_ready = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set() and self._client is not None
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the supervisor task."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.id}")
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """End the session (the child is asked to exit, then killed) and the supervisor."""
+        self._stopping = True
+        self._mark_lost("stopped")
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def wait_started(self, timeout: float) -> bool:
+        """Wait for the first connection attempt to end (ready and synced, or failed)."""
+        with anyio.move_on_after(timeout):
+            await self._first_attempt.wait()
+        return self.ready
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait until the session is ready to take calls."""
+        with anyio.move_on_after(timeout):
+            await self._ready.wait()
+        return self.ready
+
+    def restart(self, reason: str) -> None:
+        """Drop the current session; the supervisor reconnects."""
+        self._mark_lost(reason)
+
+    def _mark_lost(self, reason: str) -> None:
+        if not self._lost.is_set():
+            self._lost_reason = reason
+            self._lost.set()
+        self._ready.clear()
+
+    async def _supervise(self) -> None:
+        failures = 0
+        while not self._stopping:
+            started = time.monotonic()
+            error: str | None = None
+            self._session_ready = False
+            try:
+                await self._run_session()
+            except Exception as exc:  # noqa: BLE001 - any failure of a session means reconnecting after a pause
+                error = describe(exc)
+            finally:
+                self._ready.clear()
+                self._client = None
+                self.health.pid = None
+            if self._stopping:
+                break
+            error = error or self._lost_reason or "the session ended"
+            if self._child.returncode is not None and self.spec.transport == "stdio":
+                tail = self._child.stderr_tail()
+                error = f"{error} (process exited with code {self._child.returncode}{': ' + tail if tail else ''})"
+            self.health.error(error)
+            failures = 1 if self._session_ready and time.monotonic() - started >= STABLE_AFTER_SECONDS else failures + 1
+            delay = self._backoff.delay(failures)
+            self.health.state, self.health.next_attempt_in = "backoff", round(delay, 3)
+            self._first_attempt.set()
+            logger.warning("MCP server %s: %s; reconnecting in %.1f s", self.id, error, delay)
+            with anyio.move_on_after(delay):
+                await self._wake.wait()
+            self._wake.clear()
+            self.health.next_attempt_in = None
+            self.health.restarts += 1
+        self.health.state = "stopped"
+        self._first_attempt.set()
+
+    def _transport(self, spec: ServerSpec) -> AbstractAsyncContextManager[Any]:
+        if spec.transport == "http":
+            assert spec.url is not None
+            return http_transport(spec.url, spec.headers)
+        assert spec.command is not None
+        self._child = ChildProcess()
+        return stdio_transport(
+            spec.command, list(spec.args), spec.env, spec.cwd, self._child,
+            lambda code: self._mark_lost(f"the server process exited with code {code}"), self.id,
+        )
+
+    async def _run_session(self) -> None:
+        """One session, from connect to loss."""
+        if self._resolved is None:
+            self.health.state = "installing" if self.spec.demo else "starting"
+            prepared = await self._prepare(self.spec) if self._prepare else self.spec
+            self._resolved = prepared.expanded()
+        self.health.state = "connecting"
+        self._lost.clear()
+        self._lost_reason = None
+        client = Client(
+            self._transport(self._resolved),
+            mode="legacy",
+            read_timeout_seconds=SESSION_TIMEOUT_SECONDS,
+            message_handler=self._on_message,
+            logging_callback=self._on_log,
+            client_info=CLIENT_INFO,
+            cache=None,
+        )
+        async with client:
+            self.health.pid = self._child.pid if self.spec.transport == "stdio" else None
+            self.health.protocol_version = client.protocol_version
+            info = client.server_info
+            self.health.server_name = info.name if info else None
+            self.health.server_version = info.version if info else None
+            tools = await self._list_tools(client)
+            self._client = client
+            self.health.connected_at = utcnow()
+            self.health.state = "ready"
+            self._session_ready = True
+            self._ready.set()
+            await self._sync_tools(tools)
+            self._first_attempt.set()
+            logger.info("MCP server %s ready: %d tools (pid %s)", self.id, len(tools), self.health.pid)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._resync_loop, client)
+                if self._heartbeat_seconds > 0:
+                    tg.start_soon(self._heartbeat, client)
+                await self._lost.wait()
+                self._ready.clear()
+                tg.cancel_scope.cancel()
+
+    # ---------------------------------------------------------------------------------- the catalog
+
+    async def _list_tools(self, client: Client) -> list[dict[str, Any]]:
+        """Every tool the server lists, following pagination (a repeated cursor ends the walk)."""
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(MAX_TOOL_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools]
+            cursor = page.next_cursor
+            if not cursor or cursor in seen:
+                break
+            seen.add(cursor)
+        return tools
+
+    async def _sync_tools(self, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+        async with self._sync_lock:
+            try:
+                report = await self._on_tools(self.spec, tools)
+            except Exception as exc:  # noqa: BLE001 - a failed sync must not take the connection down
+                logger.exception("MCP server %s: syncing %d tools into the catalog failed", self.id, len(tools))
+                self.health.error(f"catalog sync failed: {describe(exc)}")
+                return None
+            self.health.tools = len(tools)
+            self.health.last_sync_at = utcnow()
+            self.last_report = report.as_dict() if hasattr(report, "as_dict") else report
+            return self.last_report
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            self.health.error(f"transport: {describe(message)}")
+            logger.warning("MCP server %s: transport error: %s", self.id, describe(message))
+        elif isinstance(message, types.ToolListChangedNotification):
+            logger.info("MCP server %s: tools/list_changed", self.id)
+            self._resync.set()
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        logger.debug("MCP server %s [%s] %s", self.id, params.level, params.data)
+
+    async def _resync_loop(self, client: Client) -> None:
+        while True:
+            await self._resync.wait()
+            await anyio.sleep(LIST_CHANGED_DEBOUNCE_SECONDS)
+            self._resync.clear()
+            try:
+                tools = await self._list_tools(client)
+            except MCPError as exc:
+                self.health.error(f"tools/list after list_changed failed: {describe(exc)}")
+                if exc.code == CONNECTION_CLOSED:
+                    self._mark_lost("the connection closed")
+                continue
+            await self._sync_tools(tools)
+
+    async def _heartbeat(self, client: Client) -> None:
+        while True:
+            await anyio.sleep(self._heartbeat_seconds)
+            if self.health.in_flight:
+                continue
+            try:
+                await client.session.send_request(
+                    types.PingRequest(), types.EmptyResult, request_read_timeout_seconds=PING_TIMEOUT_SECONDS
+                )
+            except MCPError as exc:
+                if exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT) and not self.health.in_flight:
+                    self._mark_lost(f"ping failed: {describe(exc)}")
+
+    async def refresh(self, timeout: float) -> dict[str, Any] | None:
+        """List the tools again and sync the catalog; a server in backoff is reconnected at once."""
+        if not self.ready:
+            self._wake.set()
+            if not await self.wait_ready(timeout):
+                raise self._not_connected()
+        client = self._client
+        assert client is not None
+        try:
+            with anyio.fail_after(timeout):
+                tools = await self._list_tools(client)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"MCP server {self.id!r} did not list its tools within {timeout:g} s",
+                                  server=self.id) from exc
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                self._mark_lost("the connection closed")
+            raise UpstreamError(f"MCP server {self.id!r} failed to list its tools: {describe(exc)}",
+                                server=self.id) from exc
+        return await self._sync_tools(tools)
+
+    # ---------------------------------------------------------------------------------------- calls
+
+    def _not_connected(self) -> UpstreamError:
+        reason = f"; last error: {self.health.last_error}" if self.health.last_error else ""
+        return UpstreamError(
+            f"MCP server {self.id!r} is not connected ({self.health.state}){reason}",
+            server=self.id, state=self.health.state,
+        )
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], timeout: float) -> types.CallToolResult:
+        """Call a tool on the session; the upstream call is cancelled when `timeout` runs out."""
+        deadline = anyio.current_time() + timeout
+        self.health.in_flight += 1
+        started = time.perf_counter()
+        ok = False
+        try:
+            client = self._client if self._ready.is_set() else None
+            if client is None:
+                await self.wait_ready(timeout)
+                client = self._client
+                if client is None:
+                    raise self._not_connected()
+            remaining = max(0.001, deadline - anyio.current_time())
+            result = await self._send(client, name, arguments, remaining, timeout)
+            ok = True
+            return result
+        finally:
+            self.health.in_flight -= 1
+            self.health.calls += 1
+            if ok:
+                self.health.latencies_ms.append((time.perf_counter() - started) * 1000)
+            else:
+                self.health.failures += 1
+
+    async def _send(
+        self, client: Client, name: str, arguments: dict[str, Any], remaining: float, timeout: float
+    ) -> types.CallToolResult:
+        where = f"{self.id}/{name}"
+        try:
+            # The request's own read timeout sends notifications/cancelled upstream; fail_after is the backstop.
+            with anyio.fail_after(remaining + 1.0):
+                return await client.call_tool(name, arguments, read_timeout_seconds=remaining)
+        except TimeoutError as exc:
+            raise self._timeout(where, timeout) from exc
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise self._timeout(where, timeout) from exc
+            if exc.code == CONNECTION_CLOSED:
+                reason = self._lost_reason or "the connection closed"
+                self._mark_lost(reason)
+                raise UpstreamError(
+                    f"MCP server {self.id!r} failed during {name}: {reason}; it is being restarted",
+                    server=self.id, restarting=True,
+                ) from exc
+            raise UpstreamError(
+                f"MCP server {self.id!r} answered {name} with error {exc.code}: {exc.message}",
+                server=self.id, upstream_code=exc.code,
+            ) from exc
+        except ValidationError as exc:
+            self._mark_lost(f"protocol error in the result of {name}")
+            raise UpstreamError(
+                f"MCP server {self.id!r} sent a malformed result for {name}; it is being restarted: "
+                f"{describe(exc)[:300]}", server=self.id, restarting=True,
+            ) from exc
+        except RuntimeError as exc:  # invalid structured content, an unexpected input_required or claim
+            raise UpstreamError(f"MCP server {self.id!r}: {name} failed: {describe(exc)}", server=self.id) from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, httpx2.HTTPError) as exc:
+            self._mark_lost(f"transport failure: {describe(exc)}")
+            raise UpstreamError(
+                f"MCP server {self.id!r} failed during {name}: {describe(exc)}; it is being restarted",
+                server=self.id, restarting=True,
+            ) from exc
+
+    def _timeout(self, where: str, timeout: float) -> UpstreamTimeout:
+        self.health.timeouts += 1
+        return UpstreamTimeout(
+            f"{where} did not answer within {timeout:g} s; the upstream call was cancelled",
+            server=self.id, timeout_seconds=timeout,
+        )
+
+
+class UpstreamPool:
+    """Every upstream connection of the service, by server id."""
+
+    def __init__(
+        self,
+        *,
+        on_tools: ToolsCallback,
+        prepare: PrepareCallback | None = None,
+        backoff: Backoff | None = None,
+        heartbeat_seconds: float = 30.0,
+    ) -> None:
+        self._on_tools = on_tools
+        self._prepare = prepare
+        self._backoff = backoff or Backoff()
+        self._heartbeat_seconds = heartbeat_seconds
+        self._connections: dict[str, UpstreamConnection] = {}
+
+    def __contains__(self, server_id: str) -> bool:
+        return server_id in self._connections
+
+    def get(self, server_id: str) -> UpstreamConnection | None:
+        return self._connections.get(server_id)
+
+    def require(self, server_id: str) -> UpstreamConnection:
+        connection = self._connections.get(server_id)
+        if connection is None:
+            raise NotFound(f"No upstream MCP server named {server_id!r}", server=server_id)
+        return connection
+
+    def connections(self) -> list[UpstreamConnection]:
+        return sorted(self._connections.values(), key=lambda c: c.id)
+
+    def add(self, spec: ServerSpec) -> UpstreamConnection:
+        """Start a connection to a new server."""
+        if spec.id in self._connections:
+            raise Conflict(f"An upstream MCP server named {spec.id!r} already exists", server=spec.id)
+        connection = UpstreamConnection(
+            spec, on_tools=self._on_tools, prepare=self._prepare, backoff=self._backoff,
+            heartbeat_seconds=self._heartbeat_seconds,
+        )
+        self._connections[spec.id] = connection
+        connection.start()
+        return connection
+
+    async def remove(self, server_id: str) -> None:
+        """Stop a server's connection and forget it."""
+        connection = self._connections.pop(server_id, None)
+        if connection is not None:
+            await connection.stop()
+
+    async def wait_started(self, timeout: float) -> None:
+        """Wait (up to timeout) for every connection's first attempt."""
+        connections = list(self._connections.values())
+        if connections:
+            await asyncio.gather(*(c.wait_started(timeout) for c in connections))
+
+    async def close(self) -> None:
+        """Stop every connection."""
+        connections, self._connections = list(self._connections.values()), {}
+        await asyncio.gather(*(c.stop() for c in connections), return_exceptions=True)

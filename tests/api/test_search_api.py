@@ -1,0 +1,88 @@
+"""POST /search: exact names, filters, k bounds, explain and the search log."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from sqlalchemy import select
+
+from service.db.models import Search
+
+TOOLS = [
+    {"server": "weather", "name": "get_forecast", "description": "Weather forecast for a city", "tags": ["outdoor"]},
+    {"server": "travel", "name": "book_flight", "description": "Book a flight between two airports"},
+    {"server": "mail", "name": "send_email", "description": "Send an email message to a recipient"},
+    {"server": "mail2", "name": "send_email", "description": "Send mail through another provider"},
+    {"server": "chat", "name": "post_message", "description": "Post a message in a chat channel"},
+]
+
+
+async def _seed(client: httpx.AsyncClient) -> None:
+    assert (await client.post("/tools", json={"tools": TOOLS})).status_code == 200
+
+
+async def test_query_equal_to_a_name_returns_it_first_in_any_spelling(client: httpx.AsyncClient) -> None:
+    await _seed(client)
+    for query in ("book_flight", "Book Flight", "BOOK-FLIGHT", "travel__book_flight"):
+        results = (await client.post("/search", json={"query": query})).json()["results"]
+        assert results[0]["name"] == "travel__book_flight", query
+
+
+async def test_same_name_on_two_servers_both_come_first(client: httpx.AsyncClient) -> None:
+    await _seed(client)
+    results = (await client.post("/search", json={"query": "send email", "k": 3})).json()["results"]
+    assert {r["name"] for r in results[:2]} == {"mail__send_email", "mail2__send_email"}
+
+
+async def test_filters_apply_inside_the_query(client: httpx.AsyncClient) -> None:
+    await _seed(client)
+    body = (await client.post("/search", json={"query": "send email", "k": 1, "servers": ["chat"]})).json()
+    assert [r["name"] for r in body["results"]] == ["chat__post_message"]
+    body = (await client.post("/search", json={"query": "book flight", "tags": ["outdoor"]})).json()
+    assert [r["name"] for r in body["results"]] == ["weather__get_forecast"]
+
+
+async def test_results_are_ready_to_call_and_explain_shows_signals(client: httpx.AsyncClient) -> None:
+    await _seed(client)
+    body = (await client.post("/search", json={"query": "weather forecast", "k": 2, "explain": True})).json()
+    top = body["results"][0]
+    assert top["name"] == "weather__get_forecast" and top["tool"] == "get_forecast" and top["server"] == "weather"
+    assert set(top["explain"]["signals"]) == {"name", "description", "params", "lexical"}
+    assert top["score"] == sum(top["explain"]["signals"].values()) or abs(
+        top["score"] - sum(top["explain"]["signals"].values())) < 1e-3
+    assert "explain" not in (await client.post("/search", json={"query": "weather"})).json()["results"][0]
+
+
+async def test_k_defaults_to_five_and_is_bounded(client: httpx.AsyncClient) -> None:
+    await _seed(client)
+    await client.post("/tools", json={"tools": [{"server": "x", "name": f"tool_{i}"} for i in range(10)]})
+    assert len((await client.post("/search", json={"query": "tool"})).json()["results"]) == 5
+    assert len((await client.post("/search", json={"query": "tool", "k": 50})).json()["results"]) == 15
+    assert (await client.post("/search", json={"query": "tool", "k": 0})).status_code == 422
+    assert (await client.post("/search", json={"query": "   "})).status_code == 400
+
+
+async def test_long_non_english_queries_work(client: httpx.AsyncClient) -> None:
+    await _seed(client)
+    long_query = " ".join(["please send an email to my team about the quarterly results"] * 60)
+    assert (await client.post("/search", json={"query": long_query})).json()["results"][0]["tool"] == "send_email"
+    body = (await client.post("/search", json={"query": "東京の天気予報を教えて"})).json()
+    assert len(body["results"]) == 5
+
+
+async def test_every_search_is_logged(client: httpx.AsyncClient) -> None:
+    await _seed(client)
+    body = (await client.post("/search", json={"query": "post a chat message", "k": 2})).json()
+    transport = client._transport  # the ASGI app behind the client
+    resources = transport.app.state.resources  # type: ignore[attr-defined]
+    for _ in range(50):
+        async with resources.session() as session:
+            row = await session.get(Search, body["search_id"])
+        if row is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert row is not None and row.caller == "local" and row.k == 2 and row.query == "post a chat message"
+    assert [r["name"] for r in row.results] == [r["name"] for r in body["results"]]
+    async with resources.session() as session:
+        assert len((await session.scalars(select(Search))).all()) == 1

@@ -1,0 +1,81 @@
+"""Shared fixtures: explicit settings in a temporary folder, an app with its lifespan run, PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+
+from indexer.embedding import HashingEmbedder
+from service.main import create_app
+from service.settings import Settings
+
+FIXTURES = Path(__file__).parent / "fixtures"
+POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+def make_settings(tmp_path: Path, **overrides: object) -> Settings:
+    """Settings for a test: everything under tmp_path, no demo servers."""
+    values: dict[str, object] = {"data_dir": tmp_path, "demo_catalog": False}
+    values.update(overrides)
+    settings = Settings(**values)  # type: ignore[arg-type]
+    settings.execution.demo_servers = False
+    return settings
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path)
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on an app with the fast deterministic embedder, lifespan run."""
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test") as http:
+            yield http
+
+
+def _create_database() -> str:
+    name = f"toolscout_test_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return name
+
+
+def _drop_database(name: str) -> None:
+    engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    name = _create_database()
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        _drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each test using this runs on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'catalog.db'}"
+        return
+    name = _create_database()
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        _drop_database(name)

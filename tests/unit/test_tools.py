@@ -1,0 +1,63 @@
+"""Tool model, qualified names and validation of registrations."""
+
+from __future__ import annotations
+
+import pytest
+
+from indexer.tools import QUALIFIED_NAME_RE, qualify, validate_batch
+
+
+def test_qualified_name_joins_server_and_tool() -> None:
+    assert qualify("time", "get_current_time") == "time__get_current_time"
+
+
+@pytest.mark.parametrize(
+    ("server", "name"),
+    [("Chemical Engineering/Forensic engineering", "analyzeEvidence"), ("a" * 90, "b" * 90), ("srv", "do.thing v2"),
+     ("日本", "天気")],
+)
+def test_invalid_or_long_names_are_normalised_deterministically(server: str, name: str) -> None:
+    first = qualify(server, name)
+    assert QUALIFIED_NAME_RE.match(first), first
+    assert qualify(server, name) == first
+
+
+def test_long_names_that_differ_only_at_the_end_stay_distinct() -> None:
+    assert qualify("s", "x" * 80 + "1") != qualify("s", "x" * 80 + "2")
+
+
+def test_one_bad_tool_does_not_lose_the_others() -> None:
+    batch = validate_batch([
+        {"server": "a", "name": "good", "input_schema": {"type": "object"}},
+        {"server": "a", "description": "no name"},
+        {"server": "a", "name": "scalar", "input_schema": {"type": "string"}},
+        {"server": "a", "name": "broken", "input_schema": {"type": "object", "properties": {"x": {"type": 3}}}},
+        {"server": "a", "name": "huge", "description": "x" * 20_000},
+        {"server": "a", "name": "good"},
+        "not an object",
+    ])
+    assert [t.name for t in batch.tools] == ["good"]
+    problems = {(p.index, p.field, p.kind) for p in batch.problems}
+    assert problems == {
+        (1, "name", "invalid"), (2, "input_schema", "invalid"), (3, "input_schema", "invalid"),
+        (4, "description", "invalid"), (5, "name", "duplicate"), (6, "", "invalid"),
+    }
+    broken = next(p for p in batch.problems if p.index == 3)
+    assert "properties/x/type" in broken.reason
+    assert batch.problems[0].as_dict()["pointer"] == "/1/name"
+
+
+def test_colliding_qualified_names_first_wins_second_is_a_conflict() -> None:
+    batch = validate_batch([{"server": "a b", "name": "x"}, {"server": "a_b", "name": "x"}])
+    assert [(t.server, t.name) for t in batch.tools] == [("a b", "x")]
+    (problem,) = batch.problems
+    assert problem.kind == "conflict" and "a_b__x" in problem.reason
+
+
+def test_empty_schema_is_accepted_and_mcp_spelling_too() -> None:
+    batch = validate_batch([
+        {"server": "a", "name": "x", "input_schema": {}},
+        {"server": "a", "name": "y", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+    ])
+    assert not batch.problems
+    assert batch.tools[1].input_schema["properties"]["q"]["type"] == "string"
