@@ -33,9 +33,12 @@ async def main() -> None:
         await start_resources(resources)
         await register_tools(resources, catalog.tools)
         rows = []
+        all_texts = sorted({t for q in queries for t in [q.text, *split_intents(q.text)]})
+        print(f"embedding {len(all_texts)} query texts", flush=True)
+        embedded = dict(zip(all_texts, resources.embedder.inner.embed(all_texts), strict=True))
         for q in queries:
             texts = [q.text, *split_intents(q.text)]
-            vectors = await resources.embed(texts)
+            vectors = [embedded[t] for t in texts]
             signal_queries = []
             for text, vector in zip(texts, vectors, strict=True):
                 signal_queries += [SignalQuery(f, 100, dense=vector) for f in DENSE_FIELDS]

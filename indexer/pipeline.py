@@ -53,7 +53,10 @@ def build_points(
     """Embed the dense fields of the tools in one batch and encode their lexical vectors."""
     documents = [build_document(tool) for tool in tools]
     texts = [getattr(doc, fname) for doc in documents for fname in DENSE_FIELDS]
-    vectors = embedder.embed(texts)
+    # Fields often repeat (a tool without parameters indexes its name twice): embed each text once.
+    unique = list(dict.fromkeys(texts))
+    embedded = dict(zip(unique, embedder.embed(unique), strict=True))
+    vectors = [embedded[text] for text in texts]
     width = len(DENSE_FIELDS)
     points = []
     for i, (tool, doc) in enumerate(zip(tools, documents, strict=True)):

@@ -25,7 +25,9 @@ PENDING, GRANTED, USED, DENIED, EXPIRED = "pending", "granted", "used", "denied"
 
 def arguments_digest(arguments: dict[str, Any] | None) -> str:
     """SHA-256 of the canonical JSON of a call's arguments (sorted keys, no spaces)."""
-    canonical = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    canonical = json.dumps(
+        arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -49,9 +51,16 @@ def approval_view(row: Approval) -> dict[str, Any]:
         return as_utc(moment).isoformat() if moment else None
 
     return {
-        "id": row.id, "caller": row.caller, "tool": row.tool, "arguments_digest": row.arguments_digest,
-        "arguments": row.arguments, "status": status_of(row), "requested_at": iso(row.requested_at),
-        "granted_by": row.granted_by, "granted_at": iso(row.granted_at), "expires_at": iso(row.expires_at),
+        "id": row.id,
+        "caller": row.caller,
+        "tool": row.tool,
+        "arguments_digest": row.arguments_digest,
+        "arguments": row.arguments,
+        "status": status_of(row),
+        "requested_at": iso(row.requested_at),
+        "granted_by": row.granted_by,
+        "granted_at": iso(row.granted_at),
+        "expires_at": iso(row.expires_at),
         "used_at": iso(row.used_at),
     }
 
@@ -68,18 +77,32 @@ async def request_approval(
     /execute that asks for it fails (and rolls its own session back)."""
     now = utcnow()
     async with resources.session() as session:
-        existing = (await session.scalars(
-            select(Approval).where(
-                Approval.caller == caller.id, Approval.tool == tool, Approval.arguments_digest == digest,
-                Approval.status == PENDING, Approval.expires_at > now,
-            ).order_by(Approval.requested_at.desc()).limit(1)
-        )).first()
+        existing = (
+            await session.scalars(
+                select(Approval)
+                .where(
+                    Approval.caller == caller.id,
+                    Approval.tool == tool,
+                    Approval.arguments_digest == digest,
+                    Approval.status == PENDING,
+                    Approval.expires_at > now,
+                )
+                .order_by(Approval.requested_at.desc())
+                .limit(1)
+            )
+        ).first()
         if existing is not None:
             return existing
         row = Approval(
-            id=str(uuid.uuid4()), caller=caller.id, tool=tool, arguments_digest=digest, status=PENDING,
+            id=str(uuid.uuid4()),
+            caller=caller.id,
+            tool=tool,
+            arguments_digest=digest,
+            status=PENDING,
             # Kept even when the execution log keeps digests only: the approver has to see what is approved.
-            requested_at=now, expires_at=now + _ttl(resources), arguments=arguments,
+            requested_at=now,
+            expires_at=now + _ttl(resources),
+            arguments=arguments,
         )
         session.add(row)
         await session.commit()
@@ -89,13 +112,21 @@ async def request_approval(
 def approval_required(row: Approval, detail: str) -> ApprovalRequired:
     """The 403 that tells the caller which approval to obtain."""
     return ApprovalRequired(
-        detail, approval_id=row.id, approval=approval_view(row),
-        grant={"method": "POST", "path": "/approvals", "body": {"approval_id": row.id},
-               "by": "a caller with an approver role"},
+        detail,
+        approval_id=row.id,
+        approval=approval_view(row),
+        grant={
+            "method": "POST",
+            "path": "/approvals",
+            "body": {"approval_id": row.id},
+            "by": "a caller with an approver role",
+        },
     )
 
 
-async def consume_approval(resources: Resources, approval_id: str, caller: Caller, tool: str, digest: str) -> None:
+async def consume_approval(
+    resources: Resources, approval_id: str, caller: Caller, tool: str, digest: str
+) -> None:
     """Mark a granted approval of exactly this call used, or raise why it cannot be used.
 
     The conditional UPDATE makes the single use atomic; it commits at once so that a call that fails
@@ -105,8 +136,12 @@ async def consume_approval(resources: Resources, approval_id: str, caller: Calle
         result = await session.execute(
             update(Approval)
             .where(
-                Approval.id == approval_id, Approval.status == GRANTED, Approval.caller == caller.id,
-                Approval.tool == tool, Approval.arguments_digest == digest, Approval.expires_at > now,
+                Approval.id == approval_id,
+                Approval.status == GRANTED,
+                Approval.caller == caller.id,
+                Approval.tool == tool,
+                Approval.arguments_digest == digest,
+                Approval.expires_at > now,
             )
             .values(status=USED, used_at=now)
         )
@@ -115,7 +150,9 @@ async def consume_approval(resources: Resources, approval_id: str, caller: Calle
             return
         row = await session.get(Approval, approval_id)
     if row is None or row.caller != caller.id:
-        raise PermissionDenied(f"Approval {approval_id} does not exist for this caller", approval_id=approval_id)
+        raise PermissionDenied(
+            f"Approval {approval_id} does not exist for this caller", approval_id=approval_id
+        )
     if row.tool != tool or row.arguments_digest != digest:
         raise PermissionDenied(
             f"Approval {approval_id} was given for another call ({row.tool} with other arguments)",
@@ -128,11 +165,16 @@ async def consume_approval(resources: Resources, approval_id: str, caller: Calle
         DENIED: "was denied",
         EXPIRED: "has expired",
     }
-    raise approval_required(row, f"Approval {approval_id} {reasons.get(state, 'cannot be used')}; "
-                                 "call again without approval_id to request a new one")
+    raise approval_required(
+        row,
+        f"Approval {approval_id} {reasons.get(state, 'cannot be used')}; "
+        "call again without approval_id to request a new one",
+    )
 
 
-async def get_approval(session: AsyncSession, caller: Caller, approval_id: str, is_approver: bool) -> Approval:
+async def get_approval(
+    session: AsyncSession, caller: Caller, approval_id: str, is_approver: bool
+) -> Approval:
     """An approval its requester or an approver may see."""
     row = await session.get(Approval, approval_id)
     if row is None or not (is_approver or row.caller == caller.id):
@@ -160,7 +202,11 @@ def _check_grantor(resources: Resources, approver: Caller, requester: str) -> No
 
 
 async def grant_approval(
-    resources: Resources, session: AsyncSession, approver: Caller, approval_id: str, ttl_seconds: int | None = None
+    resources: Resources,
+    session: AsyncSession,
+    approver: Caller,
+    approval_id: str,
+    ttl_seconds: int | None = None,
 ) -> Approval:
     """Grant a pending request; the call may then be made once before the expiry."""
     row = await session.get(Approval, approval_id)
@@ -169,7 +215,9 @@ async def grant_approval(
     _check_grantor(resources, approver, row.caller)
     state = status_of(row)
     if state != PENDING:
-        raise Conflict(f"Approval {approval_id} is {state}, not pending", approval_id=approval_id, status=state)
+        raise Conflict(
+            f"Approval {approval_id} is {state}, not pending", approval_id=approval_id, status=state
+        )
     now = utcnow()
     row.status, row.granted_by, row.granted_at = GRANTED, approver.id, now
     row.expires_at = now + _ttl(resources, ttl_seconds)
@@ -178,8 +226,13 @@ async def grant_approval(
 
 
 async def grant_call(
-    resources: Resources, session: AsyncSession, approver: Caller, caller_id: str, tool: str,
-    arguments: dict[str, Any], ttl_seconds: int | None = None,
+    resources: Resources,
+    session: AsyncSession,
+    approver: Caller,
+    caller_id: str,
+    tool: str,
+    arguments: dict[str, Any],
+    ttl_seconds: int | None = None,
 ) -> Approval:
     """Approve a call in advance, without a pending request: bound to the caller, tool and arguments."""
     if not caller_id.strip() or not tool.strip():
@@ -187,8 +240,15 @@ async def grant_call(
     _check_grantor(resources, approver, caller_id)
     now = utcnow()
     row = Approval(
-        id=str(uuid.uuid4()), caller=caller_id, tool=tool, arguments_digest=arguments_digest(arguments),
-        arguments=arguments, status=GRANTED, requested_at=now, granted_by=approver.id, granted_at=now,
+        id=str(uuid.uuid4()),
+        caller=caller_id,
+        tool=tool,
+        arguments_digest=arguments_digest(arguments),
+        arguments=arguments,
+        status=GRANTED,
+        requested_at=now,
+        granted_by=approver.id,
+        granted_at=now,
         expires_at=now + _ttl(resources, ttl_seconds),
     )
     session.add(row)
@@ -196,7 +256,9 @@ async def grant_call(
     return row
 
 
-async def deny_approval(resources: Resources, session: AsyncSession, approver: Caller, approval_id: str) -> Approval:
+async def deny_approval(
+    resources: Resources, session: AsyncSession, approver: Caller, approval_id: str
+) -> Approval:
     """Refuse a pending request (or withdraw a grant not used yet)."""
     row = await session.get(Approval, approval_id)
     if row is None:

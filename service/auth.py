@@ -82,7 +82,10 @@ async def create_key(session: AsyncSession, caller: str, roles: Sequence[str]) -
         raise ValueError("caller must be 1-128 characters")
     key = generate_key()
     row = ApiKey(
-        id=str(uuid.uuid4()), key_hash=hash_key(key), prefix=key[:SHOWN_PREFIX_CHARS], caller=caller.strip(),
+        id=str(uuid.uuid4()),
+        key_hash=hash_key(key),
+        prefix=key[:SHOWN_PREFIX_CHARS],
+        caller=caller.strip(),
         roles=sorted(set(roles)),
     )
     session.add(row)
@@ -101,11 +104,15 @@ async def revoke_key(session: AsyncSession, key_id_or_prefix: str) -> ApiKey:
     """Revoke a key by id or by its shown prefix (which must be unambiguous)."""
     row = await session.get(ApiKey, key_id_or_prefix)
     if row is None:
-        rows = (await session.scalars(
-            select(ApiKey).where(ApiKey.prefix == key_id_or_prefix, ApiKey.revoked_at.is_(None))
-        )).all()
+        rows = (
+            await session.scalars(
+                select(ApiKey).where(ApiKey.prefix == key_id_or_prefix, ApiKey.revoked_at.is_(None))
+            )
+        ).all()
         if len(rows) != 1:
-            raise NotFound(f"No single active key with id or prefix {key_id_or_prefix!r}", key=key_id_or_prefix)
+            raise NotFound(
+                f"No single active key with id or prefix {key_id_or_prefix!r}", key=key_id_or_prefix
+            )
         row = rows[0]
     if row.revoked_at is None:
         row.revoked_at = utcnow()
@@ -115,7 +122,10 @@ async def revoke_key(session: AsyncSession, key_id_or_prefix: str) -> ApiKey:
 def key_view(row: ApiKey) -> dict[str, object]:
     """The public shape of a stored key (never the hash)."""
     return {
-        "id": row.id, "prefix": row.prefix, "caller": row.caller, "roles": list(row.roles),
+        "id": row.id,
+        "prefix": row.prefix,
+        "caller": row.caller,
+        "roles": list(row.roles),
         "created_at": row.created_at.isoformat() if row.created_at else None,
         "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None,
     }
@@ -143,7 +153,9 @@ class KeyResolver:
         if self._keys_exist is not None and self._keys_exist[1] > now:
             return self._keys_exist[0]
         async with self.resources.session() as session:
-            found = (await session.scalars(select(ApiKey.id).where(ApiKey.revoked_at.is_(None)).limit(1))).first()
+            found = (
+                await session.scalars(select(ApiKey.id).where(ApiKey.revoked_at.is_(None)).limit(1))
+            ).first()
         self._keys_exist = (found is not None, now + self.ttl)
         return found is not None
 
@@ -154,9 +166,11 @@ class KeyResolver:
         if cached is not None and cached[1] > now:
             return cached[0]
         async with self.resources.session() as session:
-            row = (await session.scalars(
-                select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None))
-            )).first()
+            row = (
+                await session.scalars(
+                    select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None))
+                )
+            ).first()
         caller = Caller(row.caller, frozenset(row.roles or ()), row.id) if row is not None else None
         self._cache[digest] = (caller, now + self.ttl)
         while len(self._cache) > 10_000:
@@ -173,11 +187,14 @@ class KeyResolver:
         elif self.open_allowed:
             caller = OPEN_CALLER
         else:
-            raise Unauthorized("No API key exists and open mode is off; create one with `toolscout keys create`")
+            raise Unauthorized(
+                "No API key exists and open mode is off; create one with `toolscout keys create`"
+            )
         wait = self.limiter.acquire(caller.key_id or caller.id)
         if wait > 0:
-            raise RateLimited(f"Rate limit of {self.limiter.rate * 60:g} requests per minute exceeded",
-                              retry_after=wait)
+            raise RateLimited(
+                f"Rate limit of {self.limiter.rate * 60:g} requests per minute exceeded", retry_after=wait
+            )
         return caller
 
 
@@ -202,4 +219,10 @@ def presented_key(request: Request) -> str | None:
 
 async def resolve_caller(request: Request) -> Caller:
     """The caller of a request. With no API keys configured the service runs open for one local user."""
-    return await key_resolver(request.app.state.resources).resolve(presented_key(request))
+    # Imported here because policy builds on this module (Caller).
+    from service.policy import ensure_fresh
+
+    resources = request.app.state.resources
+    caller = await key_resolver(resources).resolve(presented_key(request))
+    await ensure_fresh(resources)
+    return caller

@@ -17,6 +17,7 @@ from indexer.pipeline import SyncReport, index_tools, sync_catalog
 from indexer.tools import ToolDefinition, ToolProblem, normalize_server_id, validate_batch
 from service.db.models import Server, Tool, utcnow
 from service.errors import NotFound
+from service.events import publish_tools_changed
 from service.resources import Resources
 
 logger = logging.getLogger(__name__)
@@ -131,6 +132,9 @@ async def register_tools(
             await _upsert_rows(session, batch.tools, report)
             await session.commit()
         await _index(resources, batch.tools)
+    changed = set(report.created) | set(report.updated)
+    for server in sorted({t.server for t in batch.tools if t.qualified_name in changed}):
+        publish_tools_changed(resources, server)  # MCP front ends re-list (GET /events)
     return report
 
 
@@ -216,9 +220,11 @@ async def delete_tool(resources: Resources, name: str) -> None:
     async with resources.index_lock:
         async with resources.session() as session:
             row = await find_tool(session, name, resources)
+            server_id = row.server_id
             await session.delete(row)
             await session.commit()
         await _unindex(resources, [name])
+    publish_tools_changed(resources, server_id)
 
 
 async def remove_server(resources: Resources, server_id: str) -> list[str]:
@@ -234,6 +240,7 @@ async def remove_server(resources: Resources, server_id: str) -> list[str]:
             await session.delete(server)
             await session.commit()
         await _unindex(resources, names)
+    publish_tools_changed(resources, server_id)
     return names
 
 

@@ -1,11 +1,10 @@
 """The execution log: one row per call, whatever its outcome, written so that none is lost.
 
-Calls hand their row to `ExecutionLog.record`, which never blocks and never drops: rows wait in memory and one
-writer task inserts them in batches (one multi-row INSERT per batch). A failing database is retried with backoff;
-a row the database refuses on its own is set aside in a spill file, and so is everything still pending when a
-shutdown finds the database down. The spill file (JSON lines, under the data folder) is replayed at the next
-start, so every row reaches the table eventually.
-"""
+Calls hand their row to `ExecutionLog.record`, which never blocks and never drops: rows wait in memory and
+one writer task inserts them in batches (one multi-row INSERT per batch). A failing database is retried with
+backoff; a row the database refuses on its own is set aside in a spill file, and so is everything still
+pending when a shutdown finds the database down. The spill file (JSON lines, under the data folder) is
+replayed at the next start, so every row reaches the table eventually."""
 
 from __future__ import annotations
 
@@ -29,13 +28,23 @@ from service.db.models import Execution
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
+# Rows wait this long for company before a write, so a steady trickle of calls costs one INSERT per interval.
+LINGER_SECONDS = 0.05
 RETRY_INITIAL_SECONDS = 0.2
 RETRY_MAX_SECONDS = 10.0
 CLOSE_ATTEMPTS = 3
 _DATETIME_FIELDS = ("started_at", "finished_at")
 # Column sizes of `executions`: PostgreSQL refuses longer strings, so rows are fitted before they queue.
-_LIMITS = {"caller": 128, "tool": 64, "server_id": 64, "search_id": 36, "arguments_digest": 64, "status": 24,
-           "error_class": 128, "result_id": 36}
+_LIMITS = {
+    "caller": 128,
+    "tool": 64,
+    "server_id": 64,
+    "search_id": 36,
+    "arguments_digest": 64,
+    "status": 24,
+    "error_class": 128,
+    "result_id": 36,
+}
 
 
 def fit_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -61,6 +70,8 @@ class ExecutionLog:
         self._settled = 0  # written or spilled
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._flushing = 0
+        self._flush_requested = asyncio.Event()
         self.written = 0
         self.spilled = 0
         self.failures = 0
@@ -80,19 +91,27 @@ class ExecutionLog:
         await self._replay_spill()
         self._task = asyncio.create_task(self._run(), name="execution-log")
 
-    async def flush(self, timeout: float | None = None) -> bool:
+    async def flush(self, wait_seconds: float | None = None) -> bool:
         """Wait until every row recorded so far is written (or spilled). False on timeout."""
         target = self._recorded
+        self._flushing += 1
+        self._flush_requested.set()
         self._wakeup.set()
-        with anyio.move_on_after(timeout):
-            async with self._progress:
-                await self._progress.wait_for(lambda: self._settled >= target)
-            return True
-        return False
+        try:
+            with anyio.move_on_after(wait_seconds):
+                async with self._progress:
+                    await self._progress.wait_for(lambda: self._settled >= target)
+                return True
+            return False
+        finally:
+            self._flushing -= 1
+            if not self._flushing:
+                self._flush_requested.clear()
 
     async def close(self) -> None:
         """Write what is pending (a few attempts), spill the rest, stop the writer."""
         self._closing = True
+        self._flush_requested.set()
         self._wakeup.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
@@ -111,6 +130,9 @@ class ExecutionLog:
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
+            if len(self._pending) < BATCH_SIZE and not (self._closing or self._flushing):
+                with anyio.move_on_after(LINGER_SECONDS):
+                    await self._flush_requested.wait()
             batch = [self._pending[i] for i in range(min(BATCH_SIZE, len(self._pending)))]
             try:
                 await self._insert(batch)
@@ -118,17 +140,23 @@ class ExecutionLog:
                 failures += 1
                 self.failures += 1
                 if isinstance(exc, IntegrityError | DataError):
-                    # Some row of the batch is refused on its own: write them one by one, set the refused aside.
+                    # A row of the batch is refused on its own: write them one by one, set it aside.
                     await self._insert_one_by_one(batch)
                     self._settle(len(batch))
                     await self._notify()
                     continue
                 if self._closing and failures >= CLOSE_ATTEMPTS:
-                    logger.error("execution log: database unavailable at shutdown (%s); spilling %d rows to %s",
-                                 exc, len(self._pending), self.spill_path)
+                    logger.error(
+                        "execution log: database unavailable at shutdown (%s); spilling %d rows to %s",
+                        exc,
+                        len(self._pending),
+                        self.spill_path,
+                    )
                     return
                 delay = min(RETRY_MAX_SECONDS, RETRY_INITIAL_SECONDS * 2 ** (failures - 1))
-                logger.warning("execution log: writing %d rows failed (%s); retrying in %.1f s", len(batch), exc, delay)
+                logger.warning(
+                    "execution log: writing %d rows failed (%s); retrying in %.1f s", len(batch), exc, delay
+                )
                 await anyio.sleep(delay)
                 continue
             failures = 0
@@ -160,14 +188,18 @@ class ExecutionLog:
                 if not await self._exists(row["id"]):
                     refused.append(row)
             except (SQLAlchemyError, OSError) as exc:
-                logger.error("execution log: row %s refused (%s); kept in %s", row.get("id"), exc, self.spill_path)
+                logger.error(
+                    "execution log: row %s refused (%s); kept in %s", row.get("id"), exc, self.spill_path
+                )
                 refused.append(row)
         if refused:
             self._spill(refused)
 
     async def _exists(self, execution_id: str) -> bool:
         async with self._session_factory() as session:
-            return (await session.scalar(select(Execution.id).where(Execution.id == execution_id))) is not None
+            return (
+                await session.scalar(select(Execution.id).where(Execution.id == execution_id))
+            ) is not None
 
     def _spill(self, rows: list[dict[str, Any]]) -> None:
         self.spill_path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +221,7 @@ class ExecutionLog:
             logger.info("execution log: replaying %d spilled rows from %s", len(rows), self.spill_path)
             try:
                 for start in range(0, len(rows), BATCH_SIZE):
-                    chunk = rows[start:start + BATCH_SIZE]
+                    chunk = rows[start : start + BATCH_SIZE]
                     try:
                         await self._insert(chunk)
                     except IntegrityError:

@@ -1,9 +1,9 @@
 """The execution gateway of a running service: upstream pool, executor, execution log and stored results.
 
-`start_gateway` and `stop_gateway` are the app's start-up and shutdown hooks. Start-up connects every configured
-server (the servers file or the demo set, plus the servers added over the API, which the catalog keeps) and waits
-up to `execution.startup_wait_seconds` for their first sync. Shutdown drains the calls in flight, stops the
-servers and writes every pending execution row.
+`start_gateway` and `stop_gateway` are the app's start-up and shutdown hooks. Start-up connects every
+configured server (the servers file or the demo set, plus the servers added over the API, which the catalog
+keeps) and waits up to `execution.startup_wait_seconds` for their first sync. Shutdown drains the calls in
+flight, stops the servers and writes every pending execution row.
 
 Server management for the `/servers` routes lives here too: add, remove, refresh, and the health view.
 """
@@ -20,13 +20,16 @@ from sqlalchemy import select
 
 from service.catalog import count_tools, remove_server, sync_server_tools
 from service.db.models import Server
+from service.demo_servers import prepare_demo_server
 from service.errors import Conflict, NotFound, ToolscoutError, UpstreamError
+from service.events import publish_tools_changed
 from service.execution import Executor
 from service.execution_log import ExecutionLog
 from service.resources import Resources
 from service.results import ResultStore, encoding
-from service.servers_config import ServerSpec, configured_servers, prepare_demo_server
-from service.upstream import Backoff, UpstreamConnection, UpstreamPool
+from service.servers_config import ServerSpec, configured_servers
+from service.upstream import UpstreamConnection, UpstreamPool
+from service.upstream_health import Backoff
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +63,14 @@ def build_gateway(resources: Resources) -> Gateway:
     settings = resources.settings
 
     async def on_tools(spec: ServerSpec, tools: list[dict[str, Any]]) -> Any:
-        return await sync_server_tools(resources, spec.id, tools, transport=spec.transport, config=spec.config())
+        report = await sync_server_tools(
+            resources, spec.id, tools, transport=spec.transport, config=spec.config()
+        )
+        if (gateway := resources.extras.get(EXTRAS_KEY)) is not None:
+            gateway.executor.tools.invalidate_server(spec.id)
+        if report.created or report.updated or report.removed:
+            publish_tools_changed(resources, spec.id)  # MCP front ends re-list (GET /events)
+        return report
 
     async def prepare(spec: ServerSpec) -> ServerSpec:
         return await prepare_demo_server(settings, spec)
@@ -68,7 +78,9 @@ def build_gateway(resources: Resources) -> Gateway:
     pool = UpstreamPool(
         on_tools=on_tools,
         prepare=prepare,
-        backoff=Backoff(settings.execution.reconnect_initial_seconds, settings.execution.reconnect_max_seconds),
+        backoff=Backoff(
+            settings.execution.reconnect_initial_seconds, settings.execution.reconnect_max_seconds
+        ),
         heartbeat_seconds=settings.execution.heartbeat_seconds,
     )
     log = ExecutionLog(resources.session, settings.data_dir / "executions-spill.jsonl")
@@ -92,7 +104,9 @@ async def _stored_specs(resources: Resources, configured: list[ServerSpec]) -> l
             except ValidationError as exc:
                 logger.error("server %s: stored configuration is not valid (%s); not started", row.id, exc)
         elif source in ("file", "demo"):
-            logger.info("server %s is no longer configured: removing it and its tools from the catalog", row.id)
+            logger.info(
+                "server %s is no longer configured: removing it and its tools from the catalog", row.id
+            )
             await remove_server(resources, row.id)
     return specs
 
@@ -112,8 +126,12 @@ async def start_gateway(resources: Resources) -> None:
         await gateway.pool.wait_started(settings.startup_wait_seconds)
     for connection in gateway.pool.connections():
         if not connection.ready:
-            logger.warning("MCP server %s is not ready yet (%s): %s", connection.id, connection.health.state,
-                           connection.health.last_error or "still starting")
+            logger.warning(
+                "MCP server %s is not ready yet (%s): %s",
+                connection.id,
+                connection.health.state,
+                connection.health.last_error or "still starting",
+            )
 
 
 async def stop_gateway(resources: Resources) -> None:
@@ -141,8 +159,9 @@ async def _purge_results(gateway: Gateway, ttl_hours: float) -> None:
 # ------------------------------------------------------------------------------------------- /servers
 
 
-def server_view(spec: ServerSpec | None, row: Server | None, connection: UpstreamConnection | None,
-                tools: int) -> dict[str, Any]:
+def server_view(
+    spec: ServerSpec | None, row: Server | None, connection: UpstreamConnection | None, tools: int
+) -> dict[str, Any]:
     """The public shape of a server: configuration (secrets redacted), catalog state and live health."""
     server_id = spec.id if spec else row.id if row else "?"
     view: dict[str, Any] = {
@@ -174,8 +193,14 @@ async def list_servers(gateway: Gateway) -> list[dict[str, Any]]:
     views = []
     for server_id in ids:
         connection = gateway.pool.get(server_id)
-        views.append(server_view(connection.spec if connection else None, rows.get(server_id), connection,
-                                 counts.get(server_id, 0)))
+        views.append(
+            server_view(
+                connection.spec if connection else None,
+                rows.get(server_id),
+                connection,
+                counts.get(server_id, 0),
+            )
+        )
     return views
 
 
@@ -209,6 +234,7 @@ async def delete_server(gateway: Gateway, server_id: str) -> dict[str, Any]:
     """Stop a server and remove it and its tools from the catalog."""
     connected = server_id in gateway.pool
     await gateway.pool.remove(server_id)
+    gateway.executor.tools.invalidate_server(server_id)
     try:
         removed = await remove_server(gateway.resources, server_id)
     except NotFound:
@@ -218,14 +244,16 @@ async def delete_server(gateway: Gateway, server_id: str) -> dict[str, Any]:
     return {"id": server_id, "removed_tools": removed}
 
 
-async def refresh_server(gateway: Gateway, server_id: str, timeout: float) -> dict[str, Any]:
+async def refresh_server(gateway: Gateway, server_id: str, wait_seconds: float) -> dict[str, Any]:
     """List a server's tools again and sync the catalog (a server in backoff reconnects at once)."""
     connection = gateway.pool.get(server_id)
     if connection is None:
         await get_server(gateway, server_id)  # NotFound for an unknown id
-        raise UpstreamError(f"Server {server_id!r} has no connection to refresh (a catalog-only registration)",
-                            server=server_id)
-    report = await connection.refresh(timeout)
+        raise UpstreamError(
+            f"Server {server_id!r} has no connection to refresh (a catalog-only registration)",
+            server=server_id,
+        )
+    report = await connection.refresh(wait_seconds)
     view = await get_server(gateway, server_id)
     view["sync"] = report
     return view

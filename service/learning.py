@@ -16,13 +16,23 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from service.db.models import CallerToolStats, StatsCursor, ToolStats, utcnow
+from service.db.models import StatsCursor, utcnow
 from service.resources import Resources
 from service.settings import LearningSettings
-from service.stats import EXECUTIONS_CURSOR, ConsumeReport, Decayed, as_utc, consume_executions, consume_searches
+from service.stats import (
+    EXECUTIONS_CURSOR,
+    ConsumeReport,
+    Decayed,
+    HabitRow,
+    ToolRow,
+    as_utc,
+    consume_executions,
+    consume_searches,
+    load_habit_rows,
+    load_tool_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +56,12 @@ class Snapshot:
     habits: dict[str, dict[str, Decayed]] = field(default_factory=lambda: defaultdict(dict))
     rows_seen: int = -1  # the executions cursor this snapshot reflects
 
-    def put_tool(self, row: ToolStats) -> None:
+    def put_tool(self, row: ToolRow) -> None:
         ref = as_utc(row.last_called_at) if row.last_called_at else None
         values = [row.decayed_calls, row.decayed_successes, row.decayed_failures]
         self.tools[row.tool] = ToolHistory(Decayed(values, ref), row.latency_ms_avg)
 
-    def put_habit(self, row: CallerToolStats) -> None:
+    def put_habit(self, row: HabitRow) -> None:
         ref = as_utc(row.last_called_at) if row.last_called_at else None
         self.habits[row.caller][row.tool] = Decayed([row.decayed_calls, row.decayed_successes], ref)
 
@@ -64,7 +74,7 @@ def popularity_boost(decayed_calls: float, settings: LearningSettings) -> float:
 
 
 def smoothed_failure_rate(successes: float, failures: float, settings: LearningSettings) -> float:
-    """Failure rate under a Beta prior worth `reliability_prior_weight` calls at `reliability_prior_success`."""
+    """Failure rate under a Beta prior: `reliability_prior_weight` calls at `reliability_prior_success`."""
     weight = settings.reliability_prior_weight
     prior_failures = weight * (1.0 - settings.reliability_prior_success)
     return (failures + prior_failures) / (successes + failures + weight)
@@ -130,7 +140,9 @@ def learning_state(resources: Resources) -> LearningState:
     return state  # type: ignore[no-any-return]
 
 
-def boosts_for(resources: Resources, caller_id: str, qualified_names: list[str]) -> dict[str, dict[str, float]]:
+def boosts_for(
+    resources: Resources, caller_id: str, qualified_names: list[str]
+) -> dict[str, dict[str, float]]:
     """Additive, bounded score boosts per name for this caller, from the in-memory snapshot."""
     settings = resources.settings.learning
     if not settings.enabled:
@@ -143,9 +155,9 @@ async def _load_snapshot(resources: Resources) -> Snapshot:
     async with resources.session() as session:
         cursor = await session.get(StatsCursor, EXECUTIONS_CURSOR)
         snapshot.rows_seen = cursor.rows_seen if cursor is not None else 0
-        for tool in (await session.scalars(select(ToolStats))).all():
+        for tool in await load_tool_rows(session):
             snapshot.put_tool(tool)
-        for habit in (await session.scalars(select(CallerToolStats))).all():
+        for habit in await load_habit_rows(session):
             snapshot.put_habit(habit)
     return snapshot
 

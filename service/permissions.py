@@ -119,7 +119,7 @@ class PermissionSet:
         return self.rules_for(roles).permits(qualified_name, server)
 
     def needs_approval(self, qualified_name: str, server: str, annotations: Mapping[str, Any] | None) -> bool:
-        """Destructive tools: MCP `destructiveHint: true` (on a tool not marked read-only) or listed in the file."""
+        """Destructive: MCP `destructiveHint: true` (on a tool not marked read-only) or listed in the file."""
         hints = annotations or {}
         if hints.get("destructiveHint") is True and hints.get("readOnlyHint") is not True:
             return True
@@ -162,8 +162,10 @@ def parse_permissions(data: Any, source: str = "<permissions>") -> PermissionSet
         body = body or {}
         if not isinstance(body, dict) or set(body) - _ROLE_KEYS:
             raise PermissionsFileError(f"{source}: role {name!r} may only have the keys allow and deny")
-        roles[name] = Rules(_patterns(body.get("allow"), f"roles.{name}.allow"),
-                            _patterns(body.get("deny"), f"roles.{name}.deny"))
+        roles[name] = Rules(
+            _patterns(body.get("allow"), f"roles.{name}.allow"),
+            _patterns(body.get("deny"), f"roles.{name}.deny"),
+        )
     approvers = data.get("approver_roles", sorted(DEFAULT_APPROVER_ROLES))
     if not isinstance(approvers, list) or not all(isinstance(r, str) and r for r in approvers):
         raise PermissionsFileError(f"{source}: approver_roles must be a list of role names")

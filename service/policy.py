@@ -44,6 +44,7 @@ class PolicyState:
         self.catalog_at = 0.0
         self._allowed: dict[frozenset[str], frozenset[str]] = {}
         self._refresh_task: asyncio.Task[int] | None = None
+        self.refresh_lock = asyncio.Lock()
 
     def _stat(self) -> float | None:
         try:
@@ -85,12 +86,17 @@ class PolicyState:
 
         A changed number of names, or an old snapshot, also schedules a refresh of the snapshot."""
         retriever = self.resources.retriever
-        changed = retriever is not None and len(retriever.directory) != len(self.servers)
+        changed = self.stale()
         if changed or time.monotonic() - self.catalog_at > CATALOG_REFRESH_SECONDS:
             self.schedule_refresh()
         if not changed or retriever is None:
             return []
         return [name for name in retriever.directory.names() if name not in self.servers]
+
+    def stale(self) -> bool:
+        """The searchable names changed in number since the snapshot."""
+        retriever = self.resources.retriever
+        return retriever is not None and len(retriever.directory) != len(self.servers)
 
     def schedule_refresh(self) -> None:
         if self._refresh_task is not None and not self._refresh_task.done():
@@ -119,11 +125,24 @@ def policy_state(resources: Resources) -> PolicyState:
 async def refresh_catalog(resources: Resources) -> int:
     """Reload the snapshot of active tool names and their servers; returns its size."""
     async with resources.session() as session:
-        rows = (await session.execute(
-            select(Tool.qualified_name, Tool.server_id).where(Tool.deprecated.is_(False))
-        )).all()
+        rows = (
+            await session.execute(
+                select(Tool.qualified_name, Tool.server_id).where(Tool.deprecated.is_(False))
+            )
+        ).all()
     policy_state(resources).set_catalog({name: server for name, server in rows})
     return len(rows)
+
+
+async def ensure_fresh(resources: Resources) -> None:
+    """Before a request: refresh the catalog snapshot if tools were added or removed since (restricted
+    permissions only; without a permissions file nothing is filtered)."""
+    state = policy_state(resources)
+    if not state.permissions.restricted or not state.stale():
+        return
+    async with state.refresh_lock:
+        if state.stale():
+            await refresh_catalog(resources)
 
 
 def caller_rules(resources: Resources, caller: Caller) -> Rules:
@@ -187,8 +206,9 @@ async def authorize_call(
     if approval_id is None:
         row = await request_approval(resources, caller, name, digest, arguments)
         raise approval_required(
-            row, f"{name} is destructive: an approver must grant approval {row.id}, then repeat the call "
-                 "with this approval_id",
+            row,
+            f"{name} is destructive: an approver must grant approval {row.id}, then repeat the call "
+            "with this approval_id",
         )
     await consume_approval(resources, approval_id, caller, name, digest)
 

@@ -62,7 +62,10 @@ class TokenBucketLimiter:
         # past the bound the least recently used go regardless.
         while len(self._buckets) > self.max_keys:
             key, bucket = next(iter(self._buckets.items()))
-            if bucket.tokens + (now - bucket.updated) * self.rate < self.burst and len(self._buckets) < 2 * self.max_keys:
+            if (
+                bucket.tokens + (now - bucket.updated) * self.rate < self.burst
+                and len(self._buckets) < 2 * self.max_keys
+            ):
                 break
             del self._buckets[key]
 

@@ -1,9 +1,8 @@
 """Tool results and their token budget: counting (tiktoken cl100k_base), cutting, storing and paging.
 
 A result longer than the budget is returned cut, and its full text is stored under a result id. Offsets and
-limits of `GET /results/{id}` count tokens of that text (the same unit as the budget); page boundaries are moved
-to character boundaries, so the pages of a result, concatenated, are exactly its text.
-"""
+limits of `GET /results/{id}` count tokens of that text (the same unit as the budget); page boundaries are
+moved to character boundaries, so the pages of a result, concatenated, are exactly its text."""
 
 from __future__ import annotations
 
@@ -70,7 +69,8 @@ def render_text(content: list[dict[str, Any]], structured: dict[str, Any] | None
     """The text an agent reads of a result: text blocks as they are, other blocks as compact JSON, and the
     structured content when there is no content block."""
     parts = [
-        block["text"] if block.get("type") == "text" and isinstance(block.get("text"), str)
+        block["text"]
+        if block.get("type") == "text" and isinstance(block.get("text"), str)
         else json.dumps(block, ensure_ascii=False, separators=(",", ":"))
         for block in content
     ]
@@ -148,7 +148,9 @@ class ResultStore:
         """Store a full result; returns its id."""
         result_id = str(uuid.uuid4())
         async with self.resources.session() as session:
-            session.add(StoredResult(id=result_id, caller=caller, tool=tool, text=text, total_tokens=total_tokens))
+            session.add(
+                StoredResult(id=result_id, caller=caller, tool=tool, text=text, total_tokens=total_tokens)
+            )
             await session.commit()
         return result_id
 
@@ -168,7 +170,7 @@ class ResultStore:
             self._offsets.move_to_end(result_id)
         total = len(offsets) - 1
         start, end = min(offset, total), min(offset + limit, total)
-        text = row.text[offsets[start]:offsets[end]]
+        text = row.text[offsets[start] : offsets[end]]
         return ResultPage(result_id, row.tool, offset, limit, total, text, end if end < total else None)
 
     async def purge(self, ttl_hours: float) -> int:

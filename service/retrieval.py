@@ -151,37 +151,28 @@ class Retriever:
         index = self.resources.index
         assert index is not None
         hit_lists: list[list[Hit]] = await self.resources.run_index(index.search, queries, where)
-        payloads: dict[str, dict[str, Any]] = {}
         per_text: list[dict[str, Candidate]] = []
         weights = self.weights()
         width = len(SIGNALS)
         for t in range(len(texts)):
-            signal_scores: dict[str, dict[str, float]] = {}
-            for s, signal in enumerate(SIGNALS):
-                hits = hit_lists[t * width + s]
-                signal_scores[signal] = {h.qualified_name: h.score for h in hits}
-                for h in hits:
-                    payloads.setdefault(h.qualified_name, h.payload)
+            signal_scores = {
+                signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
+                for s, signal in enumerate(SIGNALS)
+            }
             per_text.append(fuse(signal_scores, weights))
         candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
         exact = self.directory.exact(query, where)
-        missing = [name for name in exact if name not in payloads]
-        if missing:
-            payloads.update(await self.resources.run_index(self._payloads_of, missing))
         if boosts is not None and caller_id is not None and candidates:
             apply_boosts(candidates, boosts(caller_id, list(candidates)))
         ranked = rank(candidates, exact, k)
+        # Payloads only for the winners: converting a hundred payloads per signal costs more than the search.
+        payloads = await self.resources.run_index(index.payloads, [c.name for c in ranked])
         results = [
-            RankedTool(c.name, round(c.score, 6), payloads.get(c.name, {}), self._explain(c) if explain else None)
+            RankedTool(c.name, round(c.score, 6), payloads[c.name], self._explain(c) if explain else None)
             for c in ranked
             if c.name in payloads
         ]
         return SearchOutcome(results, (time.perf_counter() - started) * 1000, parts)
-
-    def _payloads_of(self, names: list[str]) -> dict[str, dict[str, Any]]:
-        index = self.resources.index
-        assert index is not None
-        return index.payloads(names)
 
     @staticmethod
     def _explain(candidate: Candidate) -> dict[str, Any]:

@@ -70,6 +70,8 @@ class ExecutionSettings(BaseModel):
     heartbeat_seconds: float = 30.0
     batch_max_calls: int = 100
     result_ttl_hours: float = 24.0
+    # /execute keeps resolved tools this long (upstream syncs invalidate them at once); 0 turns the cache off.
+    tool_cache_seconds: float = 5.0
 
 
 class PolicySettings(BaseModel):
@@ -104,6 +106,7 @@ class LearningSettings(BaseModel):
     reliability_prior_weight: float = 5.0  # ... worth this many calls
     reliability_tolerance: float = 0.10  # a smoothed failure rate up to this costs nothing
     latency_smoothing: float = 0.1  # weight of a new call in the moving average of latency
+    cooccurrence_window_seconds: float = 300.0  # two calls this close by one caller count as used together
 
 
 class FrontendSettings(BaseModel):

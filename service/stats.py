@@ -1,7 +1,8 @@
 """Usage statistics kept in SQL and refreshed incrementally from the logs.
 
 `executions` feed `tool_stats` (decayed calls, successes and failures, latency) and `caller_tool_stats`
-(per-caller reuse); `searches` feed `tool_search_stats` (how often each tool came back). Each log has a
+(per-caller reuse) that ranking reads, and the analytics rollups (service/rollups.py); `searches` feed
+`tool_search_stats` (how often each tool came back) and the rollups. Each log has a
 cursor row in `stats_cursor` at the last consumed (timestamp, id); rows that finished less than
 `refresh_lag_seconds` ago wait for the next refresh, because concurrent requests commit out of order.
 The cursor update is conditional on the row count it started from, so two replicas never both consume
@@ -13,28 +14,35 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.models import CallerToolStats, Execution, Search, StatsCursor, ToolSearchStats, ToolStats, utcnow
+from service.db.models import (
+    CallerToolStats,
+    Execution,
+    Search,
+    StatsCursor,
+    ToolSearchStats,
+    ToolStats,
+    utcnow,
+)
+from service.rollups import (
+    FAILURE,
+    IGNORED,
+    REACHED_SERVER,
+    SUCCESS,
+    as_utc,
+    fold_executions,
+    fold_searches,
+    upsert_replace,
+)
 from service.settings import LearningSettings
 
 EXECUTIONS_CURSOR = "executions"
 SEARCHES_CURSOR = "searches"
-SUCCESS = frozenset({"ok"})
-FAILURE = frozenset({"tool_error", "timeout", "upstream_error"})
-# Calls that say nothing about the tool: refused by policy, unknown name, caller gone, our own failure.
-IGNORED = frozenset({"denied", "not_found", "cancelled", "internal_error"})
-# Calls that reached the upstream server; their duration is the tool's latency.
-REACHED_SERVER = SUCCESS | FAILURE
-
-
-def as_utc(moment: datetime) -> datetime:
-    """SQLite hands timestamps back naive; they were written in UTC."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def decay_factor(elapsed_seconds: float, half_life_days: float) -> float:
@@ -73,14 +81,61 @@ class Decayed:
 
 
 @dataclass
+class ToolRow:
+    """A `tool_stats` row as plain data (folding thousands of calls through ORM objects is too slow)."""
+
+    tool: str
+    calls: int = 0
+    successes: int = 0
+    failures: int = 0
+    decayed_calls: float = 0.0
+    decayed_successes: float = 0.0
+    decayed_failures: float = 0.0
+    latency_ms_avg: float = 0.0
+    last_called_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass
+class HabitRow:
+    """A `caller_tool_stats` row as plain data."""
+
+    caller: str
+    tool: str
+    calls: int = 0
+    successes: int = 0
+    decayed_calls: float = 0.0
+    decayed_successes: float = 0.0
+    last_called_at: datetime | None = None
+
+
+@dataclass
 class ConsumeReport:
     """What one refresh consumed and which statistics rows it changed."""
 
     executions: int = 0
     searches: int = 0
-    tools: list[ToolStats] = field(default_factory=list)
-    habits: list[CallerToolStats] = field(default_factory=list)
+    tools: list[ToolRow] = field(default_factory=list)
+    habits: list[HabitRow] = field(default_factory=list)
     lost_race: bool = False
+
+
+async def load_tool_rows(session: AsyncSession, names: Iterable[str] | None = None) -> list[ToolRow]:
+    """tool_stats rows (of these tools, or all)."""
+    table = ToolStats.__table__
+    query = select(table) if names is None else select(table).where(table.c.tool.in_(sorted(names)))
+    return [ToolRow(**row._mapping) for row in (await session.execute(query)).all()]
+
+
+async def load_habit_rows(
+    session: AsyncSession, pairs: Iterable[tuple[str, str]] | None = None
+) -> list[HabitRow]:
+    """caller_tool_stats rows (of these (caller, tool) pairs, or all)."""
+    table = CallerToolStats.__table__
+    query = select(table)
+    if pairs is not None:
+        query = query.where(tuple_(table.c.caller, table.c.tool).in_(sorted(pairs)))
+    return [HabitRow(**row._mapping) for row in (await session.execute(query)).all()]
 
 
 async def cursor_row(session: AsyncSession, name: str) -> StatsCursor:
@@ -96,8 +151,10 @@ async def cursor_row(session: AsyncSession, name: str) -> StatsCursor:
 def _after(column_at: Any, column_id: Any, cursor: StatsCursor) -> Any:
     if cursor.last_started_at is None:
         return True
-    return or_(column_at > cursor.last_started_at,
-               and_(column_at == cursor.last_started_at, column_id > (cursor.last_execution_id or "")))
+    return or_(
+        column_at > cursor.last_started_at,
+        and_(column_at == cursor.last_started_at, column_id > (cursor.last_execution_id or "")),
+    )
 
 
 async def _advance(session: AsyncSession, cursor: StatsCursor, at: datetime, row_id: str, seen: int) -> bool:
@@ -111,17 +168,17 @@ async def _advance(session: AsyncSession, cursor: StatsCursor, at: datetime, row
     return result.rowcount == 1  # type: ignore[attr-defined]
 
 
-def _apply_execution(
-    tool: ToolStats, habit: CallerToolStats, row: Execution, settings: LearningSettings
-) -> None:
+def _apply_execution(tool: ToolRow, habit: HabitRow, row: Any, settings: LearningSettings) -> None:
     at = as_utc(row.started_at)
     ok = row.status in SUCCESS
     failed = row.status in FAILURE
     tool.calls += 1
     tool.successes += int(ok)
     tool.failures += int(failed)
-    decayed = Decayed([tool.decayed_calls, tool.decayed_successes, tool.decayed_failures],
-                      as_utc(tool.last_called_at) if tool.last_called_at else None)
+    decayed = Decayed(
+        [tool.decayed_calls, tool.decayed_successes, tool.decayed_failures],
+        as_utc(tool.last_called_at) if tool.last_called_at else None,
+    )
     decayed.add(at, (1.0, float(ok), float(failed)), settings.half_life_days)
     tool.decayed_calls, tool.decayed_successes, tool.decayed_failures = decayed.values
     tool.last_called_at = decayed.ref
@@ -132,62 +189,70 @@ def _apply_execution(
             tool.latency_ms_avg += settings.latency_smoothing * (row.duration_ms - tool.latency_ms_avg)
     habit.calls += 1
     habit.successes += int(ok)
-    reuse = Decayed([habit.decayed_calls, habit.decayed_successes],
-                    as_utc(habit.last_called_at) if habit.last_called_at else None)
+    reuse = Decayed(
+        [habit.decayed_calls, habit.decayed_successes],
+        as_utc(habit.last_called_at) if habit.last_called_at else None,
+    )
     reuse.add(at, (1.0, float(ok)), settings.half_life_days)
     habit.decayed_calls, habit.decayed_successes = reuse.values
     habit.last_called_at = reuse.ref
 
 
-async def consume_executions(session: AsyncSession, settings: LearningSettings, report: ConsumeReport) -> bool:
+async def consume_executions(
+    session: AsyncSession, settings: LearningSettings, report: ConsumeReport
+) -> bool:
     """Fold one batch of new executions into the statistics; False when there was nothing new.
 
     The caller commits (or rolls back when `report.lost_race`)."""
     cursor = await cursor_row(session, EXECUTIONS_CURSOR)
     horizon = utcnow() - timedelta(seconds=settings.refresh_lag_seconds)
-    rows = (await session.scalars(
-        select(Execution)
-        .where(_after(Execution.finished_at, Execution.id, cursor), Execution.finished_at <= horizon)
-        .order_by(Execution.finished_at, Execution.id)
-        .limit(settings.refresh_batch)
-    )).all()
+    e = Execution.__table__.c
+    rows = (
+        await session.execute(
+            select(
+                e.id,
+                e.caller,
+                e.tool,
+                e.status,
+                e.error_class,
+                e.duration_ms,
+                e.input_tokens,
+                e.output_tokens,
+                e.search_id,
+                e.started_at,
+                e.finished_at,
+            )
+            .where(_after(e.finished_at, e.id, cursor), e.finished_at <= horizon)
+            .order_by(e.finished_at, e.id)
+            .limit(settings.refresh_batch)
+        )
+    ).all()
     if not rows:
         return False
     counted = [r for r in rows if r.status not in IGNORED]
-    tool_names = sorted({r.tool for r in counted})
-    callers = sorted({r.caller for r in counted})
-    tools = {t.tool: t for t in (await session.scalars(
-        select(ToolStats).where(ToolStats.tool.in_(tool_names)))).all()} if tool_names else {}
-    habits = {(h.caller, h.tool): h for h in (await session.scalars(
-        select(CallerToolStats).where(CallerToolStats.caller.in_(callers), CallerToolStats.tool.in_(tool_names))
-    )).all()} if counted else {}
+    tools = {t.tool: t for t in await load_tool_rows(session, {r.tool for r in counted})} if counted else {}
+    pairs = {(r.caller, r.tool) for r in counted}
+    habits = {(h.caller, h.tool): h for h in await load_habit_rows(session, pairs)} if counted else {}
     now = utcnow()
     for row in counted:
-        tool = tools.get(row.tool)
-        if tool is None:
-            tool = tools[row.tool] = ToolStats(
-                tool=row.tool, calls=0, successes=0, failures=0, decayed_calls=0.0, decayed_successes=0.0,
-                decayed_failures=0.0, latency_ms_avg=0.0, last_called_at=None, updated_at=now,
-            )
-            session.add(tool)
-        habit = habits.get((row.caller, row.tool))
-        if habit is None:
-            habit = habits[(row.caller, row.tool)] = CallerToolStats(
-                caller=row.caller, tool=row.tool, calls=0, successes=0, decayed_calls=0.0,
-                decayed_successes=0.0, last_called_at=None,
-            )
-            session.add(habit)
+        tool = tools.get(row.tool) or tools.setdefault(row.tool, ToolRow(row.tool))
+        habit = habits.get((row.caller, row.tool)) or habits.setdefault(
+            (row.caller, row.tool), HabitRow(row.caller, row.tool)
+        )
         _apply_execution(tool, habit, row, settings)
         tool.updated_at = now
+    await upsert_replace(session, ToolStats.__table__, ["tool"], [dict(vars(t)) for t in tools.values()])
+    await upsert_replace(
+        session, CallerToolStats.__table__, ["caller", "tool"], [dict(vars(h)) for h in habits.values()]
+    )
+    await fold_executions(session, rows, settings)
     last = rows[-1]
     if not await _advance(session, cursor, as_utc(last.finished_at), last.id, len(rows)):
         report.lost_race = True
         return False
     report.executions += len(rows)
-    touched_tools = {r.tool for r in counted}
-    touched_habits = {(r.caller, r.tool) for r in counted}
-    report.tools.extend(tools[t] for t in touched_tools)
-    report.habits.extend(habits[h] for h in touched_habits)
+    report.tools.extend(tools.values())
+    report.habits.extend(habits.values())
     return len(rows) == settings.refresh_batch
 
 
@@ -195,18 +260,20 @@ async def consume_searches(session: AsyncSession, settings: LearningSettings, re
     """Fold one batch of new searches into `tool_search_stats`; False when there was nothing more."""
     cursor = await cursor_row(session, SEARCHES_CURSOR)
     horizon = utcnow() - timedelta(seconds=settings.refresh_lag_seconds)
-    rows = (await session.execute(
-        select(Search.id, Search.created_at, Search.results)
-        .where(_after(Search.created_at, Search.id, cursor), Search.created_at <= horizon)
-        .order_by(Search.created_at, Search.id)
-        .limit(settings.refresh_batch)
-    )).all()
+    rows = (
+        await session.execute(
+            select(Search.id, Search.created_at, Search.results, Search.caller, Search.result_count)
+            .where(_after(Search.created_at, Search.id, cursor), Search.created_at <= horizon)
+            .order_by(Search.created_at, Search.id)
+            .limit(settings.refresh_batch)
+        )
+    ).all()
     if not rows:
         return False
     appearances: dict[str, int] = defaultdict(int)
     top1: dict[str, int] = defaultdict(int)
     last_at: dict[str, datetime] = {}
-    for _id, created_at, results in rows:
+    for _id, created_at, results, _caller, _count in rows:
         for rank, item in enumerate(results or []):
             name = item.get("name") if isinstance(item, dict) else None
             if not isinstance(name, str):
@@ -216,8 +283,18 @@ async def consume_searches(session: AsyncSession, settings: LearningSettings, re
             at = as_utc(created_at)
             if name not in last_at or at > last_at[name]:
                 last_at[name] = at
-    existing = {s.tool: s for s in (await session.scalars(
-        select(ToolSearchStats).where(ToolSearchStats.tool.in_(sorted(appearances))))).all()} if appearances else {}
+    existing = (
+        {
+            s.tool: s
+            for s in (
+                await session.scalars(
+                    select(ToolSearchStats).where(ToolSearchStats.tool.in_(sorted(appearances)))
+                )
+            ).all()
+        }
+        if appearances
+        else {}
+    )
     for name, count in appearances.items():
         stats = existing.get(name)
         if stats is None:
@@ -227,8 +304,9 @@ async def consume_searches(session: AsyncSession, settings: LearningSettings, re
         stats.top1 += top1[name]
         previous = as_utc(stats.last_returned_at) if stats.last_returned_at else None
         stats.last_returned_at = last_at[name] if previous is None or last_at[name] > previous else previous
-    _id, created_at, _results = rows[-1]
-    if not await _advance(session, cursor, as_utc(created_at), rows[-1][0], len(rows)):
+    await fold_searches(session, [(caller, created_at, count) for _id, created_at, _r, caller, count in rows])
+    last_id, last_at = rows[-1][0], rows[-1][1]
+    if not await _advance(session, cursor, as_utc(last_at), last_id, len(rows)):
         report.lost_race = True
         return False
     report.searches += len(rows)

@@ -4,23 +4,19 @@ One `UpstreamConnection` per server owns one session (stdio child or streamable 
 connect, list every tool (all pages), hand them to the catalog, then serve calls multiplexed on that session
 until it is lost. A lost session (the child exits, the stream closes, a malformed result, no answer to a
 ping) is reconnected with exponential backoff; `notifications/tools/list_changed` re-lists and re-syncs.
-Upstream failures are translated here into the service's errors: UpstreamTimeout (504) and UpstreamError (502).
+Upstream failures are translated here into the service's errors: UpstreamTimeout (504) and UpstreamError
+(502).
 
-Sessions use the initialize handshake (protocol 2025-11-25 and earlier), which every server speaks and in which
-`tools/list_changed` is a plain notification on the session.
-"""
+Sessions use the initialize handshake (protocol 2025-11-25 and earlier), which every server speaks and in
+which `tools/list_changed` is a plain notification on the session."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import statistics
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import anyio
@@ -34,6 +30,7 @@ from pydantic import ValidationError
 from service.db.models import utcnow
 from service.errors import Conflict, NotFound, UpstreamError, UpstreamTimeout
 from service.servers_config import ServerSpec
+from service.upstream_health import Backoff, ServerHealth, describe, exit_reason
 from service.upstream_transport import ChildProcess, http_transport, stdio_transport
 
 logger = logging.getLogger(__name__)
@@ -48,84 +45,6 @@ LIST_CHANGED_DEBOUNCE_SECONDS = 0.05
 
 ToolsCallback = Callable[[ServerSpec, list[dict[str, Any]]], Awaitable[Any]]
 PrepareCallback = Callable[[ServerSpec], Awaitable[ServerSpec]]
-
-
-def describe(exc: BaseException) -> str:
-    """A one-line account of an exception, looking inside exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if isinstance(exc, MCPError):
-        return f"MCP error {exc.code}: {exc.message}"
-    if isinstance(exc, FileNotFoundError) and exc.filename:
-        return f"command not found: {exc.filename}"
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Delays between reconnection attempts: initial * 2^(failures-1), capped."""
-
-    initial: float = 0.5
-    maximum: float = 30.0
-
-    def delay(self, failures: int) -> float:
-        return min(self.maximum, self.initial * 2 ** max(0, failures - 1))
-
-
-@dataclass
-class ServerHealth:
-    """What GET /servers reports of one connection."""
-
-    state: str = "starting"
-    last_error: str | None = None
-    last_error_at: datetime | None = None
-    restarts: int = 0
-    pid: int | None = None
-    protocol_version: str | None = None
-    server_name: str | None = None
-    server_version: str | None = None
-    connected_at: datetime | None = None
-    last_sync_at: datetime | None = None
-    tools: int = 0
-    calls: int = 0
-    failures: int = 0
-    timeouts: int = 0
-    in_flight: int = 0
-    next_attempt_in: float | None = None
-    latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=512))
-
-    def error(self, message: str) -> None:
-        self.last_error, self.last_error_at = message, utcnow()
-
-    def as_dict(self) -> dict[str, Any]:
-        recent = sorted(self.latencies_ms)
-        latency = None
-        if recent:
-            latency = {
-                "p50_ms": round(statistics.median(recent), 3),
-                "p95_ms": round(recent[min(len(recent) - 1, int(len(recent) * 0.95))], 3),
-                "max_ms": round(recent[-1], 3),
-                "samples": len(recent),
-            }
-        return {
-            "state": self.state,
-            "last_error": self.last_error,
-            "last_error_at": self.last_error_at.isoformat() if self.last_error_at else None,
-            "restarts": self.restarts,
-            "pid": self.pid,
-            "protocol_version": self.protocol_version,
-            "server_info": {"name": self.server_name, "version": self.server_version} if self.server_name else None,
-            "connected_at": self.connected_at.isoformat() if self.connected_at else None,
-            "last_sync_at": self.last_sync_at.isoformat() if self.last_sync_at else None,
-            "tools": self.tools,
-            "calls": self.calls,
-            "failures": self.failures,
-            "timeouts": self.timeouts,
-            "in_flight": self.in_flight,
-            "next_attempt_in": self.next_attempt_in,
-            "latency": latency,
-        }
 
 
 class UpstreamConnection:
@@ -176,7 +95,7 @@ class UpstreamConnection:
         if self._task is None:
             self._task = asyncio.create_task(self._supervise(), name=f"upstream:{self.id}")
 
-    async def stop(self, timeout: float = 10.0) -> None:
+    async def stop(self, grace_seconds: float = 10.0) -> None:
         """End the session (the child is asked to exit, then killed) and the supervisor."""
         self._stopping = True
         self._mark_lost("stopped")
@@ -184,20 +103,20 @@ class UpstreamConnection:
         task, self._task = self._task, None
         if task is None:
             return
-        done, _ = await asyncio.wait({task}, timeout=timeout)
+        done, _ = await asyncio.wait({task}, timeout=grace_seconds)
         if not done:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def wait_started(self, timeout: float) -> bool:
+    async def wait_started(self, wait_seconds: float) -> bool:
         """Wait for the first connection attempt to end (ready and synced, or failed)."""
-        with anyio.move_on_after(timeout):
+        with anyio.move_on_after(wait_seconds):
             await self._first_attempt.wait()
         return self.ready
 
-    async def wait_ready(self, timeout: float) -> bool:
+    async def wait_ready(self, wait_seconds: float) -> bool:
         """Wait until the session is ready to take calls."""
-        with anyio.move_on_after(timeout):
+        with anyio.move_on_after(wait_seconds):
             await self._ready.wait()
         return self.ready
 
@@ -219,7 +138,7 @@ class UpstreamConnection:
             self._session_ready = False
             try:
                 await self._run_session()
-            except Exception as exc:  # noqa: BLE001 - any failure of a session means reconnecting after a pause
+            except Exception as exc:  # noqa: BLE001 - any failure of a session: reconnect after a pause
                 error = describe(exc)
             finally:
                 self._ready.clear()
@@ -228,11 +147,17 @@ class UpstreamConnection:
             if self._stopping:
                 break
             error = error or self._lost_reason or "the session ended"
-            if self._child.returncode is not None and self.spec.transport == "stdio":
-                tail = self._child.stderr_tail()
-                error = f"{error} (process exited with code {self._child.returncode}{': ' + tail if tail else ''})"
+            if self.spec.transport == "stdio" and self._child.returncode is not None:
+                if "exited with code" not in error:
+                    error = f"{error}; {exit_reason(self._child.returncode)}"
+                if tail := self._child.stderr_tail():
+                    error = f"{error}; stderr: {tail}"
             self.health.error(error)
-            failures = 1 if self._session_ready and time.monotonic() - started >= STABLE_AFTER_SECONDS else failures + 1
+            failures = (
+                1
+                if self._session_ready and time.monotonic() - started >= STABLE_AFTER_SECONDS
+                else failures + 1
+            )
             delay = self._backoff.delay(failures)
             self.health.state, self.health.next_attempt_in = "backoff", round(delay, 3)
             self._first_attempt.set()
@@ -252,8 +177,13 @@ class UpstreamConnection:
         assert spec.command is not None
         self._child = ChildProcess()
         return stdio_transport(
-            spec.command, list(spec.args), spec.env, spec.cwd, self._child,
-            lambda code: self._mark_lost(f"the server process exited with code {code}"), self.id,
+            spec.command,
+            list(spec.args),
+            spec.env,
+            spec.cwd,
+            self._child,
+            lambda code: self._mark_lost(exit_reason(code)),
+            self.id,
         )
 
     async def _run_session(self) -> None:
@@ -318,10 +248,13 @@ class UpstreamConnection:
             try:
                 report = await self._on_tools(self.spec, tools)
             except Exception as exc:  # noqa: BLE001 - a failed sync must not take the connection down
-                logger.exception("MCP server %s: syncing %d tools into the catalog failed", self.id, len(tools))
+                logger.exception(
+                    "MCP server %s: syncing %d tools into the catalog failed", self.id, len(tools)
+                )
                 self.health.error(f"catalog sync failed: {describe(exc)}")
                 return None
             self.health.tools = len(tools)
+            self.health.syncs += 1
             self.health.last_sync_at = utcnow()
             self.last_report = report.as_dict() if hasattr(report, "as_dict") else report
             return self.last_report
@@ -332,6 +265,7 @@ class UpstreamConnection:
             logger.warning("MCP server %s: transport error: %s", self.id, describe(message))
         elif isinstance(message, types.ToolListChangedNotification):
             logger.info("MCP server %s: tools/list_changed", self.id)
+            self.health.list_changed += 1
             self._resync.set()
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
@@ -364,25 +298,27 @@ class UpstreamConnection:
                 if exc.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT) and not self.health.in_flight:
                     self._mark_lost(f"ping failed: {describe(exc)}")
 
-    async def refresh(self, timeout: float) -> dict[str, Any] | None:
+    async def refresh(self, wait_seconds: float) -> dict[str, Any] | None:
         """List the tools again and sync the catalog; a server in backoff is reconnected at once."""
         if not self.ready:
             self._wake.set()
-            if not await self.wait_ready(timeout):
+            if not await self.wait_ready(wait_seconds):
                 raise self._not_connected()
         client = self._client
         assert client is not None
         try:
-            with anyio.fail_after(timeout):
+            with anyio.fail_after(wait_seconds):
                 tools = await self._list_tools(client)
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"MCP server {self.id!r} did not list its tools within {timeout:g} s",
-                                  server=self.id) from exc
+            raise UpstreamTimeout(
+                f"MCP server {self.id!r} did not list its tools within {wait_seconds:g} s", server=self.id
+            ) from exc
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self._mark_lost("the connection closed")
-            raise UpstreamError(f"MCP server {self.id!r} failed to list its tools: {describe(exc)}",
-                                server=self.id) from exc
+            raise UpstreamError(
+                f"MCP server {self.id!r} failed to list its tools: {describe(exc)}", server=self.id
+            ) from exc
         return await self._sync_tools(tools)
 
     # ---------------------------------------------------------------------------------------- calls
@@ -391,24 +327,27 @@ class UpstreamConnection:
         reason = f"; last error: {self.health.last_error}" if self.health.last_error else ""
         return UpstreamError(
             f"MCP server {self.id!r} is not connected ({self.health.state}){reason}",
-            server=self.id, state=self.health.state,
+            server=self.id,
+            state=self.health.state,
         )
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], timeout: float) -> types.CallToolResult:
-        """Call a tool on the session; the upstream call is cancelled when `timeout` runs out."""
-        deadline = anyio.current_time() + timeout
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], *, timeout_seconds: float
+    ) -> types.CallToolResult:
+        """Call a tool on the session; the upstream call is cancelled when `timeout_seconds` run out."""
+        deadline = anyio.current_time() + timeout_seconds
         self.health.in_flight += 1
         started = time.perf_counter()
         ok = False
         try:
             client = self._client if self._ready.is_set() else None
             if client is None:
-                await self.wait_ready(timeout)
+                await self.wait_ready(timeout_seconds)
                 client = self._client
                 if client is None:
                     raise self._not_connected()
             remaining = max(0.001, deadline - anyio.current_time())
-            result = await self._send(client, name, arguments, remaining, timeout)
+            result = await self._send(client, name, arguments, remaining, timeout_seconds)
             ok = True
             return result
         finally:
@@ -420,49 +359,61 @@ class UpstreamConnection:
                 self.health.failures += 1
 
     async def _send(
-        self, client: Client, name: str, arguments: dict[str, Any], remaining: float, timeout: float
+        self, client: Client, name: str, arguments: dict[str, Any], remaining: float, limit: float
     ) -> types.CallToolResult:
         where = f"{self.id}/{name}"
         try:
-            # The request's own read timeout sends notifications/cancelled upstream; fail_after is the backstop.
+            # The request's read timeout sends notifications/cancelled upstream; fail_after is a backstop.
             with anyio.fail_after(remaining + 1.0):
                 return await client.call_tool(name, arguments, read_timeout_seconds=remaining)
         except TimeoutError as exc:
-            raise self._timeout(where, timeout) from exc
+            raise self._timeout(where, limit) from exc
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
-                raise self._timeout(where, timeout) from exc
+                raise self._timeout(where, limit) from exc
             if exc.code == CONNECTION_CLOSED:
+                if self.spec.transport == "stdio":
+                    # The closed pipe is usually the first sign of a dead child; let the exit watcher name it.
+                    with anyio.move_on_after(0.5):
+                        await self._lost.wait()
                 reason = self._lost_reason or "the connection closed"
                 self._mark_lost(reason)
                 raise UpstreamError(
                     f"MCP server {self.id!r} failed during {name}: {reason}; it is being restarted",
-                    server=self.id, restarting=True,
+                    server=self.id,
+                    restarting=True,
                 ) from exc
             raise UpstreamError(
                 f"MCP server {self.id!r} answered {name} with error {exc.code}: {exc.message}",
-                server=self.id, upstream_code=exc.code,
+                server=self.id,
+                upstream_code=exc.code,
             ) from exc
         except ValidationError as exc:
             self._mark_lost(f"protocol error in the result of {name}")
             raise UpstreamError(
                 f"MCP server {self.id!r} sent a malformed result for {name}; it is being restarted: "
-                f"{describe(exc)[:300]}", server=self.id, restarting=True,
+                f"{describe(exc)[:300]}",
+                server=self.id,
+                restarting=True,
             ) from exc
         except RuntimeError as exc:  # invalid structured content, an unexpected input_required or claim
-            raise UpstreamError(f"MCP server {self.id!r}: {name} failed: {describe(exc)}", server=self.id) from exc
+            raise UpstreamError(
+                f"MCP server {self.id!r}: {name} failed: {describe(exc)}", server=self.id
+            ) from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, httpx2.HTTPError) as exc:
             self._mark_lost(f"transport failure: {describe(exc)}")
             raise UpstreamError(
                 f"MCP server {self.id!r} failed during {name}: {describe(exc)}; it is being restarted",
-                server=self.id, restarting=True,
+                server=self.id,
+                restarting=True,
             ) from exc
 
     def _timeout(self, where: str, timeout: float) -> UpstreamTimeout:
         self.health.timeouts += 1
         return UpstreamTimeout(
             f"{where} did not answer within {timeout:g} s; the upstream call was cancelled",
-            server=self.id, timeout_seconds=timeout,
+            server=self.id,
+            timeout_seconds=timeout,
         )
 
 
@@ -503,7 +454,10 @@ class UpstreamPool:
         if spec.id in self._connections:
             raise Conflict(f"An upstream MCP server named {spec.id!r} already exists", server=spec.id)
         connection = UpstreamConnection(
-            spec, on_tools=self._on_tools, prepare=self._prepare, backoff=self._backoff,
+            spec,
+            on_tools=self._on_tools,
+            prepare=self._prepare,
+            backoff=self._backoff,
             heartbeat_seconds=self._heartbeat_seconds,
         )
         self._connections[spec.id] = connection
@@ -516,11 +470,11 @@ class UpstreamPool:
         if connection is not None:
             await connection.stop()
 
-    async def wait_started(self, timeout: float) -> None:
-        """Wait (up to timeout) for every connection's first attempt."""
+    async def wait_started(self, wait_seconds: float) -> None:
+        """Wait (up to wait_seconds) for every connection's first attempt."""
         connections = list(self._connections.values())
         if connections:
-            await asyncio.gather(*(c.wait_started(timeout) for c in connections))
+            await asyncio.gather(*(c.wait_started(wait_seconds) for c in connections))
 
     async def close(self) -> None:
         """Stop every connection."""

@@ -1,10 +1,9 @@
 """Client transports to upstream MCP servers: a stdio child process we can observe, and streamable HTTP.
 
-The SDK's `stdio_client` hides the child: we need its pid (health, and the crash tests), the tail of its stderr
-(the reason a server failed to start is almost always there) and the moment it exits (a crash is noticed at once,
-not at the next call). The framing and shutdown sequence follow the SDK and the MCP lifecycle: close stdin,
-wait, terminate the process group, kill it.
-"""
+The SDK's `stdio_client` hides the child: we need its pid (health, and the crash tests), the tail of its
+stderr (the reason a server failed to start is almost always there) and the moment it exits (a crash is
+noticed at once, not at the next call). The framing and shutdown sequence follow the SDK and the MCP
+lifecycle: close stdin, wait, terminate the process group, kill it."""
 
 from __future__ import annotations
 
@@ -87,10 +86,12 @@ async def stdio_transport(
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
 
+    stderr_done = anyio.Event()
+
     async def read_stderr() -> None:
         assert process.stderr is not None
-        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            buffer = ""
+        buffer = ""
+        try:
             async for chunk in TextReceiveStream(process.stderr, errors="replace"):
                 lines = (buffer + chunk).split("\n")
                 buffer = lines.pop()
@@ -98,6 +99,12 @@ async def stdio_transport(
                     if line.strip():
                         child.stderr.append(line.rstrip()[:500])
                         server_log.debug("%s", line.rstrip())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+        finally:
+            if buffer.strip():
+                child.stderr.append(buffer.rstrip()[:500])
+            stderr_done.set()
 
     async def write_stdin() -> None:
         assert process.stdin is not None
@@ -111,7 +118,7 @@ async def stdio_transport(
 
     async def watch_exit() -> None:
         # Polling returncode, not wait(): a grandchild holding the pipes would make wait() hang.
-        while process.returncode is None:
+        while process.returncode is None:  # noqa: ASYNC110 - a return code has no event to wait on
             await anyio.sleep(EXIT_POLL_SECONDS)
         child.returncode = process.returncode
         on_exit(process.returncode)
@@ -127,13 +134,18 @@ async def stdio_transport(
             with anyio.CancelScope(shield=True):
                 await write_stream.aclose()
                 await _stop(process)
+                child.returncode = process.returncode
+                # The last words of a dying server explain why: read its stderr to the end (bounded).
+                with anyio.move_on_after(0.5):
+                    await stderr_done.wait()
+                await _close_pipes(process)
                 await read_stream.aclose()
             tg.cancel_scope.cancel()
 
 
-async def _wait_exit(process: anyio.abc.Process, timeout: float) -> bool:
-    with anyio.move_on_after(timeout):
-        while process.returncode is None:
+async def _wait_exit(process: anyio.abc.Process, wait_seconds: float) -> bool:
+    with anyio.move_on_after(wait_seconds):
+        while process.returncode is None:  # noqa: ASYNC110 - a return code has no event to wait on
             await anyio.sleep(0.02)
     return process.returncode is not None
 
@@ -151,6 +163,9 @@ async def _stop(process: anyio.abc.Process) -> None:
     else:
         # The server exited; its children (npx -> node) may not have.
         _signal_group(process.pid, signal.SIGTERM)
+
+
+async def _close_pipes(process: anyio.abc.Process) -> None:
     for stream in (process.stdout, process.stderr):
         if stream is not None:
             with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):

@@ -67,7 +67,7 @@ class Hit:
 
     qualified_name: str
     score: float
-    payload: dict[str, Any]
+    payload: dict[str, Any]  # search returns only `qualified_name`; `payloads()` gives the rest
 
 
 class VectorIndex(Protocol):

@@ -130,7 +130,7 @@ class EdgeIndex:
                 limit=q.limit,
                 query=_query(q),
                 filter=flt,
-                with_payload=True,
+                with_payload=["qualified_name"],  # full payloads are fetched for the winners only
                 params=None if q.signal == LEXICAL_FIELD else _EXACT,  # the sparse index is exact already
             )
             for q in queries
@@ -174,10 +174,12 @@ def _filter(where: SearchFilter) -> qe.Filter | None:
         must.append(qe.FieldCondition("server", match=qe.MatchAny(list(where.servers))))
     if where.tags:
         must.append(qe.FieldCondition("tags", match=qe.MatchAny(list(where.tags))))
-    if where.allowed is not None:
-        must.append(qe.FieldCondition("qualified_name", match=qe.MatchAny(sorted(where.allowed))))
     must_not: list[Any] = []
-    if where.denied:
+    if where.allowed is not None:  # denied folded into allowed: one condition instead of two
+        must.append(
+            qe.FieldCondition("qualified_name", match=qe.MatchAny(sorted(where.allowed - where.denied)))
+        )
+    elif where.denied:
         must_not.append(qe.FieldCondition("qualified_name", match=qe.MatchAny(sorted(where.denied))))
     if not must and not must_not:
         return None

@@ -155,7 +155,7 @@ class QdrantIndex:
                 using=q.signal,
                 filter=flt,
                 limit=q.limit,
-                with_payload=True,
+                with_payload=["qualified_name"],  # full payloads are fetched for the winners only
                 params=None if q.signal == LEXICAL_FIELD else self._params,
             )
             for q in queries
@@ -191,12 +191,11 @@ def _filter(where: SearchFilter) -> models.Filter | None:
         must.append(models.FieldCondition(key="server", match=models.MatchAny(any=list(where.servers))))
     if where.tags:
         must.append(models.FieldCondition(key="tags", match=models.MatchAny(any=list(where.tags))))
-    if where.allowed is not None:
-        must.append(
-            models.FieldCondition(key="qualified_name", match=models.MatchAny(any=sorted(where.allowed)))
-        )
     must_not: list[models.Condition] = []
-    if where.denied:
+    if where.allowed is not None:  # denied folded into allowed: one condition instead of two
+        allowed = sorted(where.allowed - where.denied)
+        must.append(models.FieldCondition(key="qualified_name", match=models.MatchAny(any=allowed)))
+    elif where.denied:
         must_not.append(
             models.FieldCondition(key="qualified_name", match=models.MatchAny(any=sorted(where.denied)))
         )

@@ -1,5 +1,6 @@
 """GET /analytics/...: what agents search for and call. Admins see every caller; other callers see their own
-rows, and everyone sees only the tools they may use."""
+rows, and everyone sees only the tools they may use. The figures come from rollups that the statistics
+refresh keeps (service/analytics.py explains their granularity)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,14 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def build_scope(resources: Resources, caller: Caller, since: datetime | None, until: datetime | None,
-                of_caller: str | None, default_days: int | None = DEFAULT_DAYS) -> Scope:
+def build_scope(
+    resources: Resources,
+    caller: Caller,
+    since: datetime | None,
+    until: datetime | None,
+    of_caller: str | None,
+    default_days: int | None = DEFAULT_DAYS,
+) -> Scope:
     """The rows this reader may aggregate over."""
     if since is None and default_days is not None:
         since = datetime.now(UTC) - timedelta(days=default_days)
@@ -41,8 +48,11 @@ def build_scope(resources: Resources, caller: Caller, since: datetime | None, un
 
 
 async def scope_dep(
-    resources: ResourcesDep, caller: CallerDep,
-    since: Annotated[datetime | None, Query(description=f"From (ISO 8601, UTC); default {DEFAULT_DAYS} days ago")] = None,
+    resources: ResourcesDep,
+    caller: CallerDep,
+    since: Annotated[
+        datetime | None, Query(description=f"From (ISO 8601, UTC); default {DEFAULT_DAYS} days ago")
+    ] = None,
     until: Annotated[datetime | None, Query(description="Until, exclusive (ISO 8601, UTC)")] = None,
     of_caller: Annotated[str | None, Query(alias="caller", description="Only this caller (admins)")] = None,
 ) -> Scope:
@@ -69,6 +79,7 @@ class ToolUsage(BaseModel):
     latency_ms: LatencyView
     input_tokens: int
     output_tokens: int
+    from_search: int
     errors: dict[str, int]
 
 
@@ -99,7 +110,7 @@ class CallerUsage(BaseModel):
     successes: int
     success_rate: float | None
     tools: int
-    last_call_at: str | None
+    last_active_day: str | None
     searches: int
 
 
@@ -152,14 +163,19 @@ class NeverFoundResponse(BaseModel):
 
 
 @router.get("/tools", response_model=ToolUsageResponse)
-async def tools(session: SessionDep, scope: ScopeDep, tool: str | None = None, limit: Limit = 50) -> dict[str, Any]:
+async def tools(
+    session: SessionDep, scope: ScopeDep, tool: str | None = None, limit: Limit = 50
+) -> dict[str, Any]:
     """Per tool: calls, success rate, p50/p95 latency, tokens, errors by class."""
     return {"tools": await analytics.tool_usage(session, scope, tool=tool, limit=limit)}
 
 
 @router.get("/tools/never-found", response_model=NeverFoundResponse)
 async def tools_never_found(
-    session: SessionDep, resources: ResourcesDep, caller: CallerDep, since: datetime | None = None,
+    session: SessionDep,
+    resources: ResourcesDep,
+    caller: CallerDep,
+    since: datetime | None = None,
     limit: Limit = 100,
 ) -> dict[str, Any]:
     """Active tools that no search returned (ever, or since `since`)."""
@@ -169,10 +185,10 @@ async def tools_never_found(
 
 @router.get("/timeseries", response_model=TimeseriesResponse)
 async def timeseries(
-    session: SessionDep, scope: ScopeDep, bucket: Literal["hour", "day"] = "hour", tool: str | None = None,
+    session: SessionDep, scope: ScopeDep, bucket: Literal["hour", "day"] = "hour"
 ) -> dict[str, Any]:
     """Calls, successes, latency, callers and searches per UTC hour or day."""
-    return {"bucket": bucket, "series": await analytics.timeseries(session, scope, bucket, tool)}
+    return {"bucket": bucket, "series": await analytics.timeseries(session, scope, bucket)}
 
 
 @router.get("/callers", response_model=CallersResponse)
@@ -183,12 +199,11 @@ async def callers(session: SessionDep, scope: ScopeDep, limit: Limit = 20) -> di
 
 @router.get("/cooccurrence", response_model=CooccurrenceResponse)
 async def cooccurrence(
-    session: SessionDep, scope: ScopeDep, window_seconds: Annotated[float, Query(gt=0, le=86400)] = 300.0,
-    limit: Limit = 50,
+    session: SessionDep, resources: ResourcesDep, scope: ScopeDep, limit: Limit = 50
 ) -> dict[str, Any]:
-    """Pairs of tools called one after the other by the same caller within the window."""
-    pairs = await analytics.cooccurrence(session, scope, window_seconds=window_seconds, limit=limit)
-    return {"window_seconds": window_seconds, "pairs": pairs}
+    """Pairs of tools called one after the other by the same caller within the configured window."""
+    pairs = await analytics.cooccurrence(session, scope, limit=limit)
+    return {"window_seconds": resources.settings.learning.cooccurrence_window_seconds, "pairs": pairs}
 
 
 @router.get("/conversion", response_model=ConversionResponse)
@@ -199,7 +214,10 @@ async def conversion(session: SessionDep, scope: ScopeDep) -> dict[str, Any]:
 
 @router.get("/searches/unanswered", response_model=UnansweredResponse)
 async def unanswered(
-    session: SessionDep, scope: ScopeDep, kind: Literal["no_result", "no_call"] = "no_result", limit: Limit = 50,
+    session: SessionDep,
+    scope: ScopeDep,
+    kind: Literal["no_result", "no_call"] = "no_result",
+    limit: Limit = 50,
 ) -> dict[str, Any]:
     """Searches that returned nothing, or that no call followed, grouped by query text."""
     return {"kind": kind, "queries": await analytics.unanswered_searches(session, scope, kind, limit)}

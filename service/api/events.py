@@ -41,5 +41,7 @@ async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingRespons
                 yield format_event(event) if event is not None else ": heartbeat\n\n"
 
     return StreamingResponse(
-        stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -17,10 +17,18 @@ router = APIRouter(tags=["execute"])
 class ExecuteRequest(BaseModel):
     """One call of a tool by its qualified name."""
 
-    name: str = Field(min_length=1, max_length=256, description="Qualified tool name, e.g. time__get_current_time")
-    arguments: dict[str, Any] = Field(default_factory=dict, description="Arguments, checked against the input schema")
-    search_id: str | None = Field(default=None, max_length=36, description="The /search that led to this call")
-    approval_id: str | None = Field(default=None, max_length=36, description="A granted approval for this call")
+    name: str = Field(
+        min_length=1, max_length=256, description="Qualified tool name, e.g. time__get_current_time"
+    )
+    arguments: dict[str, Any] = Field(
+        default_factory=dict, description="Arguments, checked against the input schema"
+    )
+    search_id: str | None = Field(
+        default=None, max_length=36, description="The /search that led to this call"
+    )
+    approval_id: str | None = Field(
+        default=None, max_length=36, description="A granted approval for this call"
+    )
 
 
 class ExecuteResponse(BaseModel):
@@ -93,8 +101,10 @@ async def execute_batch(request: BatchRequest, resources: ResourcesDep, caller: 
     """Run several calls in parallel (bounded); one failing call does not fail the others."""
     settings = resources.settings.execution
     if len(request.calls) > settings.batch_max_calls:
-        raise InvalidRequest(f"A batch holds at most {settings.batch_max_calls} calls, not {len(request.calls)}",
-                             errors=[{"pointer": "/calls", "reason": f"at most {settings.batch_max_calls} calls"}])
+        raise InvalidRequest(
+            f"A batch holds at most {settings.batch_max_calls} calls, not {len(request.calls)}",
+            errors=[{"pointer": "/calls", "reason": f"at most {settings.batch_max_calls} calls"}],
+        )
     concurrency = min(request.concurrency or settings.batch_concurrency, settings.batch_concurrency)
     items = await get_gateway(resources).executor.execute_batch(
         caller, [call.model_dump() for call in request.calls], concurrency
@@ -105,9 +115,13 @@ async def execute_batch(request: BatchRequest, resources: ResourcesDep, caller: 
 
 @router.get("/results/{result_id}", response_model=ResultPageResponse)
 async def get_result(
-    result_id: str, resources: ResourcesDep, caller: CallerDep,
+    result_id: str,
+    resources: ResourcesDep,
+    caller: CallerDep,
     offset: int = Query(0, ge=0, description="First token"),
-    limit: int | None = Query(None, ge=1, le=100_000, description="Tokens (default: the result token budget)"),
+    limit: int | None = Query(
+        None, ge=1, le=100_000, description="Tokens (default: the result token budget)"
+    ),
 ) -> dict[str, Any]:
     """Page through a result that /execute cut to the token budget."""
     limit = limit or resources.settings.execution.result_token_budget

@@ -43,8 +43,9 @@ def _require_admin(caller: auth.Caller) -> None:
 
 
 @router.post("", response_model=KeyCreatedResponse, status_code=201)
-async def create(request: KeyCreateRequest, session: SessionDep, resources: ResourcesDep, caller: CallerDep
-                 ) -> dict[str, Any]:
+async def create(
+    request: KeyCreateRequest, session: SessionDep, resources: ResourcesDep, caller: CallerDep
+) -> dict[str, Any]:
     """A new key for a caller. Creating the first key ends open mode: from then on every request needs one."""
     _require_admin(caller)
     created = await auth.create_key(session, request.caller, request.roles)
@@ -63,7 +64,9 @@ async def list_keys(session: SessionDep, caller: CallerDep, include_revoked: boo
 
 
 @router.delete("/{key_id}", response_model=KeyResponse)
-async def revoke(key_id: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
+async def revoke(
+    key_id: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep
+) -> dict[str, Any]:
     """Revoke a key by id or shown prefix; it stops working at once in this process."""
     _require_admin(caller)
     row = await auth.revoke_key(session, key_id)

@@ -46,8 +46,10 @@ def _spec(request: ServerCreateRequest) -> ServerSpec:
     if request.mcp_servers is not None:
         specs = parse_servers_document({"mcpServers": request.mcp_servers}, source="api")
         if len(specs) != 1:
-            raise InvalidRequest("POST /servers takes one server at a time",
-                                 errors=[{"pointer": "/mcpServers", "reason": "exactly one server"}])
+            raise InvalidRequest(
+                "POST /servers takes one server at a time",
+                errors=[{"pointer": "/mcpServers", "reason": "exactly one server"}],
+            )
         return specs[0]
     if not request.id:
         raise InvalidRequest("The server needs an id", errors=[{"pointer": "/id", "reason": "missing"}])
@@ -68,7 +70,9 @@ async def get_one_server(server_id: str, resources: ResourcesDep) -> dict[str, A
 
 
 @router.post("/servers", status_code=201)
-async def create_server(request: ServerCreateRequest, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
+async def create_server(
+    request: ServerCreateRequest, resources: ResourcesDep, caller: CallerDep
+) -> dict[str, Any]:
     """Connect a new upstream server and index its tools (admin). 502 when it cannot be reached."""
     _require_admin(caller)
     settings = resources.settings.execution
@@ -84,7 +88,8 @@ async def remove_one_server(server_id: str, resources: ResourcesDep, caller: Cal
 
 @router.post("/servers/{server_id}/refresh")
 async def refresh_one_server(server_id: str, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
-    """List the server's tools again and sync the catalog: new and changed tools indexed, gone ones removed."""
+    """List the server's tools again and sync the catalog: new and changed tools indexed, gone ones out."""
     _require_admin(caller)
-    return await refresh_server(get_gateway(resources), server_id, resources.settings.execution.timeout_seconds)
-
+    return await refresh_server(
+        get_gateway(resources), server_id, resources.settings.execution.timeout_seconds
+    )

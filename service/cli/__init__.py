@@ -8,7 +8,10 @@ import logging
 import sys
 
 # Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
-COMMAND_MODULES = ["service.cli.core", "service.cli.bench", "service.cli.keys", "service.cli.analytics", "service.cli.mcp"]
+COMMAND_MODULES = [
+    "service.cli.core", "service.cli.bench", "service.cli.keys", "service.cli.analytics", "service.cli.mcp",
+    "service.cli.servers",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """`toolscout analytics tools | timeseries | callers | cooccurrence | conversion | unanswered | never-found`.
 
-Reads the database directly with an admin's view (every caller, every tool)."""
+Reads the database directly with an admin's view (every caller, every tool), after folding what the logs
+gained since the last refresh into the rollups."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from service.settings import Settings
 def _common(parser: argparse.ArgumentParser, window: bool = True) -> None:
     if window:
         parser.add_argument("--since", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC)")
-        parser.add_argument("--until", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC), exclusive")
+        parser.add_argument(
+            "--until", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC), exclusive"
+        )
         parser.add_argument("--days", type=float, default=30.0, help="window when --since is not given (30)")
         parser.add_argument("--caller", default=None, help="only this caller")
     parser.add_argument("--limit", type=int, default=50)
@@ -43,7 +46,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     series = sub.add_parser("timeseries", help="calls and searches per hour or day")
     _common(series)
     series.add_argument("--bucket", choices=["hour", "day"], default="day")
-    series.add_argument("--tool", default=None)
     series.set_defaults(func=cmd_timeseries)
 
     callers = sub.add_parser("callers", help="top callers")
@@ -52,7 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     pairs = sub.add_parser("cooccurrence", help="tools used together")
     _common(pairs)
-    pairs.add_argument("--window", type=float, default=300.0, help="seconds between two calls (300)")
     pairs.set_defaults(func=cmd_cooccurrence)
 
     conversion = sub.add_parser("conversion", help="search -> call conversion")
@@ -66,7 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     never = sub.add_parser("never-found", help="tools no search ever returned")
     _common(never, window=False)
-    never.add_argument("--since", type=datetime.fromisoformat, default=None, help="not returned since (ISO 8601)")
+    never.add_argument(
+        "--since", type=datetime.fromisoformat, default=None, help="not returned since (ISO 8601)"
+    )
     never.set_defaults(func=cmd_never_found)
 
 
@@ -79,10 +82,10 @@ def _scope(args: argparse.Namespace) -> Scope:
     return Scope(since=since, until=_utc(args.until), caller=args.caller)
 
 
-def _run(query: Callable[[AsyncSession], Awaitable[Any]], refresh: bool = False) -> Any:
+def _run(query: Callable[[AsyncSession], Awaitable[Any]]) -> Any:
     async def run(resources: Resources) -> Any:
-        if refresh:
-            await refresh_stats(resources)
+        # Fold whatever the logs gained since the last refresh (a running service does this by itself).
+        await refresh_stats(resources)
         async with resources.session() as session:
             return await query(session)
 
@@ -102,27 +105,40 @@ def _emit(args: argparse.Namespace, body: Any, rows: list[dict[str, Any]], colum
 def cmd_tools(args: argparse.Namespace) -> int:
     scope = _scope(args)
     rows = _run(lambda s: analytics.tool_usage(s, scope, tool=args.tool, limit=args.limit))
-    flat = [{**r, "p50_ms": r["latency_ms"]["p50"], "p95_ms": r["latency_ms"]["p95"],
-             "errors": ", ".join(f"{k}={v}" for k, v in r["errors"].items())} for r in rows]
+    flat = [
+        {
+            **r,
+            "p50_ms": r["latency_ms"]["p50"],
+            "p95_ms": r["latency_ms"]["p95"],
+            "errors": ", ".join(f"{k}={v}" for k, v in r["errors"].items()),
+        }
+        for r in rows
+    ]
     return _emit(args, rows, flat, ["tool", "calls", "success_rate", "p50_ms", "p95_ms", "errors"])
 
 
 def cmd_timeseries(args: argparse.Namespace) -> int:
     scope = _scope(args)
-    rows = _run(lambda s: analytics.timeseries(s, scope, args.bucket, args.tool))
-    return _emit(args, rows, rows, ["bucket", "calls", "success_rate", "mean_latency_ms", "callers", "searches",
-                                    "empty_searches"])
+    rows = _run(lambda s: analytics.timeseries(s, scope, args.bucket))
+    return _emit(
+        args,
+        rows,
+        rows,
+        ["bucket", "calls", "success_rate", "mean_latency_ms", "callers", "searches", "empty_searches"],
+    )
 
 
 def cmd_callers(args: argparse.Namespace) -> int:
     scope = _scope(args)
     rows = _run(lambda s: analytics.top_callers(s, scope, args.limit))
-    return _emit(args, rows, rows, ["caller", "calls", "success_rate", "tools", "searches", "last_call_at"])
+    return _emit(
+        args, rows, rows, ["caller", "calls", "success_rate", "tools", "searches", "last_active_day"]
+    )
 
 
 def cmd_cooccurrence(args: argparse.Namespace) -> int:
     scope = _scope(args)
-    rows = _run(lambda s: analytics.cooccurrence(s, scope, window_seconds=args.window, limit=args.limit))
+    rows = _run(lambda s: analytics.cooccurrence(s, scope, limit=args.limit))
     flat = [{"tool_a": r["tools"][0], "tool_b": r["tools"][1], "count": r["count"]} for r in rows]
     return _emit(args, rows, flat, ["tool_a", "tool_b", "count"])
 
@@ -142,5 +158,5 @@ def cmd_unanswered(args: argparse.Namespace) -> int:
 
 def cmd_never_found(args: argparse.Namespace) -> int:
     scope = Scope(since=_utc(args.since))
-    rows = _run(lambda s: analytics.never_found(s, scope, limit=args.limit), refresh=True)
+    rows = _run(lambda s: analytics.never_found(s, scope, limit=args.limit))
     return _emit(args, rows, rows, ["tool", "server", "calls", "first_seen_at", "last_returned_at"])

@@ -6,7 +6,10 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCH_MODULES = ["service.benchmarks.search", "service.cli.tokens_bench"]
+BENCH_MODULES = [
+    "service.benchmarks.search", "service.cli.tokens_bench", "service.benchmarks.analytics",
+    "service.cli.execute_bench", "service.benchmarks.learning",
+]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

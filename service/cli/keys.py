@@ -23,8 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     create = sub.add_parser("create", help="create a key (the secret is printed once)")
     create.add_argument("--caller", required=True, help="the caller id the key acts as")
-    create.add_argument("--role", action="append", default=[], dest="roles",
-                        help="a role of the permissions file (repeatable), e.g. admin, approver")
+    create.add_argument(
+        "--role",
+        action="append",
+        default=[],
+        dest="roles",
+        help="a role of the permissions file (repeatable), e.g. admin, approver",
+    )
     create.add_argument("--json", action="store_true")
     create.set_defaults(func=cmd_create)
 
@@ -51,13 +56,24 @@ def cmd_create(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({"id": created.id, "key": created.key, "prefix": created.prefix,
-                          "caller": created.caller, "roles": list(created.roles)}))
+        print(
+            json.dumps(
+                {
+                    "id": created.id,
+                    "key": created.key,
+                    "prefix": created.prefix,
+                    "caller": created.caller,
+                    "roles": list(created.roles),
+                }
+            )
+        )
     else:
         print(f"key for {created.caller} (roles: {', '.join(created.roles) or 'none'}), id {created.id}:")
         print(created.key)
-        print("Store it now: only its hash is kept. Every request without a key is refused from now on.",
-              file=sys.stderr)
+        print(
+            "Store it now: only its hash is kept. Every request without a key is refused from now on.",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -72,8 +88,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     elif not rows:
         print("no API keys: the service runs open for one local user")
     else:
-        print_table([{**r, "roles": ",".join(r["roles"])} for r in rows],  # type: ignore[arg-type]
-                    ["id", "prefix", "caller", "roles", "created_at", "revoked_at"])
+        print_table(
+            [{**r, "roles": ",".join(r["roles"])} for r in rows],  # type: ignore[arg-type]
+            ["id", "prefix", "caller", "roles", "created_at", "revoked_at"],
+        )
     return 0
 
 

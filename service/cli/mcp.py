@@ -8,8 +8,7 @@ import sys
 import anyio
 
 from service.errors import ToolscoutError
-from service.mcp.profiles import select_profile
-from service.mcp.render import MODES
+from service.mcp import MODES
 from service.settings import Settings
 
 
@@ -25,12 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     mcp.add_argument("--profile", default=None, help="a named scope of the profiles file")
     mcp.add_argument("--api-url", default=None, help="the REST API (default: settings frontend.api_url)")
     mcp.add_argument("--host", default=None, help="HTTP host (default: settings frontend.http_host)")
-    mcp.add_argument("--port", type=int, default=None, help="HTTP port (default: settings frontend.http_port)")
+    mcp.add_argument(
+        "--port", type=int, default=None, help="HTTP port (default: settings frontend.http_port)"
+    )
     mcp.add_argument("--path", default=None, help="HTTP path (default: settings frontend.http_path, /mcp)")
     mcp.set_defaults(func=cmd_mcp)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
+    from service.mcp.profiles import select_profile
     from service.mcp.serve import serve_http, serve_stdio
     from service.mcp.server import create_frontend
 
@@ -48,7 +50,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     else:
         host = args.host or settings.frontend.http_host
         port = args.port or settings.frontend.http_port
-        print(f"Toolscout MCP front end ({args.mode}) on http://{host}:{port}{args.path or settings.frontend.http_path}"
-              f" -> {settings.frontend.api_url}", file=sys.stderr, flush=True)
+        print(
+            f"Toolscout MCP front end ({args.mode}) on "
+            f"http://{host}:{port}{args.path or settings.frontend.http_path}"
+            f" -> {settings.frontend.api_url}",
+            file=sys.stderr,
+            flush=True,
+        )
         anyio.run(serve_http, frontend, host, port, args.path)
     return 0

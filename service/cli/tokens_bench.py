@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from service.errors import ToolscoutError
 from service.settings import Settings
 
 
-def register(bench_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tokens = bench_subparsers.add_parser(
         "tokens",
         help="tokens per turn of each MCP front-end mode and profile (deterministic JSON)",
@@ -22,19 +23,32 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:  # type: ign
         "full list. The output is identical on repeated runs; --live-timings adds latencies measured through "
         "the front end against the running API.",
     )
-    tokens.add_argument("--catalog", type=Path, default=None,
-                        help="an MCP tools/list JSON, a JSONL catalog or a folder of them (default: the demo "
-                             "catalog of 8 real servers, 85 tools)")
-    tokens.add_argument("--profiles", type=Path, default=None,
-                        help="profiles file (default: settings frontend.profiles_file)")
-    tokens.add_argument("-k", type=int, default=None, help="search result size (default: settings search.default_k)")
+    tokens.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        help="an MCP tools/list JSON, a JSONL catalog or a folder of them (default: the demo "
+        "catalog of 8 real servers, 85 tools)",
+    )
+    tokens.add_argument(
+        "--profiles", type=Path, default=None, help="profiles file (default: settings frontend.profiles_file)"
+    )
+    tokens.add_argument(
+        "-k", type=int, default=None, help="search result size (default: settings search.default_k)"
+    )
     tokens.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     tokens.add_argument("--markdown", action="store_true", help="print the README table instead of JSON")
-    tokens.add_argument("--live-timings", action="store_true",
-                        help="add latencies of list, search and call through the front end (needs the API running)")
+    tokens.add_argument(
+        "--live-timings",
+        action="store_true",
+        help="add latencies of list, search and call through the front end (needs the API running)",
+    )
     tokens.add_argument("--rounds", type=int, default=20, help="repetitions per live timing (default 20)")
-    tokens.add_argument("--call-tool", default=None,
-                        help="tool to time calls of (default: a read-only tool without required arguments)")
+    tokens.add_argument(
+        "--call-tool",
+        default=None,
+        help="tool to time calls of (default: a read-only tool without required arguments)",
+    )
     tokens.add_argument("--call-arguments", default="{}", help="JSON arguments for --call-tool")
     tokens.set_defaults(func=cmd_tokens)
 
@@ -50,9 +64,15 @@ def cmd_tokens(args: argparse.Namespace) -> int:
         label = str(args.catalog) if args.catalog else "service/demo/catalogs"
         report = token_report(catalog, profiles, label, args.k or settings.search.default_k)
         if args.live_timings:
+            # The SDK client warns on every call of a tool that full mode does not list (the meta-tools).
+            logging.getLogger("client").setLevel(logging.ERROR)
             report["live"] = anyio.run(
-                lambda: live_timings(settings, rounds=args.rounds, call_tool=args.call_tool,
-                                     call_arguments=json.loads(args.call_arguments))
+                lambda: live_timings(
+                    settings,
+                    rounds=args.rounds,
+                    call_tool=args.call_tool,
+                    call_arguments=json.loads(args.call_arguments),
+                )
             )
     except ToolscoutError as exc:
         print(f"error: {exc.detail}", file=sys.stderr)

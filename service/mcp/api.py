@@ -36,8 +36,9 @@ class ApiUnavailable(ApiError):
     """The Toolscout API could not be reached or answered with something that is not JSON."""
 
     def __init__(self, detail: str) -> None:
-        super().__init__({"type": "api-unavailable", "title": "Toolscout API unavailable", "status": 503,
-                          "detail": detail})
+        super().__init__(
+            {"type": "api-unavailable", "title": "Toolscout API unavailable", "status": 503, "detail": detail}
+        )
 
 
 def _problem_of(response: httpx.Response) -> dict[str, Any]:
@@ -48,8 +49,13 @@ def _problem_of(response: httpx.Response) -> dict[str, Any]:
     if isinstance(body, dict) and ("detail" in body or "title" in body):
         return body
     reason = response.text[:300].strip() or response.reason_phrase
-    return {"type": "http-error", "title": "HTTP error", "status": response.status_code,
-            "detail": f"{response.request.method} {response.request.url.path} answered {response.status_code}: {reason}"}
+    return {
+        "type": "http-error",
+        "title": "HTTP error",
+        "status": response.status_code,
+        "detail": f"{response.request.method} {response.request.url.path} answered "
+        f"{response.status_code}: {reason}",
+    }
 
 
 class ToolscoutApi:
@@ -68,7 +74,10 @@ class ToolscoutApi:
             headers["Authorization"] = f"Bearer {api_key}"
         self.base_url = base_url
         self._client = httpx.AsyncClient(
-            base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout, connect=10.0), transport=transport
+            base_url=base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            transport=transport,
         )
 
     async def aclose(self) -> None:
@@ -79,7 +88,9 @@ class ToolscoutApi:
         try:
             response = await self._client.request(method, path, **kwargs)
         except httpx.TimeoutException as exc:
-            raise ApiUnavailable(f"The Toolscout API at {self.base_url} did not answer {method} {path} in time") from exc
+            raise ApiUnavailable(
+                f"The Toolscout API at {self.base_url} did not answer {method} {path} in time"
+            ) from exc
         except httpx.HTTPError as exc:
             raise ApiUnavailable(f"The Toolscout API at {self.base_url} is unreachable: {exc}") from exc
         if response.status_code >= 400:
@@ -90,7 +101,12 @@ class ToolscoutApi:
             raise ApiUnavailable(f"{method} {path} answered a body that is not JSON") from exc
 
     async def search(
-        self, query: str, *, k: int | None = None, servers: list[str] | None = None, tags: list[str] | None = None
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        servers: list[str] | None = None,
+        tags: list[str] | None = None,
     ) -> dict[str, Any]:
         """POST /search: the best tools for a task."""
         body: dict[str, Any] = {"query": query}
@@ -121,11 +137,19 @@ class ToolscoutApi:
         """GET /tools/{name}."""
         return dict(await self._request("GET", f"/tools/{name}"))
 
-    async def execute(self, name: str, arguments: dict[str, Any], search_id: str | None = None) -> dict[str, Any]:
+    async def execute(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        search_id: str | None = None,
+        approval_id: str | None = None,
+    ) -> dict[str, Any]:
         """POST /execute: run a tool on the server that owns it."""
         body: dict[str, Any] = {"name": name, "arguments": arguments}
         if search_id:
             body["search_id"] = search_id
+        if approval_id:
+            body["approval_id"] = approval_id
         return dict(await self._request("POST", "/execute", json=body))
 
     async def fetch_result(self, result_id: str, offset: int | None = None) -> dict[str, Any]:
@@ -145,7 +169,10 @@ class ToolscoutApi:
         Raises ApiUnavailable (or ApiError for a refusal) when the stream cannot be opened or breaks."""
         try:
             async with self._client.stream(
-                "GET", "/events", headers={"Accept": "text/event-stream"}, timeout=httpx.Timeout(None, connect=10.0)
+                "GET",
+                "/events",
+                headers={"Accept": "text/event-stream"},
+                timeout=httpx.Timeout(None, connect=10.0),
             ) as response:
                 if response.status_code >= 400:
                     await response.aread()

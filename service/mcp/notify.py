@@ -48,7 +48,9 @@ class SessionScopedBus:
                 continue
             try:
                 listener(event)
-            except Exception:  # fan-out boundary, as in the SDK's bus: one listener must not starve the others
+            except (
+                Exception
+            ):  # fan-out boundary, as in the SDK's bus: one listener must not starve the others
                 logger.exception("subscription listener raised; continuing")
         await anyio.lowlevel.checkpoint()
 
@@ -84,7 +86,10 @@ class Notifier:
         connection.exit_stack.callback(self._connections.pop, connection, None)
 
     async def listen(
-        self, session: str, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+        self,
+        session: str,
+        ctx: ServerRequestContext[Any, Any],
+        params: types.SubscriptionsListenRequestParams,
     ) -> types.SubscriptionsListenResult:
         """Serve one `subscriptions/listen` stream on behalf of a session."""
         token = _LISTENING_SESSION.set(session)

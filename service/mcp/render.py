@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 import mcp.types as types
 from mcp_types import methods as wire_methods
@@ -17,9 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from indexer.tools import normalize_server_id
 from service.errors import ToolscoutError
-
-Mode = Literal["lazy", "grouped", "full", "dynamic"]
-MODES: tuple[Mode, ...] = ("lazy", "grouped", "full", "dynamic")
+from service.mcp import Mode
 
 STATUS, SEARCH, CALL, FETCH = "status", "search_tools", "call_tool", "fetch_result"
 META_TOOLS = (STATUS, SEARCH, CALL, FETCH)
@@ -44,7 +42,7 @@ def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
     return [
         types.Tool(
             name=STATUS,
-            description="Toolscout status: connected MCP servers, their health and tool counts, and this mode.",
+            description="Toolscout status: connected MCP servers, their health and tool counts, the mode.",
             input_schema=_OBJECT,
             annotations=types.ToolAnnotations(read_only_hint=True),
         ),
@@ -57,8 +55,16 @@ def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
             input_schema=_schema(
                 {
                     "query": {"type": "string", "description": "The task, in plain words"},
-                    "k": {"type": "integer", "minimum": 1, "maximum": 50, "description": f"How many tools ({k_note})"},
-                    "server": {"type": "string", "description": "Only this server's tools (an id from status)"},
+                    "k": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": 50,
+                        "description": f"How many tools ({k_note})",
+                    },
+                    "server": {
+                        "type": "string",
+                        "description": "Only this server's tools (an id from status)",
+                    },
                 },
                 ["query"],
             ),
@@ -66,11 +72,15 @@ def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
         ),
         types.Tool(
             name=CALL,
-            description="Run a tool by its exact name (from search_tools) with arguments matching its input schema.",
+            description="Run a tool by exact name (from search_tools) with arguments for its input schema.",
             input_schema=_schema(
                 {
                     "name": {"type": "string", "description": "Exact tool name, e.g. github__create_issue"},
                     "arguments": {"type": "object", "description": "Arguments for the tool"},
+                    "approval_id": {
+                        "type": "string",
+                        "description": "A granted approval, if the call needed one",
+                    },
                 },
                 ["name"],
             ),
@@ -81,7 +91,11 @@ def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
             input_schema=_schema(
                 {
                     "result_id": {"type": "string", "description": "The result id call_tool gave"},
-                    "offset": {"type": "integer", "minimum": 0, "description": "Where to continue (next_offset)"},
+                    "offset": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "Where to continue (next_offset)",
+                    },
                 },
                 ["result_id"],
             ),
@@ -160,7 +174,9 @@ def mode_tools(
 
 def wire_list(tools: Sequence[types.Tool], version: str = LATEST_HANDSHAKE_VERSION) -> dict[str, Any]:
     """The tools/list result exactly as it goes on the wire at a protocol version."""
-    dumped = types.ListToolsResult(tools=list(tools)).model_dump(by_alias=True, mode="json", exclude_none=True)
+    dumped = types.ListToolsResult(tools=list(tools)).model_dump(
+        by_alias=True, mode="json", exclude_none=True
+    )
     return wire_methods.serialize_server_result("tools/list", version, dumped)
 
 
@@ -200,9 +216,13 @@ def search_entry(result: Mapping[str, Any]) -> dict[str, Any]:
 def search_text(results: Sequence[Mapping[str, Any]], mode: Mode) -> str:
     """The text of a search_tools (or help_<server>) result."""
     if not results:
-        return compact({"tools": [], "hint": "No tool matched; rephrase the task or check status for servers."})
+        return compact(
+            {"tools": [], "hint": "No tool matched; rephrase the task or check status for servers."}
+        )
     if mode == "dynamic":
-        hint = "These tools are now in your tool list: call them directly, or with call_tool(name, arguments)."
+        hint = (
+            "These tools are now in your tool list: call them directly, or with call_tool(name, arguments)."
+        )
     else:
         hint = "Run one with call_tool(name, arguments)."
     return compact({"tools": [search_entry(r) for r in results], "hint": hint})
@@ -218,16 +238,15 @@ def status_text(
     shown = []
     for server in servers:
         entry = {"id": server.get("id"), "state": server.get("state"), "tools": server.get("tools")}
-        if server.get("last_error"):
-            entry["last_error"] = server["last_error"]
+        last_error = server.get("last_error") or (server.get("health") or {}).get("last_error")
+        if last_error:
+            entry["last_error"] = last_error
         shown.append(entry)
-    body: dict[str, Any] = {
-        "mode": mode,
-        "servers": shown,
-        "tools": sum(int(s.get("tools") or 0) for s in servers),
-    }
+    body: dict[str, Any] = {"mode": mode}
     if profile:
         body["profile"] = profile
+    body["tools"] = sum(int(s.get("tools") or 0) for s in servers)
+    body["servers"] = shown
     if mode == "dynamic":
         body["active_tools"] = list(active)
     return compact(body)
@@ -236,9 +255,11 @@ def status_text(
 def error_result(error: ToolscoutError) -> types.CallToolResult:
     """An error as a tool result: `isError` and the problem's detail (plus what helps fix it)."""
     lines = [f"{error.title}: {error.detail}"]
-    for key in ("errors", "closest", "retry_after", "approval_id"):
+    for key in ("retry_after", "approval_id"):  # the detail already names invalid arguments and closest tools
         if error.extensions.get(key):
             lines.append(f"{key}: {compact(error.extensions[key])}")
+    if error.slug == "approval-required" and error.extensions.get("approval_id"):
+        lines.append("Once granted, repeat the call with call_tool(name, arguments, approval_id).")
     return types.CallToolResult(content=[types.TextContent(text="\n".join(lines))], is_error=True)
 
 
@@ -250,20 +271,25 @@ def _content_block(block: Any) -> types.ContentBlock:
 
 
 def execution_result(body: Mapping[str, Any]) -> types.CallToolResult:
-    """An /execute answer as the MCP result of the tool, with a pointer to fetch_result when it was cut."""
-    content = [_content_block(b) for b in body.get("content") or []]
+    """An /execute answer as the MCP result of the tool; a result cut to the token budget ends with how to
+    read on with fetch_result (instead of the REST route the API names)."""
+    blocks = list(body.get("content") or [])
     if body.get("truncated") and body.get("result_id"):
+        last = blocks[-1] if blocks else {}
+        if last.get("type") == "text" and str(last.get("text", "")).startswith("[truncated:"):
+            blocks.pop()
         returned, total = body.get("returned_tokens"), body.get("total_tokens")
-        more = {"result_id": body["result_id"]}
-        if body.get("next_offset") is not None:
-            more["offset"] = body["next_offset"]
-        content.append(
-            types.TextContent(
-                text=f"[Result cut at {returned} of {total} tokens. Read on with fetch_result({compact(more)}).]"
-            )
+        more = {"result_id": body["result_id"], "offset": body.get("next_offset", returned)}
+        blocks.append(
+            {
+                "type": "text",
+                "text": f"[Cut at {returned} of {total} tokens. Read on with fetch_result({compact(more)}).]",
+            }
         )
     return types.CallToolResult(
-        content=content, structured_content=body.get("structured_content"), is_error=bool(body.get("is_error"))
+        content=[_content_block(b) for b in blocks],
+        structured_content=body.get("structured_content"),
+        is_error=bool(body.get("is_error")),
     )
 
 
@@ -273,4 +299,7 @@ def fetch_result_text(body: Mapping[str, Any]) -> str:
     next_offset = body.get("next_offset")
     if next_offset is None:
         return text + "\n[End of result.]"
-    return text + f"\n[More: fetch_result({compact({'result_id': body.get('result_id'), 'offset': next_offset})})]"
+    return (
+        text
+        + f"\n[More: fetch_result({compact({'result_id': body.get('result_id'), 'offset': next_offset})})]"
+    )

@@ -46,6 +46,11 @@ async def serve_http(frontend: Frontend, host: str, port: int, path: str | None 
 
     app = http_app(frontend, path=path, host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    logger.info("Toolscout MCP front end (%s) on http://%s:%d%s", frontend.mode, host, port,
-                path or frontend.settings.frontend.http_path)
+    logger.info(
+        "Toolscout MCP front end (%s) on http://%s:%d%s",
+        frontend.mode,
+        host,
+        port,
+        path or frontend.settings.frontend.http_path,
+    )
     await uvicorn.Server(config).serve()

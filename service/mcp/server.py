@@ -30,13 +30,14 @@ from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from indexer.tools import normalize_server_id
-from service.errors import InvalidArguments, NotFound, PermissionDenied, ToolscoutError
-from service.mcp import render
+from service.errors import InvalidArguments, PermissionDenied, ToolscoutError
+from service.mcp import MODES, Mode, render
 from service.mcp.api import ApiError, ToolscoutApi
+from service.mcp.catalog import CatalogView
 from service.mcp.notify import Notifier
 from service.mcp.profiles import Profile
-from service.mcp.render import CALL, FETCH, HELP_PREFIX, SEARCH, STATUS, Mode
-from service.mcp.sessions import SessionState, SessionStore
+from service.mcp.render import CALL, FETCH, HELP_PREFIX, SEARCH, STATUS
+from service.mcp.sessions import SessionStore
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -45,16 +46,15 @@ Transport = Literal["stdio", "http", "memory"]
 STDIO_SESSION = "stdio"
 SESSION_META_KEY = "dev.toolscout/session"  # 2026-era clients may name their session in `_meta`
 _STATE_KEY = "toolscout.session"
-_MAX_EVENT_RETRY = 60.0
 
 INSTRUCTIONS = {
-    "lazy": "Toolscout reaches every tool of many MCP servers. Use search_tools to find tools for a task, then "
-    "call_tool with the exact name and arguments.",
+    "lazy": "Toolscout reaches every tool of many MCP servers. Use search_tools to find tools for a task, "
+    "then call_tool with the exact name and arguments.",
     "grouped": "Toolscout reaches every tool of many MCP servers. Use search_tools, or help_<server> for one "
     "server, then call_tool with the exact name and arguments.",
     "full": "Toolscout lists every tool of its MCP servers as <server>__<tool>.",
-    "dynamic": "Toolscout reaches every tool of many MCP servers. search_tools adds the tools it finds to your "
-    "tool list; call them directly or with call_tool.",
+    "dynamic": "Toolscout reaches every tool of many MCP servers. search_tools adds the tools it finds to "
+    "your tool list; call them directly or with call_tool.",
 }
 
 
@@ -69,7 +69,9 @@ class _FrontendServer(Server[Any]):
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
         )
 
 
@@ -88,10 +90,14 @@ def _string(arguments: Mapping[str, Any], key: str, *, required: bool) -> str | 
     value = arguments.get(key)
     if value is None or value == "":
         if required:
-            raise InvalidArguments(f"`{key}` is required", errors=[{"pointer": f"/{key}", "reason": "required"}])
+            raise InvalidArguments(
+                f"`{key}` is required", errors=[{"pointer": f"/{key}", "reason": "required"}]
+            )
         return None
     if not isinstance(value, str):
-        raise InvalidArguments(f"`{key}` must be a string", errors=[{"pointer": f"/{key}", "reason": "not a string"}])
+        raise InvalidArguments(
+            f"`{key}` must be a string", errors=[{"pointer": f"/{key}", "reason": "not a string"}]
+        )
     return value
 
 
@@ -101,10 +107,16 @@ def _integer(arguments: Mapping[str, Any], key: str, low: int, high: int | None 
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
         bounds = f"{low}..{high}" if high is not None else f">= {low}"
         raise InvalidArguments(
-            f"`{key}` must be an integer {bounds}", errors=[{"pointer": f"/{key}", "reason": f"integer {bounds}"}]
+            f"`{key}` must be an integer {bounds}",
+            errors=[{"pointer": f"/{key}", "reason": f"integer {bounds}"}],
         )
     return value
 
@@ -121,8 +133,8 @@ class Frontend:
         transport: Transport = "stdio",
         api_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if mode not in render.MODES:
-            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(render.MODES)}")
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         frontend = settings.frontend
         self.settings = settings
         self.mode: Mode = mode
@@ -134,21 +146,29 @@ class Frontend:
         self.notifier = Notifier()
         self._api_transport = api_transport
         self._api: ToolscoutApi | None = None
-        # Catalog caches stay valid only while the event stream is open: an event (or a reconnect) drops them.
-        self.events_connected = False
-        self._generation = 0
-        self._catalog: list[dict[str, Any]] | None = None
-        self._tools: dict[str, dict[str, Any]] = {}
+        self.view = CatalogView(lambda: self.api, profile)
         self.server = _FrontendServer(
             "toolscout",
             version="0.1.0",
             title=f"Toolscout ({mode})",
             instructions=INSTRUCTIONS[mode],
+            get_tool_input_schema=self._input_schema,
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
             on_subscriptions_listen=self._on_listen,
         )
-        self.server.add_notification_handler("notifications/initialized", types.NotificationParams, self._on_initialized)
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self._on_initialized
+        )
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        # For the SDK's Mcp-Param header check of 2026 HTTP calls: without it the SDK would list every tool
+        # on each call. Unknown or uncached tools skip that check; the API validates arguments anyway.
+        for tool in render.meta_tools(self.mode):
+            if tool.name == name:
+                return tool.input_schema
+        cached = self.view.cached(name)
+        return render.lean_schema(cached.get("input_schema")) if cached is not None else None
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
 
@@ -163,11 +183,15 @@ class Frontend:
         """Open the REST client and follow the API's events for as long as the front end serves."""
         frontend = self.settings.frontend
         self._api = ToolscoutApi(
-            frontend.api_url, frontend.api_key, timeout=frontend.request_timeout_seconds, transport=self._api_transport
+            frontend.api_url,
+            frontend.api_key,
+            timeout=frontend.request_timeout_seconds,
+            transport=self._api_transport,
         )
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._follow_events)
+                retry = self.settings.frontend.events_retry_seconds
+                tg.start_soon(self.view.follow_events, self._catalog_changed, retry)
                 try:
                     yield self
                 finally:
@@ -176,38 +200,18 @@ class Frontend:
         finally:
             await self._api.aclose()
             self._api = None
-            self.events_connected = False
 
-    async def _follow_events(self) -> None:
-        """Follow GET /events; reconnect with backoff, and after a gap assume the catalog changed."""
-        delay = base = max(0.05, self.settings.frontend.events_retry_seconds)
-        had_stream = False
-        while True:
-            try:
-                async for event, data in self.api.events():
-                    if event == "open":
-                        self.events_connected, delay = True, base
-                        if had_stream:
-                            await self._catalog_changed(None)
-                        had_stream = True
-                    elif event == "tools_changed":
-                        await self._catalog_changed(data.get("server"))
-            except ApiError as exc:
-                log = logger.warning if delay == base else logger.debug
-                log("no event stream from %s (%s); retrying in %.1f s", self.api.base_url, exc.detail, delay)
-            self.events_connected = False
-            self._invalidate()
-            await anyio.sleep(delay)
-            delay = min(delay * 2, _MAX_EVENT_RETRY)
+    @property
+    def events_connected(self) -> bool:
+        """Whether the front end follows the API's events (and so may cache the catalog)."""
+        return self.view.events_connected
 
-    def _invalidate(self) -> None:
-        self._generation += 1
-        self._catalog = None
-        self._tools.clear()
+    async def catalog(self) -> list[dict[str, Any]]:
+        """Every tool in scope (REST shape)."""
+        return await self.view.tools()
 
     async def _catalog_changed(self, server: str | None) -> None:
         """An upstream server's tools changed: refresh what sessions activated, then tell every client."""
-        self._invalidate()
         if self.mode == "dynamic":
             await self._refresh_active(server)
         await self.notifier.tools_changed(None)
@@ -242,14 +246,19 @@ class Frontend:
                 if self.single_session:
                     key = STDIO_SESSION
                 else:
-                    key = f"http:{connection.session_id}" if connection.session_id else f"conn:{uuid.uuid4().hex}"
+                    key = (
+                        f"http:{connection.session_id}"
+                        if connection.session_id
+                        else f"conn:{uuid.uuid4().hex}"
+                    )
                     connection.exit_stack.callback(self.sessions.drop, key)
                 connection.state[_STATE_KEY] = key
                 self.notifier.register(key, connection)
             return str(key)
         if self.single_session:
             return STDIO_SESSION
-        chosen = (ctx.meta or {}).get(SESSION_META_KEY)  # type: ignore[attr-defined]
+        meta: Mapping[str, Any] = ctx.meta or {}
+        chosen = meta.get(SESSION_META_KEY)
         if isinstance(chosen, str) and chosen:
             return "client:" + chosen[:128]
         headers = getattr(ctx.request, "headers", None)
@@ -258,55 +267,21 @@ class Frontend:
         client = params.client_info.name if params is not None else ""
         return "caller:" + hashlib.sha256(f"{credential}\n{client}".encode()).hexdigest()[:24]
 
-    def _origin(self, ctx: ServerRequestContext[Any, Any]) -> tuple[Connection, ServerRequestContext[Any, Any]] | None:
+    def _origin(
+        self, ctx: ServerRequestContext[Any, Any]
+    ) -> tuple[Connection, ServerRequestContext[Any, Any]] | None:
         connection = _connection_of(ctx)
         return (connection, ctx) if connection is not None else None
 
-    async def _on_initialized(self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams) -> None:
+    async def _on_initialized(
+        self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams
+    ) -> None:
         self.session_key(ctx)  # registers the connection for list_changed before its first request
 
     async def _on_listen(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         return await self.notifier.listen(self.session_key(ctx), ctx, params)
-
-    # ---- catalog ------------------------------------------------------------------------------------------
-
-    def _in_scope(self, tool: Mapping[str, Any]) -> bool:
-        return self.profile is None or self.profile.allows(tool)
-
-    async def catalog(self) -> list[dict[str, Any]]:
-        """Every tool in scope (REST shape), cached while the event stream is open."""
-        if self._catalog is not None:
-            return self._catalog
-        generation = self._generation
-        tools = [t for t in await self.api.list_tools() if self._in_scope(t)]
-        tools.sort(key=lambda t: str(t["name"]))
-        if self.events_connected and generation == self._generation:
-            self._catalog = tools
-            self._tools.update({t["name"]: t for t in tools})
-        return tools
-
-    async def tool(self, name: str) -> dict[str, Any]:
-        """One catalog tool by name (REST shape), cached while the event stream is open."""
-        cached = self._tools.get(name)
-        if cached is not None:
-            return cached
-        generation = self._generation
-        tool = await self.api.get_tool(name)
-        if self.events_connected and generation == self._generation:
-            self._tools[name] = tool
-        return tool
-
-    async def _always_listed(self) -> list[dict[str, Any]]:
-        tools = []
-        for name in self.profile.always_listed if self.profile else ():
-            try:
-                tools.append(await self.tool(name))
-            except ApiError as exc:
-                logger.warning("always-listed tool %s of profile %s is unavailable: %s", name,
-                               self.profile.name if self.profile else "", exc.detail)
-        return tools
 
     # ---- tools/list ---------------------------------------------------------------------------------------
 
@@ -317,7 +292,7 @@ class Frontend:
         return render.mode_tools(
             self.mode,
             catalog=catalog,
-            always=await self._always_listed() if self.mode != "full" else [],
+            always=await self.view.always_listed() if self.mode != "full" else [],
             active=list(state.active.values()) if state is not None else [],
             default_k=self.profile.default_k if self.profile else None,
         )
@@ -348,7 +323,9 @@ class Frontend:
             return render.error_result(exc)
         except Exception as exc:  # the session boundary: a bug in one call must not end the client's session
             logger.exception("front end call of %s failed", params.name)
-            return render.error_result(ToolscoutError(f"The Toolscout front end failed: {type(exc).__name__}: {exc}"))
+            return render.error_result(
+                ToolscoutError(f"The Toolscout front end failed: {type(exc).__name__}: {exc}")
+            )
 
     async def _dispatch(
         self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
@@ -363,9 +340,12 @@ class Frontend:
             target = _string(arguments, "name", required=True)
             inner = arguments.get("arguments")
             if inner is not None and not isinstance(inner, dict):
-                raise InvalidArguments("`arguments` must be an object", errors=[{"pointer": "/arguments",
-                                                                                 "reason": "not an object"}])
-            return await self._call(ctx, str(target), inner or {})
+                raise InvalidArguments(
+                    "`arguments` must be an object",
+                    errors=[{"pointer": "/arguments", "reason": "not an object"}],
+                )
+            approval_id = _string(arguments, "approval_id", required=False)
+            return await self._call(ctx, str(target), inner or {}, approval_id)
         if name == FETCH:
             result_id = _string(arguments, "result_id", required=True)
             body = await self.api.fetch_result(str(result_id), _integer(arguments, "offset", 0))
@@ -384,10 +364,14 @@ class Frontend:
         return None
 
     async def _status(self, ctx: ServerRequestContext[Any, Any]) -> types.CallToolResult:
-        servers = [s for s in await self.api.servers() if self.profile is None or self.profile.allows_server(s["id"])]
+        servers = [
+            s for s in await self.api.servers() if self.profile is None or self.profile.allows_server(s["id"])
+        ]
         state = self.sessions.peek(self.session_key(ctx))
         active = list(state.active) if state is not None else []
-        return _text(render.status_text(self.mode, self.profile.name if self.profile else None, servers, active))
+        return _text(
+            render.status_text(self.mode, self.profile.name if self.profile else None, servers, active)
+        )
 
     async def _search(
         self, ctx: ServerRequestContext[Any, Any], query: str, k: int | None, server: str | None
@@ -396,13 +380,15 @@ class Frontend:
         if server is not None:
             server = normalize_server_id(server)
             if profile is not None and not profile.allows_server(server):
-                raise PermissionDenied(f"Server {server!r} is outside the profile {profile.name!r}",
-                                       servers=list(profile.servers))
+                raise PermissionDenied(
+                    f"Server {server!r} is outside the profile {profile.name!r}",
+                    servers=list(profile.servers),
+                )
         servers = [server] if server else (list(profile.servers) if profile and profile.servers else None)
         tags = list(profile.tags) if profile and profile.tags else None
         k = k or (profile.default_k if profile else None)
         body = await self.api.search(query, k=k, servers=servers, tags=tags)
-        results = [r for r in body.get("results") or [] if self._in_scope(r)]
+        results = [r for r in body.get("results") or [] if self.view.in_scope(r)]
         session = self.session_key(ctx)
         state = self.sessions.get(session)
         if body.get("search_id"):
@@ -412,21 +398,22 @@ class Frontend:
         return _text(render.search_text(results, self.mode))
 
     async def _call(
-        self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        name: str,
+        arguments: dict[str, Any],
+        approval_id: str | None = None,
     ) -> types.CallToolResult:
         if self.profile is not None:
-            try:
-                tool = await self.tool(name)
-            except ApiError as exc:
-                if exc.status == 404:
-                    raise NotFound(exc.detail, tool=name, **exc.extensions) from exc
-                raise
+            tool = await self.view.tool(name)  # an unknown name is the API's 404, closest tools named
             if not self.profile.allows(tool):
-                raise PermissionDenied(f"Tool {name!r} is outside the profile {self.profile.name!r}", tool=name)
+                raise PermissionDenied(
+                    f"Tool {name!r} is outside the profile {self.profile.name!r}", tool=name
+                )
             name = str(tool["name"])
         state = self.sessions.peek(self.session_key(ctx))
         search_id = state.search_ids.get(name) if state is not None else None
-        return render.execution_result(await self.api.execute(name, arguments, search_id))
+        return render.execution_result(await self.api.execute(name, arguments, search_id, approval_id))
 
 
 def _catalog_shape(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -70,8 +70,11 @@ def run_paged(count: int) -> None:
     from mcp.server.stdio import stdio_server
 
     tools = [
-        types.Tool(name=f"tool_{i}", description=f"Paged tool number {i}.",
-                   input_schema={"type": "object", "properties": {"x": {"type": "integer"}}})
+        types.Tool(
+            name=f"tool_{i}",
+            description=f"Paged tool number {i}.",
+            input_schema={"type": "object", "properties": {"x": {"type": "integer"}}},
+        )
         for i in range(count)
     ]
 

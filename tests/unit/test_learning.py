@@ -125,12 +125,25 @@ async def resources(tmp_path: Path) -> AsyncIterator[Resources]:
     await res.engine.dispose()
 
 
-def execution(tool: str, status: str = "ok", caller: str = "alice", at: datetime | None = None,
-              duration_ms: float = 100.0, **extra: object) -> Execution:
+def execution(
+    tool: str,
+    status: str = "ok",
+    caller: str = "alice",
+    at: datetime | None = None,
+    duration_ms: float = 100.0,
+    **extra: object,
+) -> Execution:
     at = at or datetime.now(UTC) - timedelta(minutes=5)
     return Execution(
-        id=str(uuid.uuid4()), caller=caller, tool=tool, server_id=tool.split("__")[0], arguments_digest="0" * 64,
-        status=status, duration_ms=duration_ms, started_at=at, finished_at=at + timedelta(milliseconds=duration_ms),
+        id=str(uuid.uuid4()),
+        caller=caller,
+        tool=tool,
+        server_id=tool.split("__")[0],
+        arguments_digest="0" * 64,
+        status=status,
+        duration_ms=duration_ms,
+        started_at=at,
+        finished_at=at + timedelta(milliseconds=duration_ms),
         **extra,
     )
 
@@ -144,10 +157,12 @@ async def add(resources: Resources, *rows: object) -> None:
 async def test_refresh_consumes_only_new_executions(resources: Resources) -> None:
     start = datetime.now(UTC) - timedelta(hours=1)
     rows = [execution("a__x", at=start + timedelta(seconds=i), duration_ms=100 + i) for i in range(6)]
-    rows += [execution("a__x", "tool_error", at=start + timedelta(seconds=10), duration_ms=50),
-             execution("a__x", "invalid_arguments", at=start + timedelta(seconds=11)),
-             execution("a__x", "denied", caller="mallory", at=start + timedelta(seconds=12)),
-             execution("b__y", "timeout", caller="bob", at=start + timedelta(seconds=13), duration_ms=30_000)]
+    rows += [
+        execution("a__x", "tool_error", at=start + timedelta(seconds=10), duration_ms=50),
+        execution("a__x", "invalid_arguments", at=start + timedelta(seconds=11)),
+        execution("a__x", "denied", caller="mallory", at=start + timedelta(seconds=12)),
+        execution("b__y", "timeout", caller="bob", at=start + timedelta(seconds=13), duration_ms=30_000),
+    ]
     await add(resources, *rows)
     assert await refresh_stats(resources) == 10
     assert await refresh_stats(resources) == 0  # nothing new: nothing consumed
@@ -161,7 +176,9 @@ async def test_refresh_consumes_only_new_executions(resources: Resources) -> Non
     assert (a.calls, a.successes, a.failures) == (8, 6, 1)
     assert (b.calls, b.successes, b.failures) == (1, 0, 1)
     assert a.decayed_calls == pytest.approx(8, rel=1e-4)
-    assert a.decayed_successes == pytest.approx(6, rel=1e-4) and a.decayed_failures == pytest.approx(1, rel=1e-4)
+    assert a.decayed_successes == pytest.approx(6, rel=1e-4) and a.decayed_failures == pytest.approx(
+        1, rel=1e-4
+    )
     # Latency: the first call, then a moving average with weight 0.1 over the calls that reached the server.
     expected = 100.0
     for duration in (101, 102, 103, 104, 105, 50):
@@ -187,7 +204,7 @@ async def test_rows_finished_within_the_lag_wait_and_batches_continue(resources:
     resources.settings.learning.refresh_lag_seconds = 60.0
     resources.settings.learning.refresh_batch = 7
     await add(resources, *[execution("a__x") for _ in range(20)])
-    await add(resources, execution("a__x", at=datetime.now(UTC)))  # finished just now
+    await add(resources, execution("a__x", at=datetime.now(UTC) - timedelta(seconds=1)))  # finished just now
     assert await refresh_stats(resources) == 20
     resources.settings.learning.refresh_lag_seconds = 0.0
     assert await refresh_stats(resources) == 1
@@ -212,12 +229,33 @@ async def test_a_second_process_reads_what_the_first_consumed(resources: Resourc
 async def test_search_log_feeds_tool_search_stats(resources: Resources) -> None:
     at = datetime.now(UTC) - timedelta(minutes=1)
     searches = [
-        Search(id=str(uuid.uuid4()), caller="alice", query="q1", k=2, created_at=at,
-               results=[{"name": "a__x", "score": 1.0}, {"name": "b__y", "score": 0.5}], result_count=2),
-        Search(id=str(uuid.uuid4()), caller="bob", query="q2", k=2, created_at=at + timedelta(seconds=1),
-               results=[{"name": "b__y", "score": 0.9}], result_count=1),
-        Search(id=str(uuid.uuid4()), caller="bob", query="q3", k=2, created_at=at + timedelta(seconds=2),
-               results=[], result_count=0),
+        Search(
+            id=str(uuid.uuid4()),
+            caller="alice",
+            query="q1",
+            k=2,
+            created_at=at,
+            results=[{"name": "a__x", "score": 1.0}, {"name": "b__y", "score": 0.5}],
+            result_count=2,
+        ),
+        Search(
+            id=str(uuid.uuid4()),
+            caller="bob",
+            query="q2",
+            k=2,
+            created_at=at + timedelta(seconds=1),
+            results=[{"name": "b__y", "score": 0.9}],
+            result_count=1,
+        ),
+        Search(
+            id=str(uuid.uuid4()),
+            caller="bob",
+            query="q3",
+            k=2,
+            created_at=at + timedelta(seconds=2),
+            results=[],
+            result_count=0,
+        ),
     ]
     await add(resources, *searches)
     await refresh_stats(resources)

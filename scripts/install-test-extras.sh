@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# What the tests with real parts need beyond the Python package: upstream MCP servers and Node tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."

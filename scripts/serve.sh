@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install, then run the service on its embedded defaults (SQLite + embedded Qdrant under .toolscout/),
+# with the tools of real MCP servers indexed and the demo servers started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install.sh
+. .venv/bin/activate
+PORT=${TOOLSCOUT_PORT:-8765}
+cat <<TXT
+
+Toolscout is starting on http://127.0.0.1:${PORT} (API docs: http://127.0.0.1:${PORT}/docs).
+Once it says "Application startup complete", try in another terminal:
+
+  curl -s http://127.0.0.1:${PORT}/search -H 'content-type: application/json' \\
+       -d '{"query": "what time is it in Tokyo?", "k": 3}' | python3 -m json.tool
+  .venv/bin/toolscout search "show me the last commits of the repository"
+
+TXT
+exec toolscout serve

@@ -1,0 +1,83 @@
+"""`toolscout servers install | list`: the demo servers' packages; the servers of a running service."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+import httpx
+
+from service.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    servers = subparsers.add_parser("servers", help="upstream MCP servers")
+    commands = servers.add_subparsers(dest="servers_command", required=True)
+    install = commands.add_parser(
+        "install",
+        help="install the demo servers' packages (PyPI into their own venv; npm when Node is present)",
+    )
+    install.add_argument("--no-node", action="store_true", help="skip the npm servers")
+    install.set_defaults(func=cmd_install)
+    listing = commands.add_parser("list", help="the running service's servers and their health")
+    listing.add_argument("--json", action="store_true", help="print the raw JSON response")
+    listing.set_defaults(func=cmd_list)
+
+
+async def _install(settings: Settings, node: bool) -> dict[str, str]:
+    from service.demo_servers import (
+        NODE_DEMO,
+        PYTHON_DEMO,
+        ensure_node_packages,
+        ensure_python_packages,
+        node_available,
+        toolchain_dir,
+    )
+
+    folder = toolchain_dir(settings)
+    python = await ensure_python_packages(
+        folder, [p for p, _ in PYTHON_DEMO.values()], [m for _, m in PYTHON_DEMO.values()]
+    )
+    installed = {"python": python}
+    if node and node_available():
+        installed["node_modules"] = str(await ensure_node_packages(folder, list(NODE_DEMO.values())))
+    elif node:
+        installed["node_modules"] = "skipped: Node.js and npm are not on PATH"
+    return installed
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    installed = asyncio.run(_install(Settings(), node=not args.no_node))
+    for key, value in installed.items():
+        print(f"{key}: {value}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    settings = Settings()
+    headers = {"Authorization": f"Bearer {settings.frontend.api_key}"} if settings.frontend.api_key else {}
+    try:
+        response = httpx.get(f"{settings.frontend.api_url}/servers", headers=headers, timeout=30)
+    except httpx.HTTPError as exc:
+        print(f"error: the service at {settings.frontend.api_url} does not answer ({exc})", file=sys.stderr)
+        return 1
+    if response.status_code != 200:
+        print(f"error: {response.json().get('detail', response.text)}", file=sys.stderr)
+        return 1
+    servers = response.json()["servers"]
+    if args.json:
+        print(json.dumps(servers, indent=2))
+        return 0
+    header = f"{'server':<16} {'transport':<9} {'state':<10} {'tools':>5} {'restarts':>8} {'p50 ms':>8}"
+    print(f"{header}  last error")
+    for server in servers:
+        health = server.get("health") or {}
+        latency = (health.get("latency") or {}).get("p50_ms")
+        print(
+            f"{server['id']:<16} {server['transport']:<9} {server['state']:<10} {server['tools']:>5} "
+            f"{health.get('restarts', ''):>8} {'' if latency is None else latency:>8}  "
+            f"{(health.get('last_error') or '')[:60]}"
+        )
+    return 0

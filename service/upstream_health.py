@@ -1,0 +1,108 @@
+"""What is known of an upstream connection: its health (GET /servers), the reconnection backoff, and one-line
+accounts of failures."""
+
+from __future__ import annotations
+
+import signal
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from mcp.shared.exceptions import MCPError
+
+from service.db.models import utcnow
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line account of an exception, looking inside exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return f"MCP error {exc.code}: {exc.message}"
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"command not found: {exc.filename}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"the server process exited with code {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"the server process exited with code {code}"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between reconnection attempts: initial * 2^(failures-1), capped."""
+
+    initial: float = 0.5
+    maximum: float = 30.0
+
+    def delay(self, failures: int) -> float:
+        return float(min(self.maximum, self.initial * 2.0 ** max(0, failures - 1)))
+
+
+@dataclass
+class ServerHealth:
+    """What GET /servers reports of one connection."""
+
+    state: str = "starting"
+    last_error: str | None = None
+    last_error_at: datetime | None = None
+    restarts: int = 0
+    pid: int | None = None
+    protocol_version: str | None = None
+    server_name: str | None = None
+    server_version: str | None = None
+    connected_at: datetime | None = None
+    last_sync_at: datetime | None = None
+    tools: int = 0
+    syncs: int = 0
+    list_changed: int = 0
+    calls: int = 0
+    failures: int = 0
+    timeouts: int = 0
+    in_flight: int = 0
+    next_attempt_in: float | None = None
+    latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+
+    def error(self, message: str) -> None:
+        self.last_error, self.last_error_at = message, utcnow()
+
+    def as_dict(self) -> dict[str, Any]:
+        recent = sorted(self.latencies_ms)
+        latency = None
+        if recent:
+            latency = {
+                "p50_ms": round(statistics.median(recent), 3),
+                "p95_ms": round(recent[min(len(recent) - 1, int(len(recent) * 0.95))], 3),
+                "max_ms": round(recent[-1], 3),
+                "samples": len(recent),
+            }
+        return {
+            "state": self.state,
+            "last_error": self.last_error,
+            "last_error_at": self.last_error_at.isoformat() if self.last_error_at else None,
+            "restarts": self.restarts,
+            "pid": self.pid,
+            "protocol_version": self.protocol_version,
+            "server_info": {"name": self.server_name, "version": self.server_version}
+            if self.server_name
+            else None,
+            "connected_at": self.connected_at.isoformat() if self.connected_at else None,
+            "last_sync_at": self.last_sync_at.isoformat() if self.last_sync_at else None,
+            "tools": self.tools,
+            "syncs": self.syncs,
+            "list_changed": self.list_changed,
+            "calls": self.calls,
+            "failures": self.failures,
+            "timeouts": self.timeouts,
+            "in_flight": self.in_flight,
+            "next_attempt_in": self.next_attempt_in,
+            "latency": latency,
+        }
