@@ -2,3 +2,4 @@
 # What the tests with real parts need beyond the Python package: upstream MCP servers and Node tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tests/mcp/install_node_tools.sh

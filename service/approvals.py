@@ -9,14 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth import Caller
-from service.db.models import Approval, utcnow
+from service.db.models import Approval, as_utc, utcnow
 from service.errors import ApprovalRequired, BadRequest, Conflict, NotFound, PermissionDenied
 from service.resources import Resources
 
@@ -29,11 +29,6 @@ def arguments_digest(arguments: dict[str, Any] | None) -> str:
         arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def as_utc(moment: datetime) -> datetime:
-    """SQLite hands timestamps back naive; they were written in UTC."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def status_of(row: Approval, now: datetime | None = None) -> str:

@@ -20,7 +20,7 @@ from fastapi import Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.models import ApiKey, utcnow
+from service.db.models import ApiKey, as_utc, utcnow
 from service.errors import NotFound, RateLimited, Unauthorized
 from service.ratelimit import TokenBucketLimiter
 
@@ -126,8 +126,8 @@ def key_view(row: ApiKey) -> dict[str, object]:
         "prefix": row.prefix,
         "caller": row.caller,
         "roles": list(row.roles),
-        "created_at": row.created_at.isoformat() if row.created_at else None,
-        "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None,
+        "created_at": as_utc(row.created_at).isoformat() if row.created_at else None,
+        "revoked_at": as_utc(row.revoked_at).isoformat() if row.revoked_at else None,
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import BigInteger, Integer, Table, case, select, update
@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.db.models import (
     LATENCY_BUCKETS,
     Search,
+    as_utc,
     caller_last_call,
     tool_pairs_daily,
     usage_daily,
@@ -40,11 +41,6 @@ HISTOGRAM = [f"h{i:02d}" for i in range(LATENCY_BUCKETS)]
 searches = Search.__table__
 
 Key = tuple[Any, ...]
-
-
-def as_utc(moment: datetime) -> datetime:
-    """SQLite hands timestamps back naive; they were written in UTC."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def day_of(moment: datetime) -> datetime:

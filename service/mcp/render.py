@@ -24,7 +24,6 @@ META_TOOLS = (STATUS, SEARCH, CALL, FETCH)
 HELP_PREFIX = "help_"
 HELP_SAMPLE = 3  # tool names quoted in a help_<server> description
 _ANNOTATION_KEYS = {"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
-_CONTENT = TypeAdapter(types.ContentBlock)
 _OBJECT = {"type": "object", "properties": {}}
 
 
@@ -37,7 +36,7 @@ def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[st
 
 def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
     """The meta-tools of lazy, grouped and dynamic modes (full mode lists none, but they stay callable)."""
-    k_note = f"default {default_k}" if default_k else "default 5"
+    k_note = f"How many tools (default {default_k})" if default_k else "How many tools"
     activation = " Found tools are also added to your tool list." if mode == "dynamic" else ""
     return [
         types.Tool(
@@ -59,7 +58,7 @@ def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
                         "type": "integer",
                         "minimum": 1,
                         "maximum": 50,
-                        "description": f"How many tools ({k_note})",
+                        "description": k_note,
                     },
                     "server": {
                         "type": "string",
@@ -263,9 +262,14 @@ def error_result(error: ToolscoutError) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text="\n".join(lines))], is_error=True)
 
 
+@lru_cache(maxsize=1)
+def _content_adapter() -> TypeAdapter[types.ContentBlock]:
+    return TypeAdapter(types.ContentBlock)
+
+
 def _content_block(block: Any) -> types.ContentBlock:
     try:
-        return _CONTENT.validate_python(block)
+        return _content_adapter().validate_python(block)
     except ValidationError:
         return types.TextContent(text=compact(block))
 

@@ -588,3 +588,62 @@ async def test_stored_results_stay_with_their_caller(tmp_path: Path) -> None:
         result_id = big.json()["result_id"]
         assert (await http.get(f"/results/{result_id}", headers=bearer(w["dev"]))).status_code == 200
         assert (await http.get(f"/results/{result_id}", headers=bearer(w["dev2"]))).status_code == 404
+
+
+async def test_search_explain_shows_the_learned_boosts(world: dict[str, Any]) -> None:
+    http, dev = world["http"], world["dev"]
+    resources: Resources = world["resources"]
+    start = datetime.now(UTC) - timedelta(hours=1)
+    plan = [("dev-agent", "util__format_date", "ok")] * 10 + [
+        ("dev-agent", "util__purge_cache", "tool_error")
+    ] * 30
+    plan += [("someone-else", "public__get_weather", "ok")] * 20
+    async with resources.session() as session:
+        session.add_all(
+            Execution(
+                id=str(uuid.uuid4()),
+                caller=caller,
+                tool=tool,
+                server_id=tool.split("__")[0],
+                arguments_digest="0" * 64,
+                status=status,
+                duration_ms=20.0,
+                started_at=start + timedelta(seconds=i),
+                finished_at=start + timedelta(seconds=i),
+            )
+            for i, (caller, tool, status) in enumerate(plan)
+        )
+        await session.commit()
+    assert await refresh_stats(resources) == len(plan)
+    body = (
+        await http.post(
+            "/search",
+            headers=bearer(dev),
+            json={"query": "format a date, purge the cache, weather forecast", "k": 50, "explain": True},
+        )
+    ).json()
+    boosts = {r["name"]: r["explain"]["boosts"] for r in body["results"]}
+    assert (
+        boosts["util__format_date"]["caller_habit"] > 0.04 and boosts["util__format_date"]["popularity"] > 0
+    )
+    assert boosts["util__purge_cache"]["reliability"] < -0.07
+    assert (
+        "caller_habit" not in boosts["public__get_weather"]
+        and boosts["public__get_weather"]["popularity"] > 0
+    )
+    assert boosts["util__drop_table"] == {}  # no history, no boost
+    for result in body["results"]:
+        explained = sum(result["explain"]["signals"].values()) + sum(result["explain"]["boosts"].values())
+        assert abs(result["score"] - explained) < 1e-3
+    # Another caller gets the popularity and reliability, not dev's habit.
+    other = (
+        await http.post(
+            "/search",
+            headers=bearer(world["admin"]),
+            json={"query": "format a date", "k": 50, "explain": True},
+        )
+    ).json()
+    assert (
+        "caller_habit"
+        not in {r["name"]: r for r in other["results"]}["util__format_date"]["explain"]["boosts"]
+    )
