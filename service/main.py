@@ -55,7 +55,7 @@ def create_app(
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
     app.state.startup_hooks += [policy.start_policy, learning.start_learning]
-    app.state.shutdown_hooks.append(learning.stop_learning)
+    app.state.shutdown_hooks += [policy.stop_policy, learning.stop_learning]
     app.state.startup_hooks.append(gateway.start_gateway)
     app.state.shutdown_hooks.append(gateway.stop_gateway)
     install_error_handlers(app)

@@ -8,6 +8,7 @@ is reloaded when it changes; the caller's allowed names are computed from a snap
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import replace
@@ -233,3 +234,12 @@ async def start_policy(resources: Resources) -> None:
             )
         else:
             logger.warning("No API key configured and open mode is off: every request will be refused")
+
+
+async def stop_policy(resources: Resources) -> None:
+    """Shutdown hook: cancel a snapshot refresh still running."""
+    task = policy_state(resources)._refresh_task
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -38,10 +38,11 @@ class EmbeddingSettings(BaseModel):
 class SearchSettings(BaseModel):
     """Fusion weights and candidate pool sizes of the hybrid search."""
 
-    weight_name: float = 0.25
-    weight_description: float = 0.35
+    # One configuration for every catalog, tuned on both dev sets (bench/tune_fusion.py); see README.
+    weight_name: float = 0.10
+    weight_description: float = 0.45
     weight_params: float = 0.10
-    weight_lexical: float = 0.30
+    weight_lexical: float = 0.35
     candidates: int = 100
     default_k: int = 5
     max_k: int = 50

@@ -14,6 +14,7 @@ import itertools
 import json
 import random
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -336,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
             f"of {len(generated.callers)} "
             f"callers over {len(generated.tools)} tools, {DAYS} days, written in {generated.seconds:.1f} s"
         )
-        settings = Settings(data_dir=Path(".toolscout-bench"), demo_catalog=False)
+        settings = Settings(data_dir=Path(tempfile.gettempdir()) / "toolscout-bench", demo_catalog=False)
         settings.db.url = url
         settings.learning.refresh_lag_seconds = 0.0
         settings.learning.refresh_batch = 20_000
@@ -352,8 +353,11 @@ def run(args: argparse.Namespace) -> int:
             "after a warm-up\n"
         )
         print_table(table, ["query", "rows", "median_ms", "max_ms"])
-        slowest = max(row["max_ms"] for row in table)
-        print(f"\nslowest: {slowest:.1f} ms ({'within' if slowest <= 1000 else 'over'} the 1 s budget)")
+        slowest = max(row["max_ms"] for row in table if not row["query"].startswith("refresh"))
+        print(
+            f"\nslowest analytics query: {slowest:.1f} ms "
+            f"({'within' if slowest <= 1000 else 'over'} the 1 s budget)"
+        )
         if args.json_out:
             args.json_out.write_text(
                 json.dumps(
