@@ -3,3 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests/mcp/install_node_tools.sh
+# Upstream MCP servers (PyPI ones in their own venv, npm ones when Node is present) for the execution tests.
+.venv/bin/toolscout servers install

@@ -12,7 +12,8 @@ from service.auth import Caller, resolve_caller
 from service.resources import Resources
 
 
-def get_resources(request: Request) -> Resources:
+async def get_resources(request: Request) -> Resources:
+    # async: a plain def would send every request through the thread pool for an attribute read.
     return request.app.state.resources  # type: ignore[no-any-return]
 
 

@@ -70,6 +70,7 @@ class ExecutionLog:
         self._settled = 0  # written or spilled
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._closed = False
         self._flushing = 0
         self._flush_requested = asyncio.Event()
         self.written = 0
@@ -81,7 +82,10 @@ class ExecutionLog:
         return len(self._pending)
 
     def record(self, row: dict[str, Any]) -> None:
-        """Queue one row; returns at once."""
+        """Queue one row; returns at once. After close, the row goes straight to the spill file."""
+        if self._closed:
+            self._spill([fit_row(row)])
+            return
         self._pending.append(fit_row(row))
         self._recorded += 1
         self._wakeup.set()
@@ -119,6 +123,7 @@ class ExecutionLog:
         if self._pending:
             self._spill(list(self._pending))
             self._settle(len(self._pending))
+        self._closed = True
         await self._notify()
 
     async def _run(self) -> None:

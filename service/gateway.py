@@ -144,6 +144,8 @@ async def stop_gateway(resources: Resources) -> None:
         task.cancel()
     await asyncio.gather(*gateway.tasks, return_exceptions=True)
     await gateway.pool.close()
+    # Calls still running past the grace period failed when their server stopped: let them log.
+    await gateway.executor.drain(5.0)
     await gateway.log.close()
 
 

@@ -114,3 +114,17 @@ async def test_a_refused_row_is_set_aside_and_the_rest_written(tmp_path: Path) -
     await engine.dispose()
     assert await count_rows(url) == 6
     assert [json.loads(line)["id"] for line in spill.read_text().splitlines()] == [refused["id"]]
+
+
+async def test_a_row_recorded_after_close_goes_to_the_spill_file(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    upgrade_database(url)
+    engine = create_engine_for(url)
+    spill = tmp_path / "spill.jsonl"
+    log = ExecutionLog(create_sessionmaker(engine), spill)
+    await log.start()
+    await log.close()
+    late = make_row(status="upstream_error")
+    log.record(late)
+    await engine.dispose()
+    assert [json.loads(line)["id"] for line in spill.read_text().splitlines()] == [late["id"]]
