@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import content_hash
@@ -235,8 +235,7 @@ async def remove_server(resources: Resources, server_id: str) -> list[str]:
             if server is None:
                 raise NotFound(f"No server named {server_id!r}", server=server_id)
             names = list((await session.scalars(select(Tool.qualified_name).where(Tool.server_id == server_id))).all())
-            for row in (await session.scalars(select(Tool).where(Tool.server_id == server_id))).all():
-                await session.delete(row)
+            await session.execute(delete(Tool).where(Tool.server_id == server_id))
             await session.delete(server)
             await session.commit()
         await _unindex(resources, names)

@@ -39,6 +39,7 @@ REACHED_SERVER = SUCCESS | FAILURE
 IGNORED = frozenset({"denied", "not_found", "cancelled", "internal_error"})
 HISTOGRAM = [f"h{i:02d}" for i in range(LATENCY_BUCKETS)]
 searches = Search.__table__
+IDS_PER_STATEMENT = 5000  # bound parameters per statement stay far below SQLite's and PostgreSQL's limits
 
 Key = tuple[Any, ...]
 
@@ -217,14 +218,16 @@ async def _mark_followed(session: AsyncSession, search_ids: set[str]) -> None:
     """Count each search the first time a call comes from it, in the hour and caller of the search."""
     if not search_ids:
         return
-    marked = (
-        await session.execute(
+    ids, marked = sorted(search_ids), []
+    for start in range(0, len(ids), IDS_PER_STATEMENT):
+        statement = (
             update(searches)
-            .where(searches.c.id.in_(sorted(search_ids)), searches.c.followed_at.is_(None))
+            .where(searches.c.id.in_(ids[start : start + IDS_PER_STATEMENT]))
+            .where(searches.c.followed_at.is_(None))
             .values(followed_at=utcnow())
             .returning(searches.c.created_at, searches.c.caller)
         )
-    ).all()
+        marked.extend((await session.execute(statement)).all())
     hourly: dict[Key, dict[str, Any]] = defaultdict(lambda: defaultdict(int))
     for created_at, caller in marked:
         hourly[(hour_of(created_at), caller)]["followed_searches"] += 1

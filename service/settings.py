@@ -84,9 +84,9 @@ class PolicySettings(BaseModel):
     approval_ttl_seconds: int = 900
     # With no API key in the database the service serves one local admin; False refuses every request instead.
     open_without_keys: bool = True
-    # How long a resolved key stays cached in the process (a revocation from another process waits this long).
+    # How long a resolved key stays cached in the process (a revocation by another process waits this long).
     key_cache_seconds: float = 5.0
-    # An approver may grant a call they requested themselves only if this is set (the open local user always may).
+    # An approver may grant their own call only if this is set (the open local user always may).
     allow_self_approval: bool = False
 
 
@@ -96,8 +96,10 @@ class LearningSettings(BaseModel):
     enabled: bool = True
     half_life_days: float = 14.0
     max_popularity_boost: float = 0.06
-    max_reliability_penalty: float = 0.10
-    max_caller_boost: float = 0.06
+    # Tuned on the replay of `toolscout bench learning`: fused scores are sums of z-scores whose gaps are
+    # mostly 0.3-2, so boosts much smaller than this change nothing (see the bench's numbers).
+    max_reliability_penalty: float = 1.0
+    max_caller_boost: float = 0.3
     refresh_seconds: float = 15.0  # background refresh period (also woken by request_refresh)
     refresh_lag_seconds: float = 10.0  # rows finished this recently wait (the log is written in batches)
     refresh_batch: int = 10_000  # executions consumed per transaction

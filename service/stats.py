@@ -43,6 +43,10 @@ from service.settings import LearningSettings
 
 EXECUTIONS_CURSOR = "executions"
 SEARCHES_CURSOR = "searches"
+PAIRS_PER_QUERY = 500
+# For ranking, arguments that do not fit are a failure too: the tool did not do the job it was chosen for
+# (agents mostly get them wrong on tools surfaced for the wrong request).
+LEARNED_FAILURE = FAILURE | {"invalid_arguments"}
 
 
 def decay_factor(elapsed_seconds: float, half_life_days: float) -> float:
@@ -132,10 +136,16 @@ async def load_habit_rows(
 ) -> list[HabitRow]:
     """caller_tool_stats rows (of these (caller, tool) pairs, or all)."""
     table = CallerToolStats.__table__
-    query = select(table)
-    if pairs is not None:
-        query = query.where(tuple_(table.c.caller, table.c.tool).in_(sorted(pairs)))
-    return [HabitRow(**row._mapping) for row in (await session.execute(query)).all()]
+    if pairs is None:
+        return [HabitRow(**row._mapping) for row in (await session.execute(select(table))).all()]
+    wanted = sorted(pairs)
+    rows: list[HabitRow] = []
+    # PostgreSQL plans a row-value IN list as nested ORs: thousands of pairs overflow its stack.
+    for start in range(0, len(wanted), PAIRS_PER_QUERY):
+        chunk = wanted[start : start + PAIRS_PER_QUERY]
+        query = select(table).where(tuple_(table.c.caller, table.c.tool).in_(chunk))
+        rows.extend(HabitRow(**row._mapping) for row in (await session.execute(query)).all())
+    return rows
 
 
 async def cursor_row(session: AsyncSession, name: str) -> StatsCursor:
@@ -171,7 +181,7 @@ async def _advance(session: AsyncSession, cursor: StatsCursor, at: datetime, row
 def _apply_execution(tool: ToolRow, habit: HabitRow, row: Any, settings: LearningSettings) -> None:
     at = as_utc(row.started_at)
     ok = row.status in SUCCESS
-    failed = row.status in FAILURE
+    failed = row.status in LEARNED_FAILURE
     tool.calls += 1
     tool.successes += int(ok)
     tool.failures += int(failed)

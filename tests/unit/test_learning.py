@@ -48,7 +48,9 @@ def test_each_boost_is_bounded_and_saturates() -> None:
     assert popularity_boost(0, SETTINGS) == habit_boost(0, SETTINGS) == 0.0
     # All failures, many calls: close to the full penalty; the prior keeps one failure mild.
     assert reliability_penalty(0, 1e6, SETTINGS) == pytest.approx(-SETTINGS.max_reliability_penalty, rel=1e-3)
-    assert reliability_penalty(0, 1, SETTINGS) == pytest.approx(-0.1 * ((1.25 / 6) - 0.1) / 0.9)
+    assert reliability_penalty(0, 1, SETTINGS) == pytest.approx(
+        -SETTINGS.max_reliability_penalty * ((1.25 / 6) - 0.1) / 0.9
+    )
     # A reliable tool, or one failing within the tolerance, pays nothing.
     assert reliability_penalty(1000, 0, SETTINGS) == 0.0
     assert reliability_penalty(95, 5, SETTINGS) == 0.0
@@ -89,7 +91,7 @@ def test_a_callers_habit_rises_for_that_caller_only() -> None:
     snapshot.habits["alice"]["mine"] = Decayed([12, 12], NOW)
     alice = compute_boosts(snapshot, "alice", ["mine", "other"], SETTINGS, NOW)
     bob = compute_boosts(snapshot, "bob", ["mine", "other"], SETTINGS, NOW)
-    assert alice["mine"] == {"caller_habit": pytest.approx(0.06 * 12 / 15, abs=1e-6)}
+    assert alice["mine"] == {"caller_habit": pytest.approx(SETTINGS.max_caller_boost * 12 / 15, abs=1e-6)}
     assert alice["other"] == {} and bob["mine"] == {} and bob["other"] == {}
     candidates = {"other": Candidate("other", 0.50), "mine": Candidate("mine", 0.47)}
     apply_boosts(candidates, alice)
@@ -172,12 +174,12 @@ async def test_refresh_consumes_only_new_executions(resources: Resources) -> Non
         habits = {(h.caller, h.tool): h for h in (await session.scalars(select(CallerToolStats))).all()}
         cursor = await session.get(StatsCursor, "executions")
     assert a is not None and b is not None and cursor is not None
-    # The denied call says nothing about the tool; invalid arguments count as a call but not an outcome.
-    assert (a.calls, a.successes, a.failures) == (8, 6, 1)
+    # The denied call says nothing about the tool; for ranking, invalid arguments are a failure too.
+    assert (a.calls, a.successes, a.failures) == (8, 6, 2)
     assert (b.calls, b.successes, b.failures) == (1, 0, 1)
     assert a.decayed_calls == pytest.approx(8, rel=1e-4)
     assert a.decayed_successes == pytest.approx(6, rel=1e-4) and a.decayed_failures == pytest.approx(
-        1, rel=1e-4
+        2, rel=1e-4
     )
     # Latency: the first call, then a moving average with weight 0.1 over the calls that reached the server.
     expected = 100.0
@@ -193,7 +195,7 @@ async def test_refresh_consumes_only_new_executions(resources: Resources) -> Non
     assert await refresh_stats(resources) == 30
     async with resources.session() as session:
         a = await session.get(ToolStats, "a__x")
-    assert a is not None and (a.calls, a.failures) == (38, 31)
+    assert a is not None and (a.calls, a.failures) == (38, 32)
     boosts = boosts_for(resources, "alice", ["a__x", "b__y", "c__z"])
     assert boosts["a__x"]["reliability"] < -0.05 and boosts["a__x"]["caller_habit"] > 0
     assert "caller_habit" not in boosts["b__y"] and boosts["c__z"] == {}
