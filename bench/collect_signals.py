@@ -46,8 +46,10 @@ async def main() -> None:
             hits = resources.index.search(signal_queries, SearchFilter())
             per_text = []
             for t in range(len(texts)):
-                per_text.append({s: {catalog.ids.get(h.qualified_name, h.qualified_name): h.score for h in hits[t * 4 + i]}
-                                 for i, s in enumerate(("name", "description", "params", "lexical"))})
+                per_text.append({
+                    s: {catalog.ids.get(h.qualified_name, h.qualified_name): h.score for h in hits[t * 4 + i]}
+                    for i, s in enumerate(("name", "description", "params", "lexical"))
+                })
             exact = [catalog.ids.get(n, n) for n in resources.retriever.directory.exact(q.text, SearchFilter())]
             rows.append({"qid": q.qid, "category": q.category, "relevant": q.relevant, "texts": texts,
                          "signals": per_text, "exact": exact})

@@ -54,7 +54,8 @@ class SentenceTransformerEmbedder:
 
                     path = str(get_model_path())
                 self._model = SentenceTransformer(path, device="cpu")
-                dimension_of = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+                model = self._model
+                dimension_of = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
                 self.dimension = int(dimension_of() or 384)
                 logger.info("loaded embedding model %s (%d dimensions)", path, self.dimension)
         return self._model
@@ -111,7 +112,10 @@ class HashingEmbedder:
                 digest = hashlib.md5(word.encode()).digest()
                 vector[int.from_bytes(digest[:4], "little") % self.dimension] += 1.0
             norm = math.sqrt(sum(v * v for v in vector)) or 1.0
-            vectors.append([v / norm for v in vector] if any(vector) else [1.0 / math.sqrt(self.dimension)] * self.dimension)
+            if not any(vector):
+                vector = [1.0] * self.dimension
+                norm = math.sqrt(self.dimension)
+            vectors.append([v / norm for v in vector])
         return vectors
 
 

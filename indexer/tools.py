@@ -45,7 +45,8 @@ def _slug(text: str) -> str:
 
 
 def normalize_server_id(server: str) -> str:
-    """A server id made of MCP-safe characters (`Chemical Engineering/Forensics` -> `Chemical_Engineering_Forensics`)."""
+    """A server id made of MCP-safe characters (`Chemical Engineering/Forensics` -> `Chemical_Engineering_Forensics`);
+    ids past 48 characters are cut and suffixed with a hash."""
     slug = _slug(server)
     if len(slug) <= 48:
         return slug

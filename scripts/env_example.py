@@ -1,4 +1,6 @@
-"""Print .env.example from the Settings model, so the two never disagree: python scripts/env_example.py > .env.example"""
+"""Print .env.example from the Settings model, so the two never disagree.
+
+Usage: python scripts/env_example.py > .env.example"""
 
 from __future__ import annotations
 

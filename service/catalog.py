@@ -125,7 +125,8 @@ async def register_tools(
     resources: Resources, raw_tools: list[Any], default_server: str | None = None
 ) -> RegisterReport:
     """Validate a batch, write the good tools to SQL, index the new and changed ones."""
-    batch = validate_batch(_server_ids(raw_tools, default_server), default_server and normalize_server_id(default_server))
+    default_id = normalize_server_id(default_server) if default_server else None
+    batch = validate_batch(_server_ids(raw_tools, default_server), default_id)
     report = RegisterReport(errors=list(batch.problems))
     async with resources.index_lock:
         async with resources.session() as session:

@@ -147,7 +147,8 @@ class Retriever:
         queries: list[SignalQuery] = []
         for text, vector in zip(texts, vectors, strict=True):
             queries.extend(SignalQuery(f, settings.candidates, dense=vector) for f in DENSE_FIELDS)  # type: ignore[arg-type]
-            queries.append(SignalQuery("lexical", settings.candidates, sparse=self.resources.encoder.encode_query(text)))
+            sparse = self.resources.encoder.encode_query(text)
+            queries.append(SignalQuery("lexical", settings.candidates, sparse=sparse))
         index = self.resources.index
         assert index is not None
         hit_lists: list[list[Hit]] = await self.resources.run_index(index.search, queries, where)

@@ -71,7 +71,9 @@ class Hit:
 
 
 class VectorIndex(Protocol):
-    """Operations the sync pipeline and the search use; every adapter passes tests/integration/test_index_contract.py."""
+    """Operations the sync pipeline and the search use.
+
+    Every adapter passes tests/integration/test_index_contract.py."""
 
     dimension: int
 

@@ -7,10 +7,11 @@ Agents replay the history half against the real search, and their calls become a
     requests keep failing, and the right ones are used;
   - one agent, `specialist`, owns the requests of a few tools (a fixed subset of the catalog) and makes
     most of them, so those tools become its habit.
-The log goes through the real statistics refresh, then the test half is searched again with the learned
-boosts. Reported: R@1 and MRR before/after on the test queries the history touches (a tool with history
-among the relevant tools or the first ten results), on the others, and on all of them; and how often a
-correct first result without history stayed first."""
+The test half is searched once before the log exists, with learning on (nothing may move), then the log
+goes through the real statistics refresh and the test half is searched again with the learned boosts.
+Reported: R@1 and MRR before/after on the test queries the history touches (the caller's habit covers a
+relevant tool, or a tool that keeps failing ranks above the first relevant one in the top 5), on the
+others, and on all of them; and how often a correct first result without history stayed first."""
 
 from __future__ import annotations
 
@@ -44,21 +45,16 @@ DEPTH = 100
 SPECIALIST = "specialist"
 GENERALISTS = [f"agent-{i}" for i in range(8)]
 NEWCOMER = "newcomer"  # a caller without history: sees popularity and reliability only
+GROUPS = ("affected", "affected: caller habit", "affected: failing tool", "unaffected", "all")
 
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("learning", help="replay a synthetic usage log; R@1/MRR before and after")
     parser.add_argument("--catalog", type=Path, default=EVAL / "metatool" / "catalog.jsonl")
     parser.add_argument("--queries", type=Path, default=EVAL / "metatool" / "queries.jsonl")
-    parser.add_argument(
-        "--max-queries", type=int, default=4000, help="queries sampled (half history, half test)"
-    )
-    parser.add_argument(
-        "--specialist-share", type=float, default=0.1, help="share of tools the specialist owns"
-    )
-    parser.add_argument(
-        "--trust-top", type=float, default=0.7, help="how often an agent calls the first result"
-    )
+    parser.add_argument("--max-queries", type=int, default=4000, help="queries sampled (half history, half test)")
+    parser.add_argument("--specialist-share", type=float, default=0.1, help="share of tools the specialist owns")
+    parser.add_argument("--trust-top", type=float, default=0.7, help="how often an agent calls the first result")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, dest="json_out")
     parser.set_defaults(func=run)
@@ -173,32 +169,35 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
             for query in split.history:
                 caller = caller_of(query, split, rng)
                 history.append((query, caller, await ranking(resources, query.text, caller, learned=False)))
+            callers = {q.qid: caller_of(q, split, rng) if q.relevant & split.owned else NEWCOMER for q in split.test}
+            # Learning on but nothing learned yet: no ranking may move.
+            baseline: dict[str, list[str]] = {}
+            unmoved = 0
+            for query in split.test:
+                baseline[query.qid] = await ranking(resources, query.text, callers[query.qid], learned=False)
+                empty = await ranking(resources, query.text, callers[query.qid], learned=True)
+                unmoved += int(empty == baseline[query.qid])
             log = simulate(history, to_id, args.trust_top, args.seed)
             async with resources.session() as session:
                 await session.execute(insert(Execution), log)
                 await session.commit()
             await refresh_stats(resources)
-            known = set(learning_state(resources).snapshot.tools)
-            habits = learning_state(resources).snapshot.habits
+            snapshot = learning_state(resources).snapshot
             rows: dict[str, list[dict[str, float]]] = defaultdict(list)
             kept = lost = 0
             for query in split.test:
-                caller = SPECIALIST if query.relevant & split.owned and rng.random() < 0.9 else NEWCOMER
-                before = await ranking(resources, query.text, caller, learned=False)
+                caller, before = callers[query.qid], baseline[query.qid]
                 after = await ranking(resources, query.text, caller, learned=True)
                 ids_before = [to_id.get(n, n) for n in before]
                 ids_after = [to_id.get(n, n) for n in after]
-                m_before, m_after = (
+                metrics = (
                     query_metrics(ids_before, query.relevant),
                     query_metrics(ids_after, query.relevant),
                 )
-                relevant_names = {n for n in before if to_id.get(n, n) in query.relevant}
-                touched = (relevant_names | set(before[:10])) & (known | set(habits.get(caller, {})))
-                group = "affected" if touched else "unaffected"
-                for name in (group, "all"):
-                    rows[f"{name}/before"].append(m_before)
-                    rows[f"{name}/after"].append(m_after)
-                if before and before[0] not in known and ids_before[0] in query.relevant:
+                for group in touched_by(query, caller, before, ids_before, resources, to_id):
+                    rows[group].append(metrics[0])
+                    rows[f"{group}/after"].append(metrics[1])
+                if before and before[0] not in snapshot.tools and ids_before[0] in query.relevant:
                     kept += int(after[0] == before[0])
                     lost += int(after[0] != before[0])
         finally:
@@ -214,23 +213,42 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
         "specialist_tools": len(split.owned),
         "executions": len(log),
         "statuses": dict(statuses),
-        "tools_with_history": len(known),
+        "tools_with_history": len(snapshot.tools),
         "index_seconds": round(index_seconds, 1),
+        "unmoved_without_history": {"queries": len(split.test), "unmoved": unmoved},
         "groups": {
-            group: {"before": _summary(rows[f"{group}/before"]), "after": _summary(rows[f"{group}/after"])}
-            for group in ("affected", "unaffected", "all")
+            group: {"before": _summary(rows[group]), "after": _summary(rows[f"{group}/after"])} for group in GROUPS
         },
         "new_correct_top1": {"kept": kept, "lost": lost},
     }
+
+
+def touched_by(
+    query: Query,
+    caller: str,
+    before: list[str],
+    ids_before: list[str],
+    resources: Resources,
+    to_id: dict[str, str],
+) -> list[str]:
+    """The groups of a test query: touched by the history when the caller's habit covers a relevant tool, or
+    when a tool that keeps failing ranks above the first relevant one within the top 5."""
+    snapshot = learning_state(resources).snapshot
+    first = next((i for i, name in enumerate(ids_before) if name in query.relevant), len(before))
+    boosts = boosts_for(resources, caller, before[:5])
+    habit = any(to_id.get(t, t) in query.relevant for t in snapshot.habits.get(caller, {}))
+    failing = any(boosts[name].get("reliability", 0.0) < -0.01 for name in before[: min(first, 5)])
+    groups = ["all", "affected" if habit or failing else "unaffected"]
+    return groups + (["affected: caller habit"] if habit else []) + (["affected: failing tool"] if failing else [])
 
 
 def run(args: argparse.Namespace) -> int:
     result = asyncio.run(replay(args))
     print(
         f"{result['tools']} tools; {result['history_queries']} history queries replayed as "
-        f"{result['executions']} "
-        f"calls {result['statuses']}; {result['tools_with_history']} tools with history; "
-        f"specialist owns {result['specialist_tools']} tools; {result['test_queries']} test queries\n"
+        f"{result['executions']} calls {result['statuses']}; {result['tools_with_history']} tools with "
+        f"history; specialist owns {result['specialist_tools']} tools; "
+        f"{result['test_queries']} test queries\n"
     )
     table = []
     for group, values in result["groups"].items():
@@ -248,11 +266,9 @@ def run(args: argparse.Namespace) -> int:
             }
         )
     print_table(table, list(table[0]))
-    kept = result["new_correct_top1"]
-    print(
-        f"\ncorrect first results without history that stayed first: {kept['kept']} of "
-        f"{kept['kept'] + kept['lost']}"
-    )
+    unmoved, kept = result["unmoved_without_history"], result["new_correct_top1"]
+    print(f"\nno history yet (learning on): {unmoved['unmoved']} of {unmoved['queries']} rankings unchanged")
+    print(f"correct first results without history that stayed first: {kept['kept']} of {kept['kept'] + kept['lost']}")
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2))
     return 0

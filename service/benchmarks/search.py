@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from service.catalog_files import demo_catalog, load_catalog_file
+from service.http_transport import nodelay_transport
 from service.settings import Settings
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "sealtools" / "catalog.jsonl"
@@ -59,7 +60,7 @@ def build_catalog(source: list[dict[str, Any]], size: int) -> list[dict[str, Any
         tools.append({
             **base,
             "server": server if replica == 0 else f"{server}-r{replica}",
-            "description": base.get("description", "") if replica == 0 else f"{base.get('description', '')} (v{replica})",
+            "description": f"{base.get('description', '')} (v{replica})" if replica else base.get("description", ""),
         })
     return tools
 
@@ -98,7 +99,7 @@ def _measure_size(size: int, source: list[dict[str, Any]], queries: list[str], s
         while not server.started:
             time.sleep(0.05)
         catalog = build_catalog(source, size)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=3600) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=3600, transport=nodelay_transport()) as client:
             started = time.perf_counter()
             for offset in range(0, size, 5000):
                 client.post("/tools", json={"tools": catalog[offset : offset + 5000]}).raise_for_status()
@@ -141,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
         rows.append(row)
         print(f"{row['tools']:>8} {row['index_seconds']:>9} {row['index_tools_per_s']:>9} "
               f"{row['reindex_unchanged_seconds']:>11} {row['search_ms']['p50']:>11} {row['search_ms']['p99']:>8} "
-              f"{row['http_search_ms']['p50']:>9} {row['http_search_ms']['p99']:>8} {row['peak_rss_mb']:>12}", flush=True)
+              f"{row['http_search_ms']['p50']:>9} {row['http_search_ms']['p99']:>8} {row['peak_rss_mb']:>12}",
+              flush=True)
     if args.json_out:
         args.json_out.write_text(json.dumps({"backend": args.backend, "sizes": rows}, indent=2))
     return 0

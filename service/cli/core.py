@@ -14,6 +14,7 @@ import httpx
 
 from service.catalog_files import load_catalog_file
 from service.errors import ToolscoutError
+from service.http_transport import nodelay_transport
 from service.settings import Settings
 
 
@@ -60,7 +61,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _api(settings: Settings) -> httpx.Client | None:
     """A client for the running service, or None when it is not running (the CLI then works directly)."""
     headers = {"Authorization": f"Bearer {settings.frontend.api_key}"} if settings.frontend.api_key else {}
-    client = httpx.Client(base_url=settings.frontend.api_url, headers=headers, timeout=120)
+    client = httpx.Client(base_url=settings.frontend.api_url, headers=headers, timeout=120,
+                          transport=nodelay_transport())
     try:
         client.get("/healthz", timeout=0.5).raise_for_status()
     except httpx.HTTPError:

@@ -31,6 +31,8 @@ from typing import Any
 
 import httpx
 
+from service.http_transport import async_nodelay_transport
+
 TOOL = "time__get_current_time"
 ARGUMENTS = {"timezone": "UTC"}
 
@@ -174,8 +176,7 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_http:
         http_process = _start_http_service(work / "http", servers_file, port)
     direct_params = StdioServerParameters(command=python, args=["-m", "mcp_server_time"])
-    # Without TCP_NODELAY, httpx's request waits out the peer's delayed ACK (~40 ms a call on Linux).
-    nodelay = httpx.AsyncHTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+    nodelay = async_nodelay_transport()
     try:
         async with (
             app.router.lifespan_context(app),

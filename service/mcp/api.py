@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from service.errors import ToolscoutError
+from service.http_transport import async_nodelay_transport
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class ToolscoutApi:
             base_url=base_url,
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=10.0),
-            transport=transport,
+            transport=transport or async_nodelay_transport(),
         )
 
     async def aclose(self) -> None:

@@ -25,7 +25,9 @@ def embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()
 
 
-async def test_hybrid_search_quality_on_the_fixture_slice(embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
+async def test_hybrid_search_quality_on_the_fixture_slice(
+    embedder: SentenceTransformerEmbedder, tmp_path: Path
+) -> None:
     result = await evaluate(CATALOG, QUERIES, settings=make_settings(tmp_path), embedder=embedder)
     assert result["tools"] == 253 and result["queries"] == 120
     assert result["recall@5"] >= 0.85, result
