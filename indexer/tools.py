@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -97,10 +99,22 @@ class ValidatedBatch:
 def _check_schema(schema: Any) -> str | None:
     if not isinstance(schema, dict):
         return "input_schema must be a JSON object"
-    if len(repr(schema)) > MAX_SCHEMA_BYTES:
+    try:
+        canonical = json.dumps(schema, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return "input_schema must be plain JSON"
+    if len(canonical) > MAX_SCHEMA_BYTES:
         return f"input_schema is larger than {MAX_SCHEMA_BYTES} bytes"
     if schema == {}:
         return None
+    return _check_schema_text(canonical)
+
+
+@lru_cache(maxsize=65_536)
+def _check_schema_text(canonical: str) -> str | None:
+    """Metaschema validation is the slowest step of a registration; catalogs repeat their schemas on every
+    re-sync, so each distinct schema is checked once per process."""
+    schema = json.loads(canonical)
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:

@@ -88,6 +88,7 @@ def _measure_size(size: int, source: list[dict[str, Any]], queries: list[str], s
 
     with tempfile.TemporaryDirectory(prefix="toolscout-bench-") as tmp:
         settings = Settings(data_dir=Path(tmp), demo_catalog=False)
+        settings.policy.rate_limit_per_minute = 0  # the benchmark is one caller firing as fast as it can
         settings.index.backend = backend  # type: ignore[assignment]
         if backend == "qdrant":
             settings.index.url = ":memory:"
@@ -114,7 +115,9 @@ def _measure_size(size: int, source: list[dict[str, Any]], queries: list[str], s
             over_http: list[float] = []
             for query in queries[:searches]:
                 t0 = time.perf_counter()
-                body = client.post("/search", json={"query": query, "k": 5}).json()
+                response = client.post("/search", json={"query": query, "k": 5})
+                response.raise_for_status()
+                body = response.json()
                 over_http.append((time.perf_counter() - t0) * 1000)
                 in_process.append(body["latency_ms"])
         server.should_exit = True
