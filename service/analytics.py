@@ -188,17 +188,13 @@ async def errors_by_class(
     where = daily_filter(ERR, scope) + ([ERR.tool.in_(tools)] if tools is not None else [])
     rows = (
         await session.execute(
-            select(ERR.tool, ERR.error, func.sum(ERR.count).label("n"))
-            .where(*where)
-            .group_by(ERR.tool, ERR.error)
+            select(ERR.tool, ERR.error, func.sum(ERR.count).label("n")).where(*where).group_by(ERR.tool, ERR.error)
         )
     ).all()
     out: dict[str, dict[str, int]] = {}
     for row in rows:
         out.setdefault(row.tool, {})[row.error] = _int(row.n)
-    return {
-        name: dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) for name, counts in out.items()
-    }
+    return {name: dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) for name, counts in out.items()}
 
 
 def _bucket_entry(label: str) -> dict[str, Any]:
@@ -408,10 +404,7 @@ async def unanswered_searches(
             .limit(limit)
         )
     ).all()
-    return [
-        {"query": row.query, "count": row.n, "callers": row.callers, "last_at": _iso(row.last)}
-        for row in rows
-    ]
+    return [{"query": row.query, "count": row.n, "callers": row.callers, "last_at": _iso(row.last)} for row in rows]
 
 
 async def never_found(session: AsyncSession, scope: Scope, limit: int = 100) -> list[dict[str, Any]]:

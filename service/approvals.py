@@ -25,9 +25,7 @@ PENDING, GRANTED, USED, DENIED, EXPIRED = "pending", "granted", "used", "denied"
 
 def arguments_digest(arguments: dict[str, Any] | None) -> str:
     """SHA-256 of the canonical JSON of a call's arguments (sorted keys, no spaces)."""
-    canonical = json.dumps(
-        arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    )
+    canonical = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -119,9 +117,7 @@ def approval_required(row: Approval, detail: str) -> ApprovalRequired:
     )
 
 
-async def consume_approval(
-    resources: Resources, approval_id: str, caller: Caller, tool: str, digest: str
-) -> None:
+async def consume_approval(resources: Resources, approval_id: str, caller: Caller, tool: str, digest: str) -> None:
     """Mark a granted approval of exactly this call used, or raise why it cannot be used.
 
     The conditional UPDATE makes the single use atomic; it commits at once so that a call that fails
@@ -145,9 +141,7 @@ async def consume_approval(
             return
         row = await session.get(Approval, approval_id)
     if row is None or row.caller != caller.id:
-        raise PermissionDenied(
-            f"Approval {approval_id} does not exist for this caller", approval_id=approval_id
-        )
+        raise PermissionDenied(f"Approval {approval_id} does not exist for this caller", approval_id=approval_id)
     if row.tool != tool or row.arguments_digest != digest:
         raise PermissionDenied(
             f"Approval {approval_id} was given for another call ({row.tool} with other arguments)",
@@ -167,9 +161,7 @@ async def consume_approval(
     )
 
 
-async def get_approval(
-    session: AsyncSession, caller: Caller, approval_id: str, is_approver: bool
-) -> Approval:
+async def get_approval(session: AsyncSession, caller: Caller, approval_id: str, is_approver: bool) -> Approval:
     """An approval its requester or an approver may see."""
     row = await session.get(Approval, approval_id)
     if row is None or not (is_approver or row.caller == caller.id):
@@ -210,9 +202,7 @@ async def grant_approval(
     _check_grantor(resources, approver, row.caller)
     state = status_of(row)
     if state != PENDING:
-        raise Conflict(
-            f"Approval {approval_id} is {state}, not pending", approval_id=approval_id, status=state
-        )
+        raise Conflict(f"Approval {approval_id} is {state}, not pending", approval_id=approval_id, status=state)
     now = utcnow()
     row.status, row.granted_by, row.granted_at = GRANTED, approver.id, now
     row.expires_at = now + _ttl(resources, ttl_seconds)
@@ -251,9 +241,7 @@ async def grant_call(
     return row
 
 
-async def deny_approval(
-    resources: Resources, session: AsyncSession, approver: Caller, approval_id: str
-) -> Approval:
+async def deny_approval(resources: Resources, session: AsyncSession, approver: Caller, approval_id: str) -> Approval:
     """Refuse a pending request (or withdraw a grant not used yet)."""
     row = await session.get(Approval, approval_id)
     if row is None:

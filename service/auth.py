@@ -1,8 +1,8 @@
 """Who is calling: API keys (stored as SHA-256 hashes, bound to a caller and roles) and the open local user.
 
 With no key in the database the service serves one local admin without authentication (and says so at
-start); once a key exists every route that depends on the caller needs one. Each resolved request also
-takes a token from its key's rate-limit bucket."""
+start); once a key has been created every route that depends on the caller needs one, even after every key
+is revoked. Each resolved request also takes a token from its key's rate-limit bucket."""
 
 from __future__ import annotations
 
@@ -105,14 +105,10 @@ async def revoke_key(session: AsyncSession, key_id_or_prefix: str) -> ApiKey:
     row = await session.get(ApiKey, key_id_or_prefix)
     if row is None:
         rows = (
-            await session.scalars(
-                select(ApiKey).where(ApiKey.prefix == key_id_or_prefix, ApiKey.revoked_at.is_(None))
-            )
+            await session.scalars(select(ApiKey).where(ApiKey.prefix == key_id_or_prefix, ApiKey.revoked_at.is_(None)))
         ).all()
         if len(rows) != 1:
-            raise NotFound(
-                f"No single active key with id or prefix {key_id_or_prefix!r}", key=key_id_or_prefix
-            )
+            raise NotFound(f"No single active key with id or prefix {key_id_or_prefix!r}", key=key_id_or_prefix)
         row = rows[0]
     if row.revoked_at is None:
         row.revoked_at = utcnow()
@@ -149,13 +145,12 @@ class KeyResolver:
         self._keys_exist = None
 
     async def keys_exist(self) -> bool:
+        """Whether any key was ever created: revoking every key must not reopen the service to anyone."""
         now = time.monotonic()
         if self._keys_exist is not None and self._keys_exist[1] > now:
             return self._keys_exist[0]
         async with self.resources.session() as session:
-            found = (
-                await session.scalars(select(ApiKey.id).where(ApiKey.revoked_at.is_(None)).limit(1))
-            ).first()
+            found = (await session.scalars(select(ApiKey.id).limit(1))).first()
         self._keys_exist = (found is not None, now + self.ttl)
         return found is not None
 
@@ -167,9 +162,7 @@ class KeyResolver:
             return cached[0]
         async with self.resources.session() as session:
             row = (
-                await session.scalars(
-                    select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None))
-                )
+                await session.scalars(select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)))
             ).first()
         caller = Caller(row.caller, frozenset(row.roles or ()), row.id) if row is not None else None
         self._cache[digest] = (caller, now + self.ttl)
@@ -187,9 +180,7 @@ class KeyResolver:
         elif self.open_allowed:
             caller = OPEN_CALLER
         else:
-            raise Unauthorized(
-                "No API key exists and open mode is off; create one with `toolscout keys create`"
-            )
+            raise Unauthorized("No API key exists and open mode is off; create one with `toolscout keys create`")
         wait = self.limiter.acquire(caller.key_id or caller.id)
         if wait > 0:
             raise RateLimited(

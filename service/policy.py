@@ -127,9 +127,7 @@ async def refresh_catalog(resources: Resources) -> int:
     """Reload the snapshot of active tool names and their servers; returns its size."""
     async with resources.session() as session:
         rows = (
-            await session.execute(
-                select(Tool.qualified_name, Tool.server_id).where(Tool.deprecated.is_(False))
-            )
+            await session.execute(select(Tool.qualified_name, Tool.server_id).where(Tool.deprecated.is_(False)))
         ).all()
     policy_state(resources).set_catalog({name: server for name, server in rows})
     return len(rows)

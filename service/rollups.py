@@ -111,9 +111,7 @@ async def upsert_add(
     statement = _insert(session, table)
     excluded = statement.excluded
     set_ = {
-        c: case((excluded[c] > table.c[c], excluded[c]), else_=table.c[c])
-        if c in maxima
-        else table.c[c] + excluded[c]
+        c: case((excluded[c] > table.c[c], excluded[c]), else_=table.c[c]) if c in maxima else table.c[c] + excluded[c]
         for c in columns
     }
     statement = statement.on_conflict_do_update(index_elements=list(keys), set_=set_)
@@ -128,9 +126,7 @@ async def upsert_add(
     await session.execute(statement, params)
 
 
-async def upsert_replace(
-    session: AsyncSession, table: Table, keys: Sequence[str], rows: list[dict[str, Any]]
-) -> None:
+async def upsert_replace(session: AsyncSession, table: Table, keys: Sequence[str], rows: list[dict[str, Any]]) -> None:
     """Write whole rows: inserted when new, every other column replaced when the key exists."""
     if not rows:
         return
@@ -168,9 +164,7 @@ async def fold_executions(session: AsyncSession, rows: Sequence[Any], settings: 
     await upsert_add(session, usage_daily, ["day", "caller", "tool"], daily, maxima=["duration_max"])
     await upsert_add(session, usage_hourly, ["hour", "caller"], hourly)
     await upsert_add(session, usage_errors_daily, ["day", "caller", "tool", "error"], errors)
-    await _fold_pairs(
-        session, [r for r in rows if r.status not in IGNORED], settings.cooccurrence_window_seconds
-    )
+    await _fold_pairs(session, [r for r in rows if r.status not in IGNORED], settings.cooccurrence_window_seconds)
     await _mark_followed(session, {r.search_id for r in rows if r.search_id})
 
 
@@ -183,9 +177,9 @@ async def _fold_pairs(session: AsyncSession, rows: Sequence[Any], window_seconds
         caller: (tool, as_utc(at))
         for caller, tool, at in (
             await session.execute(
-                select(
-                    caller_last_call.c.caller, caller_last_call.c.tool, caller_last_call.c.started_at
-                ).where(caller_last_call.c.caller.in_(callers))
+                select(caller_last_call.c.caller, caller_last_call.c.tool, caller_last_call.c.started_at).where(
+                    caller_last_call.c.caller.in_(callers)
+                )
             )
         ).all()
     }
@@ -195,11 +189,7 @@ async def _fold_pairs(session: AsyncSession, rows: Sequence[Any], window_seconds
         previous = last.get(row.caller)
         if previous is not None and at < previous[1]:
             continue  # finished after a later call: too late to pair
-        if (
-            previous is not None
-            and previous[0] != row.tool
-            and at - previous[1] <= timedelta(seconds=window_seconds)
-        ):
+        if previous is not None and previous[0] != row.tool and at - previous[1] <= timedelta(seconds=window_seconds):
             first, second = sorted((previous[0], row.tool))
             pairs[(day_of(at), row.caller, first, second)]["count"] += 1
         last[row.caller] = (row.tool, at)

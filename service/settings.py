@@ -96,8 +96,8 @@ class LearningSettings(BaseModel):
     enabled: bool = True
     half_life_days: float = 14.0
     max_popularity_boost: float = 0.06
-    # Tuned on the replay of `toolscout bench learning`: fused scores are sums of z-scores whose gaps are
-    # mostly 0.3-2, so boosts much smaller than this change nothing (see the bench's numbers).
+    # Tuned with `toolscout bench learning`: fused scores are sums of z-scores whose gaps are mostly 0.3-2,
+    # so much smaller boosts change nothing; a tool without history leading by > 0.36 stays first.
     max_reliability_penalty: float = 1.0
     max_caller_boost: float = 0.3
     refresh_seconds: float = 15.0  # background refresh period (also woken by request_refresh)
@@ -107,7 +107,7 @@ class LearningSettings(BaseModel):
     habit_half_calls: float = 3.0  # decayed successful calls by one caller at which its habit boost is half
     reliability_prior_success: float = 0.95  # smoothing prior of the success rate ...
     reliability_prior_weight: float = 5.0  # ... worth this many calls
-    reliability_tolerance: float = 0.10  # a smoothed failure rate up to this costs nothing
+    reliability_tolerance: float = 0.20  # a smoothed failure rate up to this costs nothing
     latency_smoothing: float = 0.1  # weight of a new call in the moving average of latency
     cooccurrence_window_seconds: float = 300.0  # two calls this close by one caller count as used together
 

@@ -131,9 +131,7 @@ async def load_tool_rows(session: AsyncSession, names: Iterable[str] | None = No
     return [ToolRow(**row._mapping) for row in (await session.execute(query)).all()]
 
 
-async def load_habit_rows(
-    session: AsyncSession, pairs: Iterable[tuple[str, str]] | None = None
-) -> list[HabitRow]:
+async def load_habit_rows(session: AsyncSession, pairs: Iterable[tuple[str, str]] | None = None) -> list[HabitRow]:
     """caller_tool_stats rows (of these (caller, tool) pairs, or all)."""
     table = CallerToolStats.__table__
     if pairs is None:
@@ -208,9 +206,7 @@ def _apply_execution(tool: ToolRow, habit: HabitRow, row: Any, settings: Learnin
     habit.last_called_at = reuse.ref
 
 
-async def consume_executions(
-    session: AsyncSession, settings: LearningSettings, report: ConsumeReport
-) -> bool:
+async def consume_executions(session: AsyncSession, settings: LearningSettings, report: ConsumeReport) -> bool:
     """Fold one batch of new executions into the statistics; False when there was nothing new.
 
     The caller commits (or rolls back when `report.lost_race`)."""
@@ -297,9 +293,7 @@ async def consume_searches(session: AsyncSession, settings: LearningSettings, re
         {
             s.tool: s
             for s in (
-                await session.scalars(
-                    select(ToolSearchStats).where(ToolSearchStats.tool.in_(sorted(appearances)))
-                )
+                await session.scalars(select(ToolSearchStats).where(ToolSearchStats.tool.in_(sorted(appearances))))
             ).all()
         }
         if appearances

@@ -163,9 +163,7 @@ class NeverFoundResponse(BaseModel):
 
 
 @router.get("/tools", response_model=ToolUsageResponse)
-async def tools(
-    session: SessionDep, scope: ScopeDep, tool: str | None = None, limit: Limit = 50
-) -> dict[str, Any]:
+async def tools(session: SessionDep, scope: ScopeDep, tool: str | None = None, limit: Limit = 50) -> dict[str, Any]:
     """Per tool: calls, success rate, p50/p95 latency, tokens, errors by class."""
     return {"tools": await analytics.tool_usage(session, scope, tool=tool, limit=limit)}
 
@@ -184,9 +182,7 @@ async def tools_never_found(
 
 
 @router.get("/timeseries", response_model=TimeseriesResponse)
-async def timeseries(
-    session: SessionDep, scope: ScopeDep, bucket: Literal["hour", "day"] = "hour"
-) -> dict[str, Any]:
+async def timeseries(session: SessionDep, scope: ScopeDep, bucket: Literal["hour", "day"] = "hour") -> dict[str, Any]:
     """Calls, successes, latency, callers and searches per UTC hour or day."""
     return {"bucket": bucket, "series": await analytics.timeseries(session, scope, bucket)}
 

@@ -22,9 +22,7 @@ class GrantRequest(BaseModel):
     caller: str | None = Field(default=None, description="In advance: the caller who may make the call")
     tool: str | None = Field(default=None, description="In advance: the qualified tool name")
     arguments: dict[str, Any] | None = Field(default=None, description="In advance: the exact arguments")
-    ttl_seconds: int | None = Field(
-        default=None, ge=1, description="Shorter validity than the configured one"
-    )
+    ttl_seconds: int | None = Field(default=None, ge=1, description="Shorter validity than the configured one")
 
     @model_validator(mode="after")
     def _one_form(self) -> GrantRequest:
@@ -66,9 +64,7 @@ async def grant(
     """Grant a pending approval (or approve a call in advance); the call then works once before expiry."""
     _require_approver(resources, caller)
     if request.approval_id is not None:
-        row = await approvals.grant_approval(
-            resources, session, caller, request.approval_id, request.ttl_seconds
-        )
+        row = await approvals.grant_approval(resources, session, caller, request.approval_id, request.ttl_seconds)
     else:
         assert request.caller is not None and request.tool is not None
         row = await approvals.grant_call(
@@ -84,9 +80,7 @@ async def grant(
 
 
 @router.post("/{approval_id}/deny", response_model=ApprovalResponse)
-async def deny(
-    approval_id: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep
-) -> dict[str, Any]:
+async def deny(approval_id: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
     """Refuse a pending approval, or withdraw a grant that was not used yet."""
     _require_approver(resources, caller)
     return approvals.approval_view(await approvals.deny_approval(resources, session, caller, approval_id))
@@ -106,9 +100,7 @@ async def list_approvals(
 
 
 @router.get("/{approval_id}", response_model=ApprovalResponse)
-async def get(
-    approval_id: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep
-) -> dict[str, Any]:
+async def get(approval_id: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
     """One approval: its requester and approvers may read it."""
     row = await approvals.get_approval(session, caller, approval_id, is_approver(resources, caller))
     return approvals.approval_view(row)

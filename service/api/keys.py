@@ -64,9 +64,7 @@ async def list_keys(session: SessionDep, caller: CallerDep, include_revoked: boo
 
 
 @router.delete("/{key_id}", response_model=KeyResponse)
-async def revoke(
-    key_id: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep
-) -> dict[str, Any]:
+async def revoke(key_id: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
     """Revoke a key by id or shown prefix; it stops working at once in this process."""
     _require_admin(caller)
     row = await auth.revoke_key(session, key_id)

@@ -50,12 +50,8 @@ STATUSES = [
 
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser(
-        "analytics", help="analytics query times over 1,000,000 executions (PostgreSQL)"
-    )
-    parser.add_argument(
-        "--admin-url", default=DEFAULT_ADMIN_URL, help="a PostgreSQL URL allowed to create databases"
-    )
+    parser = subparsers.add_parser("analytics", help="analytics query times over 1,000,000 executions (PostgreSQL)")
+    parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="a PostgreSQL URL allowed to create databases")
     parser.add_argument("--rows", type=int, default=1_000_000, help="executions to generate")
     parser.add_argument("--tools", type=int, default=500)
     parser.add_argument("--callers", type=int, default=200)
@@ -105,9 +101,7 @@ def generate(conn: psycopg.Connection[Any], args: argparse.Namespace) -> Generat
     queries = [
         f"query {i} about "
         + " ".join(
-            rng.choice(
-                ["files", "issues", "mail", "weather", "sql", "docs", "calendar", "deploy", "logs", "billing"]
-            )
+            rng.choice(["files", "issues", "mail", "weather", "sql", "docs", "calendar", "deploy", "logs", "billing"])
             for _ in range(3)
         )
         for i in range(5000)
@@ -122,24 +116,16 @@ def generate(conn: psycopg.Connection[Any], args: argparse.Namespace) -> Generat
     while len(executions) < args.rows:
         caller = rng.choices(out.callers, cum_weights=caller_weights)[0]
         task = (
-            rng.choice(personas[caller])
-            if rng.random() < 0.9
-            else rng.choices(usable, cum_weights=tool_weights, k=2)
+            rng.choice(personas[caller]) if rng.random() < 0.9 else rng.choices(usable, cum_weights=tool_weights, k=2)
         )
         # Sessions last at most 6 x 90 s: they all end before `end`.
         at = start.timestamp() + rng.random() * (span - 600)
         search_id = str(uuid.UUID(int=rng.getrandbits(128)))
         empty = rng.random() < 0.03
-        shown = (
-            []
-            if empty
-            else list(dict.fromkeys(task + rng.choices(usable, cum_weights=tool_weights, k=3)))[:5]
-        )
+        shown = [] if empty else list(dict.fromkeys(task + rng.choices(usable, cum_weights=tool_weights, k=3)))[:5]
         query = rng.choice(queries)
         results = json.dumps([{"name": n, "score": round(1.0 - r / 10, 3)} for r, n in enumerate(shown)])
-        searches.append(
-            (at, f"{search_id}\t{caller}\t{query}\t5\t{results}\t{len(shown)}\t{rng.uniform(5, 40):.3f}\t")
-        )
+        searches.append((at, f"{search_id}\t{caller}\t{query}\t5\t{results}\t{len(shown)}\t{rng.uniform(5, 40):.3f}\t"))
         if empty or rng.random() < 0.25:
             continue  # a search no call followed
         for step in range(rng.randint(1, 6)):
@@ -288,9 +274,7 @@ async def measure(resources: Resources, generated: Generated, repeat: int) -> li
     return [folded, *table]
 
 
-async def _refresh_new_rows(
-    resources: Resources, generated: Generated, count: int = 10_000
-) -> dict[str, Any]:
+async def _refresh_new_rows(resources: Resources, generated: Generated, count: int = 10_000) -> dict[str, Any]:
     at = datetime.now(UTC) - timedelta(seconds=resources.settings.learning.refresh_lag_seconds + 5)
     rng = random.Random(1)
     async with resources.session() as session:
@@ -341,9 +325,7 @@ def run(args: argparse.Namespace) -> int:
         settings.db.url = url
         settings.learning.refresh_lag_seconds = 0.0
         settings.learning.refresh_batch = 20_000
-        table = asyncio.run(
-            with_database(settings, lambda resources: measure(resources, generated, args.repeat))
-        )
+        table = asyncio.run(with_database(settings, lambda resources: measure(resources, generated, args.repeat)))
         with psycopg.connect(f"{base}/{DATABASE}") as conn:
             size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('executions'))").fetchone()
             version = conn.execute("SHOW server_version").fetchone()
@@ -354,10 +336,7 @@ def run(args: argparse.Namespace) -> int:
         )
         print_table(table, ["query", "rows", "median_ms", "max_ms"])
         slowest = max(row["max_ms"] for row in table if not row["query"].startswith("refresh"))
-        print(
-            f"\nslowest analytics query: {slowest:.1f} ms "
-            f"({'within' if slowest <= 1000 else 'over'} the 1 s budget)"
-        )
+        print(f"\nslowest analytics query: {slowest:.1f} ms ({'within' if slowest <= 1000 else 'over'} the 1 s budget)")
         if args.json_out:
             args.json_out.write_text(
                 json.dumps(

@@ -25,9 +25,7 @@ from service.settings import Settings
 def _common(parser: argparse.ArgumentParser, window: bool = True) -> None:
     if window:
         parser.add_argument("--since", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC)")
-        parser.add_argument(
-            "--until", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC), exclusive"
-        )
+        parser.add_argument("--until", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC), exclusive")
         parser.add_argument("--days", type=float, default=30.0, help="window when --since is not given (30)")
         parser.add_argument("--caller", default=None, help="only this caller")
     parser.add_argument("--limit", type=int, default=50)
@@ -67,9 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     never = sub.add_parser("never-found", help="tools no search ever returned")
     _common(never, window=False)
-    never.add_argument(
-        "--since", type=datetime.fromisoformat, default=None, help="not returned since (ISO 8601)"
-    )
+    never.add_argument("--since", type=datetime.fromisoformat, default=None, help="not returned since (ISO 8601)")
     never.set_defaults(func=cmd_never_found)
 
 
@@ -131,9 +127,7 @@ def cmd_timeseries(args: argparse.Namespace) -> int:
 def cmd_callers(args: argparse.Namespace) -> int:
     scope = _scope(args)
     rows = _run(lambda s: analytics.top_callers(s, scope, args.limit))
-    return _emit(
-        args, rows, rows, ["caller", "calls", "success_rate", "tools", "searches", "last_active_day"]
-    )
+    return _emit(args, rows, rows, ["caller", "calls", "success_rate", "tools", "searches", "last_active_day"])
 
 
 def cmd_cooccurrence(args: argparse.Namespace) -> int:

@@ -80,13 +80,16 @@ def cmd_create(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     async def run(resources: Resources) -> list[dict[str, object]]:
         async with resources.session() as session:
-            return [auth.key_view(row) for row in await auth.list_keys(session, args.all)]
+            return [auth.key_view(row) for row in await auth.list_keys(session, include_revoked=True)]
 
-    rows = asyncio.run(with_database(Settings(), run))
+    every = asyncio.run(with_database(Settings(), run))
+    rows = every if args.all else [r for r in every if r["revoked_at"] is None]
     if args.json:
         print(json.dumps(rows, indent=2))
-    elif not rows:
+    elif not every:
         print("no API keys: the service runs open for one local user")
+    elif not rows:
+        print("no active API keys: every request is refused until a key is created")
     else:
         print_table(
             [{**r, "roles": ",".join(r["roles"])} for r in rows],  # type: ignore[arg-type]

@@ -84,9 +84,7 @@ def bearer(key: str) -> dict[str, str]:
 
 
 async def make_key(http: httpx.AsyncClient, caller: str, roles: list[str], admin: str | None = None) -> str:
-    response = await http.post(
-        "/keys", json={"caller": caller, "roles": roles}, headers=bearer(admin) if admin else {}
-    )
+    response = await http.post("/keys", json={"caller": caller, "roles": roles}, headers=bearer(admin) if admin else {})
     assert response.status_code == 201, response.text
     body = response.json()
     assert body["key"].startswith("tsk_") and body["caller"] == caller and body["roles"] == sorted(roles)
@@ -111,9 +109,7 @@ async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         }
 
 
-async def test_open_mode_until_the_first_key_then_401(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_open_mode_until_the_first_key_then_401(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("WARNING")
     async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
         assert "No API key configured" in caplog.text
@@ -123,26 +119,25 @@ async def test_open_mode_until_the_first_key_then_401(
         assert refused.status_code == 401
         assert refused.headers["www-authenticate"] == "Bearer"
         assert refused.json()["type"].endswith("/unauthorized")
-        assert (
-            await http.post("/search", json={"query": "x"}, headers=bearer("tsk_wrong"))
-        ).status_code == 401
+        assert (await http.post("/search", json={"query": "x"}, headers=bearer("tsk_wrong"))).status_code == 401
         assert (await http.get("/healthz")).status_code == 200  # health needs no key
         assert (await http.post("/search", json={"query": "x"}, headers=bearer(admin))).status_code == 200
-        assert (
-            await http.post("/search", json={"query": "x"}, headers={"X-API-Key": admin})
-        ).status_code == 200
+        assert (await http.post("/search", json={"query": "x"}, headers={"X-API-Key": admin})).status_code == 200
         keys = (await http.get("/keys", headers=bearer(admin))).json()["keys"]
         assert [(k["caller"], k["roles"]) for k in keys] == [("root", ["admin"])]
         assert "key" not in keys[0] and "key_hash" not in keys[0]
         other = await make_key(http, "tmp", [], admin)
         other_id = next(
-            k["id"]
-            for k in (await http.get("/keys", headers=bearer(admin))).json()["keys"]
-            if k["caller"] == "tmp"
+            k["id"] for k in (await http.get("/keys", headers=bearer(admin))).json()["keys"] if k["caller"] == "tmp"
         )
         assert (await http.get("/keys", headers=bearer(other))).status_code == 403  # not an admin
         assert (await http.delete(f"/keys/{other_id}", headers=bearer(admin))).json()["revoked_at"]
         assert (await http.post("/search", json={"query": "x"}, headers=bearer(other))).status_code == 401
+        # Revoking every key does not reopen the service.
+        admin_id = next(k["id"] for k in (await http.get("/keys", headers=bearer(admin))).json()["keys"])
+        assert (await http.delete(f"/keys/{admin_id}", headers=bearer(admin))).status_code == 200
+        assert (await http.post("/search", json={"query": "x"})).status_code == 401
+        assert (await http.post("/search", json={"query": "x"}, headers=bearer(admin))).status_code == 401
 
 
 async def test_keys_survive_a_restart_and_are_stored_hashed(tmp_path: Path) -> None:
@@ -171,9 +166,7 @@ async def test_search_never_returns_a_forbidden_tool(world: dict[str, Any]) -> N
         + ["delete account", "secret vault", "salary", "get", "the", "read a secret from the vault"]
     )
     for query in queries:
-        response = await http.post(
-            "/search", json={"query": query, "k": 50, "explain": True}, headers=bearer(dev)
-        )
+        response = await http.post("/search", json={"query": query, "k": 50, "explain": True}, headers=bearer(dev))
         assert response.status_code == 200
         names = {r["name"] for r in response.json()["results"]}
         assert names <= VISIBLE_TO_DEV, (query, names & FORBIDDEN_FOR_DEV)
@@ -182,16 +175,12 @@ async def test_search_never_returns_a_forbidden_tool(world: dict[str, Any]) -> N
     assert {r["name"] for r in first["results"]} == VISIBLE_TO_DEV
     # Asking for a forbidden server explicitly gives nothing rather than an error that confirms it.
     body = (
-        await http.post(
-            "/search", json={"query": "secret", "k": 50, "servers": ["vault"]}, headers=bearer(dev)
-        )
+        await http.post("/search", json={"query": "secret", "k": 50, "servers": ["vault"]}, headers=bearer(dev))
     ).json()
     assert body["results"] == []
     # The admin sees everything, the exact name first.
     admin_body = (
-        await http.post(
-            "/search", json={"query": "vault__get_secret", "k": 50}, headers=bearer(world["admin"])
-        )
+        await http.post("/search", json={"query": "vault__get_secret", "k": 50}, headers=bearer(world["admin"]))
     ).json()
     assert admin_body["results"][0]["name"] == "vault__get_secret"
     assert {r["name"] for r in admin_body["results"]} == VISIBLE_TO_DEV | FORBIDDEN_FOR_DEV
@@ -263,9 +252,7 @@ async def test_a_permissions_file_change_applies_without_restart(world: dict[str
     os.utime(path, (1e9, 1e9))
     names = {
         r["name"]
-        for r in (await http.post("/search", json={"query": "weather", "k": 50}, headers=bearer(dev))).json()[
-            "results"
-        ]
+        for r in (await http.post("/search", json={"query": "weather", "k": 50}, headers=bearer(dev))).json()["results"]
     }
     assert "public__get_weather" not in names and names <= VISIBLE_TO_DEV
     path.write_text("roles: [broken")  # a broken edit keeps the rules in force
@@ -273,9 +260,9 @@ async def test_a_permissions_file_change_applies_without_restart(world: dict[str
     os.utime(path, (2e9, 2e9))
     names = {
         r["name"]
-        for r in (
-            await http.post("/search", json={"query": "format date", "k": 50}, headers=bearer(dev))
-        ).json()["results"]
+        for r in (await http.post("/search", json={"query": "format date", "k": 50}, headers=bearer(dev))).json()[
+            "results"
+        ]
     }
     assert names == {"util__format_date", "util__purge_cache", "util__drop_table"}
 
@@ -366,9 +353,7 @@ async def test_analytics_show_a_non_admin_only_its_rows_and_permitted_tools(worl
         for forbidden in FORBIDDEN_FOR_DEV | {"someone-else"}:
             assert forbidden not in text, (path, forbidden)
     tools, series, callers, pairs, funnel, _unanswered, never = seen
-    assert [(t["tool"], t["calls"], t["successes"]) for t in tools["tools"]] == [
-        ("public__get_weather", 2, 1)
-    ]
+    assert [(t["tool"], t["calls"], t["successes"]) for t in tools["tools"]] == [("public__get_weather", 2, 1)]
     assert sum(b["calls"] for b in series["series"]) == 2
     # Hourly series have no tool dimension: a caller sees the total of its own calls, names of none.
     hourly = await http.get("/analytics/timeseries?bucket=hour", headers=bearer(dev))
@@ -415,9 +400,7 @@ async def test_only_approvers_grant_and_each_sees_what_it_may(world: dict[str, A
     assert approval["arguments"] == {"table": "t"}
     expires = datetime.fromisoformat(approval["expires_at"])
     assert timedelta(seconds=55) < expires - datetime.now(UTC) <= timedelta(seconds=60)
-    assert (await http.get(f"/approvals/{approval['id']}", headers=bearer(dev))).json()["id"] == approval[
-        "id"
-    ]
+    assert (await http.get(f"/approvals/{approval['id']}", headers=bearer(dev))).json()["id"] == approval["id"]
     listed = (await http.get("/approvals?status=granted", headers=bearer(dev))).json()["approvals"]
     assert [a["id"] for a in listed] == [approval["id"]]
     self_grant = await http.post(
@@ -475,9 +458,7 @@ async def upstream_world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
 async def execute(
     http: httpx.AsyncClient, key: str, name: str, arguments: dict[str, Any] | None = None, **extra: Any
 ) -> httpx.Response:
-    return await http.post(
-        "/execute", json={"name": name, "arguments": arguments or {}, **extra}, headers=bearer(key)
-    )
+    return await http.post("/execute", json={"name": name, "arguments": arguments or {}, **extra}, headers=bearer(key))
 
 
 @pytest.mark.upstream
@@ -573,9 +554,7 @@ async def test_an_approval_expires_and_works_once_in_a_batch(tmp_path: Path) -> 
             )
         ).json()
         call = {"name": "t__echo", "arguments": {"text": "b"}, "approval_id": grant["id"]}
-        items = (await http.post("/execute/batch", headers=bearer(dev), json={"calls": [call, call]})).json()[
-            "results"
-        ]
+        items = (await http.post("/execute/batch", headers=bearer(dev), json={"calls": [call, call]})).json()["results"]
         assert sorted(i["status"] for i in items) == [200, 403]
 
 
@@ -594,9 +573,7 @@ async def test_search_explain_shows_the_learned_boosts(world: dict[str, Any]) ->
     http, dev = world["http"], world["dev"]
     resources: Resources = world["resources"]
     start = datetime.now(UTC) - timedelta(hours=1)
-    plan = [("dev-agent", "util__format_date", "ok")] * 10 + [
-        ("dev-agent", "util__purge_cache", "tool_error")
-    ] * 30
+    plan = [("dev-agent", "util__format_date", "ok")] * 10 + [("dev-agent", "util__purge_cache", "tool_error")] * 30
     plan += [("someone-else", "public__get_weather", "ok")] * 20
     async with resources.session() as session:
         session.add_all(
@@ -623,14 +600,9 @@ async def test_search_explain_shows_the_learned_boosts(world: dict[str, Any]) ->
         )
     ).json()
     boosts = {r["name"]: r["explain"]["boosts"] for r in body["results"]}
-    assert (
-        boosts["util__format_date"]["caller_habit"] > 0.04 and boosts["util__format_date"]["popularity"] > 0
-    )
+    assert boosts["util__format_date"]["caller_habit"] > 0.04 and boosts["util__format_date"]["popularity"] > 0
     assert boosts["util__purge_cache"]["reliability"] < -0.07
-    assert (
-        "caller_habit" not in boosts["public__get_weather"]
-        and boosts["public__get_weather"]["popularity"] > 0
-    )
+    assert "caller_habit" not in boosts["public__get_weather"] and boosts["public__get_weather"]["popularity"] > 0
     assert boosts["util__drop_table"] == {}  # no history, no boost
     for result in body["results"]:
         explained = sum(result["explain"]["signals"].values()) + sum(result["explain"]["boosts"].values())
@@ -643,7 +615,4 @@ async def test_search_explain_shows_the_learned_boosts(world: dict[str, Any]) ->
             json={"query": "format a date", "k": 50, "explain": True},
         )
     ).json()
-    assert (
-        "caller_habit"
-        not in {r["name"]: r for r in other["results"]}["util__format_date"]["explain"]["boosts"]
-    )
+    assert "caller_habit" not in {r["name"]: r for r in other["results"]}["util__format_date"]["explain"]["boosts"]

@@ -193,9 +193,7 @@ async def test_scope_of_a_non_admin_reader(resources: Resources) -> None:
     by_tool = {r["tool"]: r for r in rows}
     assert set(by_tool) == {GH, FS}
     # alice's gh calls: 100 200 1000 -> p50 = 2nd = 200 in [181, 256): 2^(31/4); p95 = 3rd as above
-    assert by_tool[GH]["calls"] == 3 and by_tool[GH]["latency_ms"]["p50"] == pytest.approx(
-        2 ** (31 / 4), abs=1e-3
-    )
+    assert by_tool[GH]["calls"] == 3 and by_tool[GH]["latency_ms"]["p50"] == pytest.approx(2 ** (31 / 4), abs=1e-3)
     assert by_tool[GH]["latency_ms"]["p95"] == pytest.approx((2**9.5 * 1000) ** 0.5, abs=1e-3)
     assert by_tool[GH]["errors"] == {"timeout": 1}
     # alice's one fs call of 10 in [8, 11.3) capped at 10
@@ -298,9 +296,7 @@ async def test_tools_never_found(resources: Resources) -> None:
         never = await analytics.never_found(session, Scope())
         since_later = await analytics.never_found(session, Scope(since=T0 + timedelta(minutes=30)))
     # fs__write was never returned; old__gone is deprecated.
-    assert [(t["tool"], t["server"], t["calls"], t["last_returned_at"]) for t in never] == [
-        (WRITE, "fs", 0, None)
-    ]
+    assert [(t["tool"], t["server"], t["calls"], t["last_returned_at"]) for t in never] == [(WRITE, "fs", 0, None)]
     # Since 10:30 only secret__get (11:05) came back.
     assert [t["tool"] for t in since_later] == [FS, WRITE, GH]
     assert [t["calls"] for t in since_later] == [4, 0, 5]

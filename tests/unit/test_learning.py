@@ -42,16 +42,18 @@ def test_each_boost_is_bounded_and_saturates() -> None:
     for n in (0.5, 1, 10, 1e3, 1e9):
         assert 0 < popularity_boost(n, SETTINGS) < SETTINGS.max_popularity_boost
         assert 0 < habit_boost(n, SETTINGS) < SETTINGS.max_caller_boost
-        assert -SETTINGS.max_reliability_penalty <= reliability_penalty(0, n, SETTINGS) < 0
+        if n >= 1:
+            assert -SETTINGS.max_reliability_penalty <= reliability_penalty(0, n, SETTINGS) < 0
     assert popularity_boost(20, SETTINGS) == pytest.approx(SETTINGS.max_popularity_boost / 2)
     assert habit_boost(3, SETTINGS) == pytest.approx(SETTINGS.max_caller_boost / 2)
     assert popularity_boost(0, SETTINGS) == habit_boost(0, SETTINGS) == 0.0
     # All failures, many calls: close to the full penalty; the prior keeps one failure mild.
     assert reliability_penalty(0, 1e6, SETTINGS) == pytest.approx(-SETTINGS.max_reliability_penalty, rel=1e-3)
     assert reliability_penalty(0, 1, SETTINGS) == pytest.approx(
-        -SETTINGS.max_reliability_penalty * ((1.25 / 6) - 0.1) / 0.9
+        -SETTINGS.max_reliability_penalty * ((1.25 / 6) - 0.2) / 0.8
     )
-    # A reliable tool, or one failing within the tolerance, pays nothing.
+    # A reliable tool, one failing within the tolerance, or a single decayed failure, pays nothing.
+    assert reliability_penalty(0, 0.5, SETTINGS) == 0.0
     assert reliability_penalty(1000, 0, SETTINGS) == 0.0
     assert reliability_penalty(95, 5, SETTINGS) == 0.0
 
@@ -178,9 +180,7 @@ async def test_refresh_consumes_only_new_executions(resources: Resources) -> Non
     assert (a.calls, a.successes, a.failures) == (8, 6, 2)
     assert (b.calls, b.successes, b.failures) == (1, 0, 1)
     assert a.decayed_calls == pytest.approx(8, rel=1e-4)
-    assert a.decayed_successes == pytest.approx(6, rel=1e-4) and a.decayed_failures == pytest.approx(
-        2, rel=1e-4
-    )
+    assert a.decayed_successes == pytest.approx(6, rel=1e-4) and a.decayed_failures == pytest.approx(2, rel=1e-4)
     # Latency: the first call, then a moving average with weight 0.1 over the calls that reached the server.
     expected = 100.0
     for duration in (101, 102, 103, 104, 105, 50):

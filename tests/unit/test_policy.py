@@ -93,9 +93,7 @@ def test_rules_union_and_unrestricted_flag(permissions: PermissionSet) -> None:
 
 def test_destructive_by_annotation_or_file(permissions: PermissionSet) -> None:
     assert permissions.needs_approval("git__reset", "git", {"destructiveHint": True})
-    assert not permissions.needs_approval(
-        "git__reset", "git", {"destructiveHint": True, "readOnlyHint": True}
-    )
+    assert not permissions.needs_approval("git__reset", "git", {"destructiveHint": True, "readOnlyHint": True})
     assert not permissions.needs_approval("git__log", "git", {"destructiveHint": False})
     assert not permissions.needs_approval("git__log", "git", {})
     assert permissions.needs_approval("fs__write_file", "fs", {})

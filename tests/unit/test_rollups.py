@@ -37,9 +37,7 @@ def test_percentile_of_one_value_per_bucket_is_its_geometric_middle_capped_by_th
 def test_estimates_stay_within_one_bucket_of_the_exact_nearest_rank() -> None:
     rng = random.Random(3)
     for _ in range(50):
-        durations = [
-            rng.lognormvariate(rng.uniform(1, 7), rng.uniform(0.2, 1.5)) for _ in range(rng.randint(1, 500))
-        ]
+        durations = [rng.lognormvariate(rng.uniform(1, 7), rng.uniform(0.2, 1.5)) for _ in range(rng.randint(1, 500))]
         histogram = [0] * LATENCY_BUCKETS
         for duration in durations:
             histogram[latency_bucket(duration)] += 1
