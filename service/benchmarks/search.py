@@ -89,10 +89,10 @@ def _measure_size(size: int, source: list[dict[str, Any]], queries: list[str], s
     with tempfile.TemporaryDirectory(prefix="toolscout-bench-") as tmp:
         settings = Settings(data_dir=Path(tmp), demo_catalog=False)
         settings.policy.rate_limit_per_minute = 0  # the benchmark is one caller firing as fast as it can
+        settings.execution.demo_servers = False
         settings.index.backend = backend  # type: ignore[assignment]
         if backend == "qdrant":
             settings.index.url = ":memory:"
-        settings.execution.demo_servers = False
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
