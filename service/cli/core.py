@@ -115,8 +115,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         return _fail(exc)
     client = _api(settings)
     if client is not None:
-        with client:
+        try:
             response = client.post("/tools", json={"tools": tools})
+        finally:
+            client.close()
         body = response.json()
         if response.status_code >= 400:
             return _fail(body)
@@ -138,6 +140,9 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def _print_results(body: dict[str, Any]) -> None:
     print(f"{len(body['results'])} tools in {body['latency_ms']:.1f} ms")
+    if not body["results"]:
+        print("No tool matched. Is the catalog empty? Start `toolscout serve` (it indexes demo tools) or run "
+              "`toolscout index FILE`.", file=sys.stderr)
     for rank, result in enumerate(body["results"], start=1):
         description = " ".join(result["description"].split())
         print(f"{rank:>2}. {result['name']}  ({result['score']:.3f})\n    {description[:140]}")
@@ -150,8 +155,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     request = {"query": args.query, "k": args.k, "servers": args.server, "explain": args.explain}
     client = _api(settings)
     if client is not None:
-        with client:
+        try:
             response = client.post("/search", json=request)
+        finally:
+            client.close()
         body = response.json()
         if response.status_code >= 400:
             return _fail(body)
