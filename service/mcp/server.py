@@ -77,7 +77,7 @@ class _FrontendServer(Server[Any]):
 
 def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
     # mcp 2.3 hands low-level handlers no public Connection (the SDK's Context.connection is not built by
-    # ServerRunner yet, see its TODO L54); the per-request ServerSession holds it.
+    # ServerRunner yet, as the SDK notes at line 54 of its runner); the per-request ServerSession holds it.
     connection = getattr(ctx.session, "_connection", None)
     return connection if isinstance(connection, Connection) else None
 
