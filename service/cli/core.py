@@ -71,6 +71,17 @@ def _api(settings: Settings) -> httpx.Client | None:
     return client
 
 
+def _post_to_service(settings: Settings, path: str, payload: Any) -> httpx.Response | None:
+    """POST to the running service, or None when it is not running (the caller then works directly)."""
+    client = _api(settings)
+    if client is None:
+        return None
+    try:
+        return client.post(path, json=payload)
+    finally:
+        client.close()
+
+
 def _fail(error: ToolscoutError | dict[str, Any]) -> int:
     detail = error.detail if isinstance(error, ToolscoutError) else error.get("detail", error)
     print(f"error: {detail}", file=sys.stderr)
@@ -113,12 +124,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         tools = load_catalog_file(args.file, args.server).tools
     except ToolscoutError as exc:
         return _fail(exc)
-    client = _api(settings)
-    if client is not None:
-        try:
-            response = client.post("/tools", json={"tools": tools})
-        finally:
-            client.close()
+    response = _post_to_service(settings, "/tools", {"tools": tools})
+    if response is not None:
         body = response.json()
         if response.status_code >= 400:
             return _fail(body)
@@ -153,12 +160,8 @@ def _print_results(body: dict[str, Any]) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     settings = Settings()
     request = {"query": args.query, "k": args.k, "servers": args.server, "explain": args.explain}
-    client = _api(settings)
-    if client is not None:
-        try:
-            response = client.post("/search", json=request)
-        finally:
-            client.close()
+    response = _post_to_service(settings, "/search", request)
+    if response is not None:
         body = response.json()
         if response.status_code >= 400:
             return _fail(body)
