@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from indexer.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
+from indexer.embedding import CachedEmbedder, Embedder, create_embedder
 from indexer.index.base import VectorIndex
 from indexer.lexical import Bm25Encoder
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
@@ -55,8 +55,10 @@ class Resources:
 
 def build_resources(settings: Settings, embedder: Embedder | None = None) -> Resources:
     """Cheap construction: nothing connects or loads here."""
-    inner = embedder or SentenceTransformerEmbedder(
-        settings.embedding.model, settings.embedding.batch_size, settings.embedding.threads
+    config = settings.embedding
+    inner = embedder or create_embedder(
+        config.backend, config.model, models_dir=settings.models_dir, variant=config.onnx_variant,
+        batch_size=config.batch_size, threads=config.threads,
     )
     return Resources(
         settings=settings,
