@@ -156,7 +156,8 @@ class CachedEmbedder:
     def model_name(self) -> str:
         return self.inner.model_name
 
-    def embed(self, texts: Sequence[str]) -> list[Vector]:
+    def lookup(self, texts: Sequence[str]) -> tuple[dict[int, Vector], list[int]]:
+        """Cached vectors by position, and the positions to compute."""
         found: dict[int, Vector] = {}
         missing: list[int] = []
         with self._lock:
@@ -169,12 +170,21 @@ class CachedEmbedder:
                     found[i] = vector
             self.hits += len(found)
             self.misses += len(missing)
+        return found, missing
+
+    def store(self, texts: Sequence[str], vectors: Sequence[Vector]) -> None:
+        """Remember computed vectors, dropping the least recently used past max_entries."""
+        with self._lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                self._cache[text] = vector
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        found, missing = self.lookup(texts)
         if missing:
-            computed = self.inner.embed([texts[i] for i in missing])
-            with self._lock:
-                for i, vector in zip(missing, computed, strict=True):
-                    found[i] = vector
-                    self._cache[texts[i]] = vector
-                while len(self._cache) > self.max_entries:
-                    self._cache.popitem(last=False)
+            wanted = [texts[i] for i in missing]
+            computed = self.inner.embed(wanted)
+            self.store(wanted, computed)
+            found.update(zip(missing, computed, strict=True))
         return [found[i] for i in range(len(texts))]

@@ -142,7 +142,7 @@ async def register_tools(
 async def _index(resources: Resources, tools: list[ToolDefinition]) -> SyncReport:
     index = resources.index
     assert index is not None and resources.retriever is not None
-    report: SyncReport = await resources.run_index(
+    report: SyncReport = await resources.run_indexing(
         # Catalog texts bypass the query cache: they would only evict the queries it is there for.
         lambda: index_tools(index, resources.embedder.inner, resources.encoder, tools,
                             progress=resources.extras.get("progress"))
@@ -252,7 +252,7 @@ async def reconcile_index(resources: Resources) -> SyncReport:
         tools = [to_definition(r) for r in rows]
         index = resources.index
         assert index is not None
-        return await resources.run_index(
+        return await resources.run_indexing(
             lambda: sync_catalog(index, resources.embedder.inner, resources.encoder, tools)
         )
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from indexer.batching import MicroBatcher
 from indexer.embedding import CachedEmbedder, Embedder, create_embedder
 from indexer.index.base import VectorIndex
 from indexer.lexical import Bm25Encoder
@@ -35,8 +36,11 @@ class Resources:
     retriever: Retriever | None = None
     # Writes to the index and the catalog are serialised: sync diffs must not interleave.
     index_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # CPU-bound embedding runs in worker threads, bounded so queries don't starve each other.
+    # Query embeds go through the micro-batcher's own thread; short index calls (search, payloads, count) through
+    # cpu_limiter; whole-catalog indexing through indexing_limiter, so a large registration never starves searches.
+    batcher: MicroBatcher | None = None
     cpu_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
+    indexing_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
     extras: dict[str, Any] = field(default_factory=dict)
 
     def session(self) -> AsyncSession:
@@ -45,20 +49,36 @@ class Resources:
         return self.sessionmaker()
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """Embed off the event loop."""
-        return await anyio.to_thread.run_sync(self.embedder.embed, texts, limiter=self.cpu_limiter)
+        """Embed query texts off the event loop: cached ones at once, the rest micro-batched."""
+        found, missing = self.embedder.lookup(texts)
+        if missing:
+            wanted = [texts[i] for i in missing]
+            if self.batcher is None:
+                self.batcher = MicroBatcher(self.embedder.inner)
+            computed = await asyncio.wrap_future(self.batcher.submit(wanted))
+            self.embedder.store(wanted, computed)
+            found.update(zip(missing, computed, strict=True))
+        return [found[i] for i in range(len(texts))]
 
     async def run_index(self, fn: Any, *args: Any) -> Any:
-        """Run a blocking index call off the event loop."""
+        """Run a short blocking index call (search, payloads, count, delete) off the event loop."""
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.cpu_limiter)
+
+    async def run_indexing(self, fn: Any, *args: Any) -> Any:
+        """Run whole-catalog indexing (embedding many tools) off the event loop, one job at a time."""
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.indexing_limiter)
 
 
 def build_resources(settings: Settings, embedder: Embedder | None = None) -> Resources:
     """Cheap construction: nothing connects or loads here."""
     config = settings.embedding
     inner = embedder or create_embedder(
-        config.backend, config.model, models_dir=settings.models_dir, variant=config.onnx_variant,
-        batch_size=config.batch_size, threads=config.threads,
+        config.backend,
+        config.model,
+        models_dir=settings.models_dir,
+        variant=config.onnx_variant,
+        batch_size=config.batch_size,
+        threads=config.threads,
     )
     return Resources(
         settings=settings,
@@ -92,10 +112,16 @@ async def start_resources(resources: Resources, index: VectorIndex | None = None
     resources.retriever = Retriever(resources)
     async with resources.session() as session:
         await resources.retriever.load_names(session)
+    # Warm before ready: load (or export, on the first start) the model and embed one query, so the first
+    # search after start-up costs what the hundredth does.
+    await resources.embed(["warm up the query path"])
 
 
 async def close_resources(resources: Resources) -> None:
-    """Release the index and the database."""
+    """Release the query embedder's thread, the index and the database."""
+    if resources.batcher is not None:
+        await anyio.to_thread.run_sync(resources.batcher.close)
+        resources.batcher = None
     if resources.index is not None:
         await anyio.to_thread.run_sync(resources.index.close)
         resources.index = None
