@@ -17,6 +17,7 @@ from indexer.onnx_export import Variant, ensure_exported, model_dir
 logger = logging.getLogger(__name__)
 
 Vector = list[float]
+MAX_BATCH_TOKENS = 8192  # padded tokens in one forward pass
 
 
 def max_seq_length(source: Path) -> int:
@@ -106,10 +107,23 @@ class OnnxEmbedder:
         encodings = tokenizer.encode_batch([str(text).strip() for text in texts])
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
+        for chunk in self._batches(order, [len(e.ids) for e in encodings]):
             out[chunk] = self._run(session, [encodings[i].ids for i in chunk])
         return out
+
+    def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """Consecutive runs of the length-sorted texts: at most batch_size texts and MAX_BATCH_TOKENS padded
+        tokens each (attention memory grows with rows x tokens squared)."""
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            if current and (len(current) >= self.batch_size or (len(current) + 1) * lengths[i] > MAX_BATCH_TOKENS):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
 
     @staticmethod
     def _run(session: Any, ids: list[list[int]]) -> np.ndarray:

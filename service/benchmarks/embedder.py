@@ -24,7 +24,10 @@ from indexer.tools import validate_batch
 from service.catalog_files import load_catalog_file
 from service.settings import Settings
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+# shared/ sits beside the checkout (or beside the folder of work trees).
+SHARED = next(
+    (p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()), Path("shared")
+)
 SHORT_QUERY = "find the weather forecast for tomorrow"
 
 # A serving process: the app with its lifespan, a few tools registered, one search; then its peak RSS.
