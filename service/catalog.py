@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import content_hash
@@ -82,17 +82,31 @@ async def ensure_server(
 
 async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport) -> None:
     names = [t.qualified_name for t in tools]
+    # Hashes first: a re-registration of unchanged tools loads no row (only the changed ones are loaded).
+    hashes = {
+        name: (digest, deprecated)
+        for name, digest, deprecated in (
+            await session.execute(
+                select(Tool.qualified_name, Tool.content_hash, Tool.deprecated).where(Tool.qualified_name.in_(names))
+            )
+        ).all()
+    } if names else {}
+    digests = {t.qualified_name: content_hash(t) for t in tools}
+    stale = [name for name, digest in digests.items() if name in hashes and hashes[name] != (digest, False)]
     existing = {
         row.qualified_name: row
-        for row in (await session.scalars(select(Tool).where(Tool.qualified_name.in_(names)))).all()
-    } if names else {}
+        for row in (await session.scalars(select(Tool).where(Tool.qualified_name.in_(stale)))).all()
+    } if stale else {}
     now = utcnow()
-    for server_id in {t.server for t in tools}:
-        await ensure_server(session, server_id)
+    await _ensure_servers(session, {t.server for t in tools})
+    unchanged: list[str] = []
     for tool in tools:
-        digest = content_hash(tool)
+        digest = digests[tool.qualified_name]
         row = existing.get(tool.qualified_name)
-        if row is None:
+        if row is None and tool.qualified_name in hashes:
+            unchanged.append(tool.qualified_name)
+            report.unchanged.append(tool.qualified_name)
+        elif row is None:
             session.add(Tool(
                 qualified_name=tool.qualified_name, server_id=tool.server, name=tool.name,
                 description=tool.description, input_schema=tool.input_schema, annotations=tool.annotations,
@@ -104,9 +118,21 @@ async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], repor
             row.input_schema, row.annotations, row.tags = tool.input_schema, tool.annotations, list(tool.tags)
             row.content_hash, row.deprecated, row.last_seen_at = digest, False, now
             report.updated.append(tool.qualified_name)
-        else:
-            row.last_seen_at = now
-            report.unchanged.append(tool.qualified_name)
+    for start in range(0, len(unchanged), 1000):  # one UPDATE per 1000 unchanged tools, not one per row
+        names_part = unchanged[start : start + 1000]
+        await session.execute(
+            update(Tool).where(Tool.qualified_name.in_(names_part)).values(last_seen_at=now),
+            execution_options={"synchronize_session": False},
+        )
+
+
+async def _ensure_servers(session: AsyncSession, server_ids: set[str]) -> None:
+    """Create the catalog server rows that are missing, in one query and one flush."""
+    if not server_ids:
+        return
+    known = set((await session.scalars(select(Server.id).where(Server.id.in_(server_ids)))).all())
+    session.add_all(Server(id=sid, transport="catalog", config={}) for sid in sorted(server_ids - known))
+    await session.flush()
 
 
 def _server_ids(raw_tools: list[Any], default_server: str | None) -> list[Any]:
@@ -147,8 +173,10 @@ async def _index(resources: Resources, tools: list[ToolDefinition]) -> SyncRepor
         lambda: index_tools(index, resources.embedder.inner, resources.encoder, tools,
                             progress=resources.extras.get("progress"))
     )
+    changed = set(report.embedded)  # unchanged tools are in the directory already (loaded from SQL at start)
     for tool in tools:
-        resources.retriever.directory.add(tool.qualified_name, tool.name, tool.server, tool.tags)
+        if tool.qualified_name in changed:
+            resources.retriever.directory.add(tool.qualified_name, tool.name, tool.server, tool.tags)
     return report
 
 
