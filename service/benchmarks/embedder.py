@@ -32,7 +32,7 @@ SHORT_QUERY = "find the weather forecast for tomorrow"
 
 # A serving process: the app with its lifespan, a few tools registered, one search; then its peak RSS.
 SERVE_PROBE = """
-import json, resource, sys
+import json, sys
 from pathlib import Path
 from fastapi.testclient import TestClient
 from service.main import create_app
@@ -45,7 +45,9 @@ tools = json.loads(Path(sys.argv[4]).read_text())
 with TestClient(create_app(settings)) as client:
     client.post("/tools", json={"tools": tools}).raise_for_status()
     client.post("/search", json={"query": "weather forecast"}).raise_for_status()
-print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the (large) parent that forked this process.
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"peak_rss_mb": int(hwm.split()[1]) / 1024,
                   "torch_imported": "torch" in sys.modules,
                   "sentence_transformers_imported": "sentence_transformers" in sys.modules}))
 """
