@@ -133,6 +133,12 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM: unlike ru_maxrss it does not carry over exec from the parent)."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
