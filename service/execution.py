@@ -242,23 +242,33 @@ class Executor:
             result = await self._run(caller, name, arguments, approval_id, execution_id, row)
             result.duration_ms = round((time.perf_counter() - started) * 1000, 3)
             row.update(status=result.status, output_tokens=result.total_tokens, result_id=result.result_id)
+            durable = self._record(row, started)
+            if durable is not None:
+                # Commit mode: answer once the row is committed (or fsync'd to the spill file).
+                await asyncio.shield(durable)
             return result
         except ToolscoutError as exc:
             row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=exc.detail[:2000])
             exc.extensions.setdefault("execution_id", execution_id)
+            self._record(row, started)
             raise
         except BaseException as exc:
-            row.update(
-                status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None
-            )
+            if "finished_at" not in row:
+                row.update(
+                    status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None
+                )
+                self._record(row, started)
             raise
         finally:
-            row["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
-            row["finished_at"] = utcnow()
-            self.log.record(row)
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
+
+    def _record(self, row: dict[str, Any], started: float) -> asyncio.Future[None] | None:
+        """Hand the finished row to the log (once); in commit mode, the future to await before answering."""
+        row["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        row["finished_at"] = utcnow()
+        return self.log.record(row)
 
     async def _run(
         self,

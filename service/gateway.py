@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 EXTRAS_KEY = "gateway"
 PURGE_INTERVAL_SECONDS = 600.0
 LIVE_TRANSPORTS = ("stdio", "http")
+LOG_TASK = "execution-log"
+PURGE_TASK = "purge-results"
 
 
 @dataclass
@@ -47,7 +49,6 @@ class Gateway:
     log: ExecutionLog
     results: ResultStore
     executor: Executor
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 def get_gateway(resources: Resources) -> Gateway:
@@ -83,7 +84,9 @@ def build_gateway(resources: Resources) -> Gateway:
         ),
         heartbeat_seconds=settings.execution.heartbeat_seconds,
     )
-    log = ExecutionLog(resources.session, settings.data_dir / "executions-spill.jsonl")
+    log = ExecutionLog(
+        resources.session, settings.data_dir / "executions-spill.jsonl", settings.execution.log_durability
+    )
     results = ResultStore(resources)
     return Gateway(resources, pool, log, results, Executor(resources, pool, log, results))
 
@@ -117,11 +120,12 @@ async def start_gateway(resources: Resources) -> None:
     gateway = build_gateway(resources)
     resources.extras[EXTRAS_KEY] = gateway
     await gateway.log.start()
+    resources.supervisor.start(LOG_TASK, gateway.log.run)
     await asyncio.to_thread(encoding)  # load the tokenizer now, not on the first call
     configured = configured_servers(resources.settings)
     for spec in configured + await _stored_specs(resources, configured):
         gateway.pool.add(spec)
-    gateway.tasks.append(asyncio.create_task(_purge_results(gateway, settings.result_ttl_hours)))
+    resources.supervisor.start(PURGE_TASK, lambda: _purge_results(gateway, settings.result_ttl_hours))
     if settings.startup_wait_seconds > 0:
         await gateway.pool.wait_started(settings.startup_wait_seconds)
     for connection in gateway.pool.connections():
@@ -140,21 +144,16 @@ async def stop_gateway(resources: Resources) -> None:
     if not isinstance(gateway, Gateway):
         return
     await gateway.executor.drain(resources.settings.execution.shutdown_grace_seconds)
-    for task in gateway.tasks:
-        task.cancel()
-    await asyncio.gather(*gateway.tasks, return_exceptions=True)
+    await resources.supervisor.stop(PURGE_TASK)
     await gateway.pool.close()
     # Calls still running past the grace period failed when their server stopped: let them log.
     await gateway.executor.drain(5.0)
-    await gateway.log.close()
+    await gateway.log.close(resources.supervisor.task(LOG_TASK))
 
 
 async def _purge_results(gateway: Gateway, ttl_hours: float) -> None:
     while True:
-        try:
-            await gateway.results.purge(ttl_hours)
-        except Exception:  # noqa: BLE001 - housekeeping must not die; the next round retries
-            logger.exception("purging stored results failed")
+        await gateway.results.purge(ttl_hours)
         await asyncio.sleep(PURGE_INTERVAL_SECONDS)
 
 

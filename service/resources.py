@@ -15,6 +15,7 @@ from indexer.index.base import VectorIndex
 from indexer.lexical import Bm25Encoder
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
 from service.settings import Settings
+from service.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from service.retrieval import Retriever
@@ -38,6 +39,8 @@ class Resources:
     # CPU-bound embedding runs in worker threads, bounded so queries don't starve each other.
     cpu_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
     extras: dict[str, Any] = field(default_factory=dict)
+    # Every background loop runs under it: restarted with backoff on any error, shown in /readyz.
+    supervisor: Supervisor = field(default_factory=Supervisor)
 
     def session(self) -> AsyncSession:
         """A new SQL session (the caller commits)."""

@@ -59,6 +59,9 @@ class ExecutionSettings(BaseModel):
     result_token_budget: int = 4000
     batch_concurrency: int = 8
     log_raw_arguments: bool = False
+    # "commit": an answered call has its log row committed (group commit, a few ms); "batched": rows are
+    # written in the background after the answer (faster, but a crash loses the rows still in memory).
+    log_durability: Literal["commit", "batched"] = "commit"
     # Where the demo servers' virtual environment and npm packages go (default ~/.cache/toolscout/upstream).
     toolchain_dir: Path | None = None
     # How long start-up waits for the upstream servers' first connection and sync (the rest go on in the
