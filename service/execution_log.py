@@ -206,7 +206,9 @@ class ExecutionLog:
             return False
         if self.durable:
             # The calls wait for these rows: make them durable on disk now, try the database again later.
-            logger.warning("execution log: writing %d rows failed (%s); spilled, retrying in %.1f s", len(rows), exc, delay)
+            logger.warning(
+                "execution log: writing %d rows failed (%s); spilled, retrying in %.1f s", len(rows), exc, delay
+            )
             self._retry_at = time.monotonic() + delay
             await self._spill_settle(rows, "database down")
             return True

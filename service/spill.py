@@ -76,7 +76,9 @@ class SpillFile:
                     continue
                 row = _parse(raw)
                 if row is None:
-                    logger.warning("execution log: %s line %d is torn or corrupt; moved to %s", path, number, self.corrupt)
+                    logger.warning(
+                        "execution log: %s line %d is torn or corrupt; moved to %s", path, number, self.corrupt
+                    )
                     bad.append(raw.rstrip(b"\n").decode("utf-8", "replace") + "\n")
                 else:
                     rows.append(row)
