@@ -88,7 +88,9 @@ class ArgumentValidator:
                 cls.check_schema(schema)
                 validator = cls(schema)
             except SchemaError:
-                logger.warning("tool %s has an invalid input schema; arguments are not validated", tool.qualified_name)
+                logger.warning(
+                    "tool %s has an invalid input schema; arguments are not validated", tool.qualified_name
+                )
         self._cache[key] = validator
         while len(self._cache) > _VALIDATOR_CACHE_SIZE:
             self._cache.popitem(last=False)
@@ -103,9 +105,13 @@ class ArgumentValidator:
         for error in validator.iter_errors(arguments):
             path = list(error.absolute_path)
             if error.validator == "required" and isinstance(error.instance, dict):
-                missing = [p for p in error.validator_value if p not in error.instance and repr(p) in error.message]
+                missing = [
+                    p for p in error.validator_value if p not in error.instance and repr(p) in error.message
+                ]
                 path += missing[:1]
-            found.append({"pointer": _pointer(path), "reason": error.message, "keyword": str(error.validator)})
+            found.append(
+                {"pointer": _pointer(path), "reason": error.message, "keyword": str(error.validator)}
+            )
         found.sort(key=lambda e: (e["pointer"], e["reason"]))
         return found[:MAX_REPORTED_ERRORS]
 
@@ -187,7 +193,9 @@ class ExecutionResult:
 class Executor:
     """Runs calls on the upstream pool and logs each one; counts calls in flight so shutdown drains them."""
 
-    def __init__(self, resources: Resources, pool: UpstreamPool, log: ExecutionLog, results: ResultStore) -> None:
+    def __init__(
+        self, resources: Resources, pool: UpstreamPool, log: ExecutionLog, results: ResultStore
+    ) -> None:
         self.resources = resources
         self.pool = pool
         self.log = log
@@ -246,7 +254,9 @@ class Executor:
             raise
         except BaseException as exc:
             if "finished_at" not in row:
-                row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None)
+                row.update(
+                    status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None
+                )
                 self._record(row, started)
             raise
         finally:
@@ -278,7 +288,9 @@ class Executor:
             await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
             if session.in_transaction():
                 await session.commit()
-        row["input_tokens"] = await count_tokens_async(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
+        row["input_tokens"] = await count_tokens_async(
+            json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        )
         self.validator.check(tool, arguments)
         connection = self.pool.get(tool.server_id)
         if connection is None:
@@ -289,7 +301,9 @@ class Executor:
             )
         timeout = connection.spec.timeout_seconds or self.resources.settings.execution.timeout_seconds
         result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
-        content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
+        content = [
+            block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content
+        ]
         structured = result.structured_content
         text = render_text(content, structured)
         budget = self.resources.settings.execution.result_token_budget

@@ -64,7 +64,9 @@ def build_gateway(resources: Resources) -> Gateway:
     settings = resources.settings
 
     async def on_tools(spec: ServerSpec, tools: list[dict[str, Any]]) -> Any:
-        report = await sync_server_tools(resources, spec.id, tools, transport=spec.transport, config=spec.config())
+        report = await sync_server_tools(
+            resources, spec.id, tools, transport=spec.transport, config=spec.config()
+        )
         if (gateway := resources.extras.get(EXTRAS_KEY)) is not None:
             gateway.executor.tools.invalidate_server(spec.id)
         if report.created or report.updated or report.removed:
@@ -77,7 +79,9 @@ def build_gateway(resources: Resources) -> Gateway:
     pool = UpstreamPool(
         on_tools=on_tools,
         prepare=prepare,
-        backoff=Backoff(settings.execution.reconnect_initial_seconds, settings.execution.reconnect_max_seconds),
+        backoff=Backoff(
+            settings.execution.reconnect_initial_seconds, settings.execution.reconnect_max_seconds
+        ),
         heartbeat_seconds=settings.execution.heartbeat_seconds,
     )
     log = ExecutionLog(
@@ -103,7 +107,9 @@ async def _stored_specs(resources: Resources, configured: list[ServerSpec]) -> l
             except ValidationError as exc:
                 logger.error("server %s: stored configuration is not valid (%s); not started", row.id, exc)
         elif source in ("file", "demo"):
-            logger.info("server %s is no longer configured: removing it and its tools from the catalog", row.id)
+            logger.info(
+                "server %s is no longer configured: removing it and its tools from the catalog", row.id
+            )
             await remove_server(resources, row.id)
     return specs
 
