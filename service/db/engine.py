@@ -8,8 +8,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.pool import NullPool
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import NullPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 # pg_advisory_lock key of the migrations: replicas starting together upgrade one after the other.
