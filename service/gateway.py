@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from service.catalog import count_tools, remove_server, sync_server_tools
+from service.children import ChildRegistry
 from service.db.models import Server
 from service.demo_servers import prepare_demo_server
 from service.errors import Conflict, NotFound, ToolscoutError, UpstreamError
@@ -83,6 +84,7 @@ def build_gateway(resources: Resources) -> Gateway:
             settings.execution.reconnect_initial_seconds, settings.execution.reconnect_max_seconds
         ),
         heartbeat_seconds=settings.execution.heartbeat_seconds,
+        children=ChildRegistry(settings.data_dir / "children"),
     )
     log = ExecutionLog(
         resources.session, settings.data_dir / "executions-spill.jsonl", settings.execution.log_durability
@@ -122,6 +124,8 @@ async def start_gateway(resources: Resources) -> None:
     await gateway.log.start()
     resources.supervisor.start(LOG_TASK, gateway.log.run)
     await asyncio.to_thread(encoding)  # load the tokenizer now, not on the first call
+    assert gateway.pool.children is not None
+    gateway.pool.children.clean_up_after_dead_services()  # a service killed with SIGKILL leaves them behind
     configured = configured_servers(resources.settings)
     for spec in configured + await _stored_specs(resources, configured):
         gateway.pool.add(spec)
@@ -146,6 +150,8 @@ async def stop_gateway(resources: Resources) -> None:
     await gateway.executor.drain(resources.settings.execution.shutdown_grace_seconds)
     await resources.supervisor.stop(PURGE_TASK)
     await gateway.pool.close()
+    if gateway.pool.children is not None:
+        gateway.pool.children.close()
     # Calls still running past the grace period failed when their server stopped: let them log.
     await gateway.executor.drain(5.0)
     await gateway.log.close(resources.supervisor.task(LOG_TASK))

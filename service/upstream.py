@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
+from service.children import ChildRegistry
 from service.db.models import utcnow
 from service.errors import Conflict, NotFound, UpstreamError, UpstreamTimeout
 from service.servers_config import ServerSpec
@@ -58,8 +59,10 @@ class UpstreamConnection:
         prepare: PrepareCallback | None = None,
         backoff: Backoff | None = None,
         heartbeat_seconds: float = 30.0,
+        children: ChildRegistry | None = None,
     ) -> None:
         self.spec = spec
+        self._children_registry = children
         self.health = ServerHealth()
         self.last_report: dict[str, Any] | None = None
         self._on_tools = on_tools
@@ -184,6 +187,7 @@ class UpstreamConnection:
             self._child,
             lambda code: self._mark_lost(exit_reason(code)),
             self.id,
+            self._children_registry,
         )
 
     async def _run_session(self) -> None:
@@ -427,7 +431,9 @@ class UpstreamPool:
         prepare: PrepareCallback | None = None,
         backoff: Backoff | None = None,
         heartbeat_seconds: float = 30.0,
+        children: ChildRegistry | None = None,
     ) -> None:
+        self.children = children
         self._on_tools = on_tools
         self._prepare = prepare
         self._backoff = backoff or Backoff()
@@ -459,6 +465,7 @@ class UpstreamPool:
             prepare=self._prepare,
             backoff=self._backoff,
             heartbeat_seconds=self._heartbeat_seconds,
+            children=self.children,
         )
         self._connections[spec.id] = connection
         connection.start()

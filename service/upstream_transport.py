@@ -25,6 +25,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
+from service.children import ChildRegistry, wrap_command
+
 logger = logging.getLogger(__name__)
 
 STDIN_CLOSE_GRACE = 2.0
@@ -54,12 +56,16 @@ async def stdio_transport(
     child: ChildProcess,
     on_exit: Callable[[int | None], None],
     log_name: str,
+    children: ChildRegistry | None = None,
 ) -> AsyncIterator[TransportStreams]:
-    """Spawn the server in its own process group and exchange newline-delimited JSON-RPC on its pipes."""
+    """Spawn the server in its own process group, dying with us (service/children.py), and exchange
+    newline-delimited JSON-RPC on its pipes."""
     process = await anyio.open_process(
-        [command, *args], env=get_default_environment() | env, cwd=cwd, start_new_session=True
+        wrap_command(command, args), env=get_default_environment() | env, cwd=cwd, start_new_session=True
     )
     child.pid, child.returncode = process.pid, None
+    if children is not None:
+        children.add(process.pid)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     server_log = logging.getLogger(f"{__name__}.{log_name}")
@@ -134,6 +140,8 @@ async def stdio_transport(
             with anyio.CancelScope(shield=True):
                 await write_stream.aclose()
                 await _stop(process)
+                if children is not None:
+                    children.discard(process.pid)
                 child.returncode = process.returncode
                 # The last words of a dying server explain why: read its stderr to the end (bounded).
                 with anyio.move_on_after(0.5):

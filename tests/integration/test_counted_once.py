@@ -23,7 +23,7 @@ from service.db.engine import create_engine_for, create_sessionmaker, sync_url, 
 from service.execution_log import ExecutionLog
 from service.learning import refresh_stats
 from service.resources import Resources, build_resources
-from service.settings import Settings
+from service.settings import DatabaseSettings, Settings
 from service.supervisor import Supervisor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def row(tool: str = "a__x", at: datetime | None = None, **extra: Any) -> dict[st
 
 async def open_replica(url: str, tmp_path: Path, name: str) -> Resources:
     """Resources of one "replica" on the shared database (its own engine and data folder)."""
-    settings = Settings(data_dir=tmp_path / name, database_url=url, demo_catalog=False)
+    settings = Settings(data_dir=tmp_path / name, db=DatabaseSettings(url=url), demo_catalog=False)
     settings.learning.refresh_lag_seconds = 0.0
     settings.learning.refresh_batch = 37  # many small transactions: more chances to race
     resources = build_resources(settings, HashingEmbedder())
