@@ -110,7 +110,7 @@ async def test_kill_9_during_200_calls_loses_no_answered_row_and_leaves_no_child
         assert killed.is_set() and KILL_AFTER <= len(answered) < CALLS
         # The children die with the service (PDEATHSIG; the grandchild sees its stdin close).
         deadline = time.monotonic() + 10
-        while marked_processes(marker) and time.monotonic() < deadline:
+        while marked_processes(marker) and time.monotonic() < deadline:  # noqa: ASYNC110 - polling /proc
             await asyncio.sleep(0.1)
         assert marked_processes(marker) == []
         service = start_service(tmp_path / "data", postgres_url, servers_file, port)
