@@ -16,6 +16,7 @@ and as soon as the database is back when rows were spilled because it was down."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -27,7 +28,7 @@ import anyio
 from sqlalchemy import Table, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from service.db.models import Execution
 from service.spill import SpillFile
@@ -89,6 +90,7 @@ class ExecutionLog:
         self._failures = 0
         self._retry_at = 0.0  # commit mode: until then the database is known down and batches go to the spill
         self._replay_due = False
+        self._connection: AsyncConnection | None = None
         self.written = 0
         self.spilled = 0
         self.failures = 0
@@ -147,6 +149,10 @@ class ExecutionLog:
             self._spill_rows([row for row, _ in self._pending])
             self._settle(len(self._pending))
         self._closed = True
+        if self._connection is not None:
+            with contextlib.suppress(Exception):
+                await self._connection.close()
+            self._connection = None
         await self._notify()
 
     async def run(self) -> None:
@@ -246,9 +252,28 @@ class ExecutionLog:
             self._progress.notify_all()
 
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
-        async with self._session_factory() as session:
-            await session.execute(_insert_new(session, Execution.__table__), rows)
-            await session.commit()
+        # The writer keeps one connection: no pool checkout and reset per batch (each is a round trip, and
+        # with aiosqlite a thread hand-off, which a loaded machine makes expensive).
+        connection = await self._writer_connection()
+        try:
+            await connection.execute(_insert_new(connection.dialect.name, Execution.__table__), rows)
+            await connection.commit()
+        except BaseException:
+            self._connection = None
+            with contextlib.suppress(Exception):
+                await connection.close()
+            raise
+
+    async def _writer_connection(self) -> AsyncConnection:
+        if self._connection is None or self._connection.closed:
+            session = self._session_factory()
+            try:
+                bind = session.bind
+            finally:
+                await session.close()
+            assert isinstance(bind, AsyncEngine), "the execution log needs sessions bound to an async engine"
+            self._connection = await bind.connect()
+        return self._connection
 
     async def _insert_replayed(self, rows: list[dict[str, Any]]) -> None:
         try:
@@ -281,9 +306,8 @@ class ExecutionLog:
         self.spilled += len(rows)
 
 
-def _insert_new(session: AsyncSession, table: Table) -> Any:
+def _insert_new(dialect: str, table: Table) -> Any:
     """INSERT that skips ids already stored (a replayed spill may hold rows written before a crash)."""
-    dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         return postgresql.insert(table).on_conflict_do_nothing(index_elements=["id"])
     if dialect == "sqlite":
