@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -35,9 +36,19 @@ def pdeathsig_supported() -> bool:
     return sys.platform.startswith("linux")
 
 
-def wrap_command(command: str, args: list[str]) -> list[str]:
-    """The argv that starts `command` so that it dies with this process (unchanged where unsupported)."""
+def wrap_command(command: str, args: list[str], path: str | None = None, cwd: str | None = None) -> list[str]:
+    """The argv that starts `command` so that it dies with this process.
+
+    Unchanged where unsupported, and when the command cannot be found (`path` is the child's PATH), so that
+    starting it fails in the parent with the usual error instead of in the wrapper."""
     if not pdeathsig_supported():
+        return [command, *args]
+    if os.sep in command:
+        found = os.path.join(cwd or "", command)
+        resolved = found if os.path.isfile(found) and os.access(found, os.X_OK) else None
+    else:
+        resolved = shutil.which(command, path=path)
+    if resolved is None:
         return [command, *args]
     return [sys.executable, "-I", "-S", "-c", _WRAPPER, str(os.getpid()), command, *args]
 

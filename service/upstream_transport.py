@@ -60,9 +60,9 @@ async def stdio_transport(
 ) -> AsyncIterator[TransportStreams]:
     """Spawn the server in its own process group, dying with us (service/children.py), and exchange
     newline-delimited JSON-RPC on its pipes."""
-    process = await anyio.open_process(
-        wrap_command(command, args), env=get_default_environment() | env, cwd=cwd, start_new_session=True
-    )
+    full_env = get_default_environment() | env
+    argv = wrap_command(command, args, full_env.get("PATH"), cwd)
+    process = await anyio.open_process(argv, env=full_env, cwd=cwd, start_new_session=True)
     child.pid, child.returncode = process.pid, None
     if children is not None:
         children.add(process.pid)
