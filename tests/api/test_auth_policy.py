@@ -17,10 +17,10 @@ from fastapi import FastAPI
 
 from indexer.embedding import HashingEmbedder
 from service.db.models import Execution, Search
-from service.learning import refresh_stats
 from service.main import create_app
 from service.resources import Resources
 from service.settings import Settings
+from service.usage.learning import refresh_stats
 
 PERMISSIONS = """
 roles:
@@ -218,9 +218,9 @@ async def test_names_newer_than_the_snapshot_pass_on_tool_patterns_only(world: d
     """Between a registration and the snapshot refresh a new name's server is unknown: it is let through
     only by a tool-name pattern, and not at all when a server rule could deny it."""
     from indexer.index.base import SearchFilter
-    from service.auth import Caller
-    from service.permissions import parse_permissions
-    from service.policy import permission_filter, policy_state
+    from service.policy.callers import Caller
+    from service.policy.permissions import parse_permissions
+    from service.policy.service import permission_filter, policy_state
 
     resources: Resources = world["resources"]
     state = policy_state(resources)
@@ -245,7 +245,7 @@ async def test_a_permissions_file_change_applies_without_restart(world: dict[str
     path = resources.settings.policy.permissions_file
     assert path is not None
     path.write_text(PERMISSIONS.replace('"server:public", ', ""))
-    state = resources.extras["policy"]
+    state = resources.policy
     state._checked = 0.0  # skip the two-second debounce of file checks
     import os
 

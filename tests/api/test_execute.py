@@ -19,11 +19,11 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from indexer.embedding import HashingEmbedder
-from service.auth import Caller
 from service.db.models import Execution, StoredResult
 from service.errors import NotFound
-from service.gateway import get_gateway
+from service.execution.runtime import get_gateway
 from service.main import create_app
+from service.policy.callers import Caller
 from service.settings import DatabaseSettings, ExecutionSettings, PolicySettings, Settings
 
 pytestmark = pytest.mark.upstream

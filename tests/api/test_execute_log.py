@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
 from service.db.models import Execution, utcnow
-from service.execution_log import ExecutionLog
+from service.execution.log import ExecutionLog
 
 
 def make_row(**overrides: Any) -> dict[str, Any]:

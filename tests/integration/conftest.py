@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from upstream_support import HttpServer, toolchain_path
 
-from service.demo_servers import (
+from service.upstream.demo import (
     NODE_DEMO,
     PYTHON_DEMO,
     ensure_node_packages,

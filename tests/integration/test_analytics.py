@@ -15,13 +15,13 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from indexer.embedding import HashingEmbedder
-from service import analytics
-from service.analytics import Scope
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
 from service.db.models import Execution, Search, Server, Tool
-from service.learning import refresh_stats
 from service.resources import Resources, build_resources
 from service.settings import Settings
+from service.usage import analytics
+from service.usage.analytics import Scope
+from service.usage.learning import refresh_stats
 
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, select
 
 from indexer.embedding import HashingEmbedder
-from service.catalog import register_tools, sync_server_tools
+from service.catalog.service import register_tools, sync_server_tools
 from service.db.engine import downgrade_database, sync_url, upgrade_database
 from service.db.models import Base, Server, Tool
 from service.main import create_app

@@ -9,10 +9,11 @@ import pytest
 
 from indexer.embedding import SentenceTransformerEmbedder
 from indexer.index.base import SearchFilter
-from service.catalog import register_tools
-from service.catalog_files import load_catalog_file
-from service.evaluation import evaluate
+from service.catalog.files import load_catalog_file
+from service.catalog.service import register_tools
 from service.resources import build_resources, close_resources, start_resources
+from service.search.evaluation import evaluate
+from service.search.service import start_search
 from tests.conftest import FIXTURES, make_settings
 
 pytestmark = pytest.mark.model
@@ -41,6 +42,7 @@ async def test_a_query_equal_to_a_tool_name_returns_it_first(embedder: SentenceT
     catalog = load_catalog_file(CATALOG)
     resources = build_resources(make_settings(tmp_path), embedder)
     await start_resources(resources)
+    await start_search(resources)
     try:
         await register_tools(resources, catalog.tools)
         failures = []

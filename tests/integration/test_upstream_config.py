@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from service.demo_servers import create_demo_data, demo_servers
 from service.errors import InvalidRequest
-from service.servers_config import configured_servers, load_servers_file, parse_servers_document
 from service.settings import ExecutionSettings, Settings
+from service.upstream.config import configured_servers, load_servers_file, parse_servers_document
+from service.upstream.demo import create_demo_data, demo_servers
 
 CLAUDE_DESKTOP = {
     "mcpServers": {

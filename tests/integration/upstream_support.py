@@ -19,13 +19,13 @@ import httpx
 from fastapi import FastAPI
 
 from indexer.embedding import HashingEmbedder
-from service.demo_servers import (
+from service.main import create_app
+from service.settings import DatabaseSettings, ExecutionSettings, PolicySettings, Settings
+from service.upstream.demo import (
     NODE_DEMO,
     default_toolchain_dir,
     node_entry,
 )
-from service.main import create_app
-from service.settings import DatabaseSettings, ExecutionSettings, PolicySettings, Settings
 
 TEST_SERVER = Path(__file__).resolve().parent / "mcp_test_server.py"
 

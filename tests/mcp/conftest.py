@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from mcp import Client
 
 from indexer.embedding import HashingEmbedder
-from service.catalog_files import load_catalog_file
+from service.catalog.files import load_catalog_file
 from service.main import create_app
 from service.mcp import Mode
 from service.mcp.profiles import Profile

@@ -14,7 +14,10 @@ from sqlalchemy import select
 from indexer.embedding import HashingEmbedder
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
 from service.db.models import CallerToolStats, Execution, Search, StatsCursor, ToolSearchStats, ToolStats
-from service.learning import (
+from service.resources import Resources, build_resources
+from service.search.ranking import Candidate, apply_boosts, rank
+from service.settings import LearningSettings, Settings
+from service.usage.learning import (
     Snapshot,
     ToolHistory,
     boosts_for,
@@ -25,10 +28,7 @@ from service.learning import (
     refresh_stats,
     reliability_penalty,
 )
-from service.ranking import Candidate, apply_boosts, rank
-from service.resources import Resources, build_resources
-from service.settings import LearningSettings, Settings
-from service.stats import Decayed, decay_factor
+from service.usage.stats import Decayed, decay_factor
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 SETTINGS = LearningSettings()

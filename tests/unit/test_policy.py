@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.approvals import arguments_digest
-from service.permissions import PermissionSet, PermissionsFileError, load_permissions, parse_permissions
-from service.ratelimit import TokenBucketLimiter
+from service.policy.approvals import arguments_digest
+from service.policy.permissions import PermissionSet, PermissionsFileError, load_permissions, parse_permissions
+from service.policy.ratelimit import TokenBucketLimiter
 
 FILE = """
 roles:

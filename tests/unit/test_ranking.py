@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.ranking import Candidate, apply_boosts, fuse, max_merge, rank, split_intents, zscores
+from service.search.ranking import Candidate, apply_boosts, fuse, max_merge, rank, split_intents, zscores
 
 
 def test_zscores_are_centred_and_missing_candidates_get_the_floor() -> None:

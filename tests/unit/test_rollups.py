@@ -8,7 +8,7 @@ import random
 import pytest
 
 from service.db.models import LATENCY_BUCKETS
-from service.rollups import bucket_bounds, estimate_percentile, latency_bucket
+from service.usage.rollups import bucket_bounds, estimate_percentile, latency_bucket
 
 
 def test_buckets_grow_by_sqrt_two_and_cover_every_duration() -> None:
