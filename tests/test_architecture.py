@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("service", "indexer")
 MAX_LINES = 400
 MAX_TOP_LEVEL_MODULES = 8
+DOMAINS = ("catalog", "search", "upstream", "execution", "policy", "usage")
 # What the MCP front end may import of the service: the REST client side, never a domain package.
 MCP_MAY_IMPORT = ("service.mcp", "service.errors", "service.settings", "service.http_transport")
 
@@ -108,6 +109,23 @@ def test_the_graph_sees_the_imports_inside_functions(graph: dict[str, set[str]])
 def test_there_are_no_import_cycles(graph: dict[str, set[str]]) -> None:
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_domain_packages_depend_on_each_other_without_cycles(graph: dict[str, set[str]]) -> None:
+    """policy <- catalog <- upstream <- execution and policy <- usage <- search, never back."""
+    domains = {f"service.{d}" for d in DOMAINS}
+
+    def domain(module: str) -> str | None:
+        package = ".".join(module.split(".")[:2])
+        return package if package in domains else None
+
+    packages: dict[str, set[str]] = {d: set() for d in domains}
+    for module, targets in graph.items():
+        if (source := domain(module)) is not None:
+            packages[source] |= {t for t in map(domain, targets) if t is not None and t != source}
+    cycle = find_cycle(packages)
+    assert cycle is None, "domain cycle: " + " -> ".join(cycle or [])
+    assert packages["service.policy"] == set()
 
 
 def test_the_cycle_finder_reports_a_cycle() -> None:

@@ -76,7 +76,7 @@ class Hit:
 class VectorIndex(Protocol):
     """Operations the sync pipeline and the search use.
 
-    Every adapter passes tests/integration/test_index_contract.py."""
+    Every adapter passes tests/indexer/test_index_contract.py."""
 
     dimension: int
 

@@ -1,1 +1,1 @@
-"""execution."""
+"""Execution: argument validation, the execute path, batch, execution log, stored results, /execute, /results."""

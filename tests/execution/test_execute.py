@@ -1,5 +1,5 @@
 """/execute, /execute/batch, /results and /servers against a real MCP server child
-(tests/integration/mcp_test_server.py over stdio): validation, unknown tools, timeouts, tool errors, big
+(tests/upstream/mcp_test_server.py over stdio): validation, unknown tools, timeouts, tool errors, big
 results, the execution log and shutdown."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from service.settings import DatabaseSettings, ExecutionSettings, PolicySettings
 
 pytestmark = pytest.mark.upstream
 
-TEST_SERVER = Path(__file__).resolve().parents[1] / "integration" / "mcp_test_server.py"
+TEST_SERVER = Path(__file__).resolve().parents[1] / "upstream" / "mcp_test_server.py"
 LINE = "line {i}: the quick brown fox jumps over the lazy dog"
 
 

@@ -40,7 +40,7 @@ def node_server(node_modules: Path, key: str, *args: str, **extra: Any) -> dict[
 
 
 def local_server(*args: str, **extra: Any) -> dict[str, Any]:
-    """An mcpServers entry running tests/integration/mcp_test_server.py."""
+    """An mcpServers entry running tests/upstream/mcp_test_server.py."""
     return {"command": sys.executable, "args": [str(TEST_SERVER), *args], **extra}
 
 

@@ -1,8 +1,8 @@
 """A small real MCP server for the upstream tests, run as a child process over stdio or streamable HTTP.
 
-    python tests/integration/mcp_test_server.py stdio
-    python tests/integration/mcp_test_server.py http PORT
-    python tests/integration/mcp_test_server.py paged N      (low-level server listing N tools, 2 per page)
+    python tests/upstream/mcp_test_server.py stdio
+    python tests/upstream/mcp_test_server.py http PORT
+    python tests/upstream/mcp_test_server.py paged N      (low-level server listing N tools, 2 per page)
 
 Tools: `echo`, `sleep` (outlives timeouts), `big` (a result of many tokens), `pid`, `fail` (a tool error),
 `add_tool` (adds a tool and sends notifications/tools/list_changed) and `crash` (the process exits mid-call).
