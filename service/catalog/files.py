@@ -10,7 +10,7 @@ from typing import Any
 from indexer.tools import normalize_server_id, qualify
 from service.errors import BadRequest
 
-DEMO_CATALOGS = Path(__file__).resolve().parent / "demo" / "catalogs"
+DEMO_CATALOGS = Path(__file__).resolve().parents[1] / "demo" / "catalogs"
 DEFAULT_JSONL_SERVER = "catalog"
 
 

@@ -235,7 +235,7 @@ class Approval(Base):
     arguments: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
-# --- 0002: rollups that analytics read, kept by the statistics refresh (service/stats.py) ------------------
+# --- 0002: rollups that analytics read, kept by the statistics refresh (usage/stats.py) --------------------
 
 LATENCY_BUCKETS = 40  # bucket 0: under 1 ms; bucket k: [2^((k-1)/2), 2^(k/2)) ms; the last one is open-ended
 

@@ -11,7 +11,8 @@ A servers file is JSON (or YAML) in the shape Claude Desktop, Cursor and VS Code
 `${env:VAR}` in commands, arguments, env, cwd, URL and headers are expanded from the environment when the
 server starts, so secrets stay out of the file and out of the catalog database.
 
-Without a servers file the demo servers of service/demo_servers.py run (unless execution.demo_servers is off).
+Without a servers file the demo servers of upstream/demo.py run (unless execution.demo_servers is off); the
+choice is made in upstream/service.py.
 """
 
 from __future__ import annotations

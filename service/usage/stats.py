@@ -1,7 +1,7 @@
 """Usage statistics kept in SQL and refreshed incrementally from the logs.
 
 `executions` feed `tool_stats` (decayed calls, successes and failures, latency) and `caller_tool_stats`
-(per-caller reuse) that ranking reads, and the analytics rollups (service/rollups.py); `searches` feed
+(per-caller reuse) that ranking reads, and the analytics rollups (usage/rollups.py); `searches` feed
 `tool_search_stats` (how often each tool came back) and the rollups. Each log has a
 cursor row in `stats_cursor` at the last consumed (timestamp, id); rows that finished less than
 `refresh_lag_seconds` ago wait for the next refresh, because concurrent requests commit out of order.

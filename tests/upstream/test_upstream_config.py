@@ -10,8 +10,9 @@ import pytest
 
 from service.errors import InvalidRequest
 from service.settings import ExecutionSettings, Settings
-from service.upstream.config import configured_servers, load_servers_file, parse_servers_document
+from service.upstream.config import load_servers_file, parse_servers_document
 from service.upstream.demo import create_demo_data, demo_servers
+from service.upstream.service import configured_servers
 
 CLAUDE_DESKTOP = {
     "mcpServers": {
