@@ -86,8 +86,8 @@ async def _block(direct: Call, execute: Call, args: argparse.Namespace) -> dict[
 async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     from mcp import Client, StdioServerParameters
 
-    from service.demo_servers import PYTHON_DEMO, default_toolchain_dir, ensure_python_packages
-    from service.gateway import get_gateway
+    from service.execution.runtime import get_gateway
+    from service.upstream.demo import PYTHON_DEMO, default_toolchain_dir, ensure_python_packages
 
     python = await ensure_python_packages(
         default_toolchain_dir(), [p for p, _ in PYTHON_DEMO.values()], [m for _, m in PYTHON_DEMO.values()]

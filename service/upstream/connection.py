@@ -25,10 +25,10 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-from service.upstream.children import ChildRegistry
 from service.db.models import utcnow
 from service.errors import UpstreamError, UpstreamTimeout
 from service.upstream.calls import ToolCalls
+from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
 from service.upstream.health import Backoff, ServerHealth, describe, exit_reason
 from service.upstream.transport import ChildProcess, http_transport, stdio_transport

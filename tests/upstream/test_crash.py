@@ -20,8 +20,8 @@ import pytest
 import sqlalchemy as sa
 from upstream_support import TEST_SERVER, free_port
 
-from service.upstream.children import ChildRegistry, process_info, wrap_command
 from service.db.engine import sync_url
+from service.upstream.children import ChildRegistry, process_info, wrap_command
 
 pytestmark = [pytest.mark.postgres, pytest.mark.upstream]
 

@@ -20,11 +20,11 @@ import sqlalchemy as sa
 
 from indexer.embedding import HashingEmbedder
 from service.db.engine import create_engine_for, create_sessionmaker, sync_url, upgrade_database
-from service.execution_log import ExecutionLog
-from service.learning import refresh_stats
+from service.execution.log import ExecutionLog
 from service.resources import Resources, build_resources
 from service.settings import DatabaseSettings, Settings
 from service.supervisor import Supervisor
+from service.usage.learning import refresh_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 
