@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.db.models import ApiKey, as_utc, utcnow
 from service.errors import NotFound, RateLimited, Unauthorized
 from service.ratelimit import TokenBucketLimiter
+from service.security.openmode import open_mode_allowed
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -134,7 +135,7 @@ class KeyResolver:
         policy = resources.settings.policy
         self.resources = resources
         self.ttl = policy.key_cache_seconds
-        self.open_allowed = policy.open_without_keys
+        self.open_allowed = open_mode_allowed(resources.settings)
         self.limiter = TokenBucketLimiter(policy.rate_limit_per_minute, policy.rate_limit_burst)
         self._cache: OrderedDict[str, tuple[Caller | None, float]] = OrderedDict()
         self._keys_exist: tuple[bool, float] | None = None

@@ -10,23 +10,37 @@
     │   └── ApprovalRequired (403, approval-required)
     ├── NotFound (404, not-found)
     ├── Conflict (409, conflict)
+    ├── PayloadTooLarge (413, payload-too-large)         a body, batch or registration over a configured limit
     ├── RateLimited (429, rate-limited)
     ├── UpstreamError (502, upstream-error)              crash or protocol error of an upstream server
-    ├── IndexUnavailable (503, index-unavailable)
+    ├── Unavailable (503, unavailable)                   answered with Retry-After
+    │   ├── IndexUnavailable (503, index-unavailable)
+    │   └── DatabaseUnavailable (503, database-unavailable)
     └── UpstreamTimeout (504, upstream-timeout)
+
+Anything else that escapes a route is caught by `CatchAllMiddleware`: a 500 problem+json carrying an error id
+that is also in the log with the stack trace (the body never shows one). Index and database errors that were
+not translated where they entered become a 503 there too.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+logger = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://toolscout.dev/problems/"
+RETRY_AFTER_SECONDS = 5
 
 
 class ToolscoutError(Exception):
@@ -91,6 +105,10 @@ class Conflict(ToolscoutError):
     status, slug, title = 409, "conflict", "Conflict"
 
 
+class PayloadTooLarge(ToolscoutError):
+    status, slug, title = 413, "payload-too-large", "Request over a configured limit"
+
+
 class RateLimited(ToolscoutError):
     status, slug, title = 429, "rate-limited", "Rate limit exceeded"
 
@@ -103,8 +121,20 @@ class UpstreamError(ToolscoutError):
     status, slug, title = 502, "upstream-error", "Upstream MCP server failed"
 
 
-class IndexUnavailable(ToolscoutError):
+class Unavailable(ToolscoutError):
+    status, slug, title = 503, "unavailable", "Service unavailable"
+
+    def __init__(self, detail: str, retry_after: float = RETRY_AFTER_SECONDS, **extensions: Any) -> None:
+        super().__init__(detail, **extensions)
+        self.retry_after = retry_after
+
+
+class IndexUnavailable(Unavailable):
     status, slug, title = 503, "index-unavailable", "Vector index unavailable"
+
+
+class DatabaseUnavailable(Unavailable):
+    status, slug, title = 503, "database-unavailable", "Database unavailable"
 
 
 class UpstreamTimeout(ToolscoutError):
@@ -114,7 +144,7 @@ class UpstreamTimeout(ToolscoutError):
 def problem_response(error: ToolscoutError, request: Request | None = None) -> JSONResponse:
     """Render an error as application/problem+json."""
     headers = {}
-    if isinstance(error, RateLimited):
+    if isinstance(error, RateLimited | Unavailable):
         headers["Retry-After"] = str(max(1, int(error.retry_after + 0.999)))
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
@@ -149,10 +179,75 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         error = ToolscoutError(str(exc.detail))
         error.status = exc.status_code
-        error.slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-        error.title = "Not found" if exc.status_code == 404 else "HTTP error"
+        error.slug = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}.get(
+            exc.status_code, "http-error"
+        )
+        error.title = {404: "Not found", 413: "Request over a configured limit"}.get(exc.status_code, "HTTP error")
         return problem_response(error, request)
 
     app.add_exception_handler(ToolscoutError, on_toolscout_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_middleware(CatchAllMiddleware)
+
+
+_INDEX_MODULES = ("qdrant_client", "qdrant_edge", "indexer.index")
+_DATABASE_MODULES = ("sqlalchemy", "psycopg", "sqlite3", "asyncpg", "aiosqlite")
+
+
+def translate_unexpected(exc: BaseException) -> ToolscoutError | None:
+    """An index or database error that was not translated where it entered, as the 503 it means."""
+    for kind in type(exc).__mro__:
+        module = kind.__module__ or ""
+        if module.startswith(_INDEX_MODULES):
+            return IndexUnavailable(f"The vector index failed: {type(exc).__name__}")
+        if module.startswith(_DATABASE_MODULES):
+            return DatabaseUnavailable(f"The database failed: {type(exc).__name__}")
+    return None
+
+
+def _problem_bytes(error: ToolscoutError, path: str) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    body = json.dumps(error.problem(path)).encode()
+    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode())]
+    if isinstance(error, Unavailable):
+        headers.append((b"retry-after", str(max(1, int(error.retry_after + 0.999))).encode()))
+    return body, headers
+
+
+class CatchAllMiddleware:
+    """Whatever escapes the routes and their handlers becomes a problem+json, never a text/plain 500."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:  # noqa: BLE001 - the last boundary: every error leaves as problem+json
+            error = translate_unexpected(exc)
+            error_id = uuid.uuid4().hex
+            path = scope.get("path", "")
+            if error is None:
+                logger.error("unexpected error %s on %s %s", error_id, scope.get("method"), path, exc_info=exc)
+                error = ToolscoutError(
+                    f"An unexpected error occurred; quote error id {error_id} to the operator", error_id=error_id
+                )
+            else:
+                logger.warning("error %s on %s %s: %s", error_id, scope.get("method"), path, error.detail, exc_info=exc)
+                error.extensions["error_id"] = error_id
+            if started:
+                return  # the response is on its way; the log has the error
+            body, headers = _problem_bytes(error, path)
+            await send({"type": "http.response.start", "status": error.status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})

@@ -16,6 +16,7 @@ from service.catalog import reconcile_index, register_tools
 from service.catalog_files import demo_catalog
 from service.errors import install_error_handlers
 from service.resources import build_resources, close_resources, start_resources
+from service.security.edges import install_edge_guards
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ def create_app(
     app.state.startup_hooks.append(gateway.start_gateway)
     app.state.shutdown_hooks.append(gateway.stop_gateway)
     install_error_handlers(app)
+    install_edge_guards(app, settings)
     app.include_router(health.router)
     app.include_router(search.router)
     app.include_router(tools.router)

@@ -24,6 +24,7 @@ from service.db.models import Tool
 from service.errors import PermissionDenied
 from service.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
+from service.security.openmode import open_mode_allowed, refuse_unsafe_start
 
 logger = logging.getLogger(__name__)
 
@@ -224,8 +225,10 @@ async def start_policy(resources: Resources) -> None:
     source = state.permissions.source or "none (every caller may use every tool)"
     logger.info("permissions: %s; %d tools in the policy snapshot", source, size)
     resolver = key_resolver(resources)
-    if not await resolver.keys_exist():
-        if resources.settings.policy.open_without_keys:
+    keys_exist = await resolver.keys_exist()
+    refuse_unsafe_start(resources.settings, keys_exist)
+    if not keys_exist:
+        if open_mode_allowed(resources.settings):
             logger.warning(
                 "No API key configured: serving one local user (admin) without authentication. "
                 "Create a key with `toolscout keys create --caller NAME --role ROLE` to require keys."

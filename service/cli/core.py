@@ -53,6 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
+    # The app checks hosts and open mode against the address it is bound to.
+    settings.host, settings.port = host, port
     print(f"Toolscout on http://{host}:{port}  (docs at /docs; data in {settings.data_dir.resolve()})", flush=True)
     uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
     return 0

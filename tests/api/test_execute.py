@@ -56,7 +56,7 @@ async def running(
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://toolscout.test", timeout=60
+            transport=transport, base_url="http://localhost", timeout=60
         ) as client:
             yield app, client
 
