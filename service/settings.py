@@ -142,6 +142,8 @@ class FrontendSettings(BaseModel):
     http_host: str = "127.0.0.1"  # `toolscout mcp --transport http` listens here
     http_port: int = 8766
     http_path: str = "/mcp"
+    # When set, `toolscout mcp --transport http` requires `Authorization: Bearer <this key>` on every request.
+    http_api_key: str | None = None
 
 
 class Settings(BaseSettings):
