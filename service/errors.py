@@ -206,6 +206,19 @@ def translate_unexpected(exc: BaseException) -> ToolscoutError | None:
     return None
 
 
+def unexpected_error(exc: Exception, where: str) -> ToolscoutError:
+    """An exception no handler knows, logged with a new error id and turned into the problem to answer."""
+    error_id = uuid.uuid4().hex
+    error = translate_unexpected(exc)
+    if error is None:
+        logger.error("unexpected error %s in %s", error_id, where, exc_info=exc)
+        error = ToolscoutError(f"An unexpected error occurred; quote error id {error_id} to the operator")
+    else:
+        logger.warning("error %s in %s: %s", error_id, where, error.detail, exc_info=exc)
+    error.extensions["error_id"] = error_id
+    return error
+
+
 def _problem_bytes(error: ToolscoutError, path: str) -> tuple[bytes, list[tuple[bytes, bytes]]]:
     body = json.dumps(error.problem(path)).encode()
     headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode())]
@@ -235,17 +248,8 @@ class CatchAllMiddleware:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:  # noqa: BLE001 - the last boundary: every error leaves as problem+json
-            error = translate_unexpected(exc)
-            error_id = uuid.uuid4().hex
             path = scope.get("path", "")
-            if error is None:
-                logger.error("unexpected error %s on %s %s", error_id, scope.get("method"), path, exc_info=exc)
-                error = ToolscoutError(
-                    f"An unexpected error occurred; quote error id {error_id} to the operator", error_id=error_id
-                )
-            else:
-                logger.warning("error %s on %s %s: %s", error_id, scope.get("method"), path, error.detail, exc_info=exc)
-                error.extensions["error_id"] = error_id
+            error = unexpected_error(exc, f"{scope.get('method')} {path}")
             if started:
                 return  # the response is on its way; the log has the error
             body, headers = _problem_bytes(error, path)

@@ -34,6 +34,7 @@ from service.errors import (
     ToolscoutError,
     UpstreamError,
     UpstreamTimeout,
+    unexpected_error,
 )
 from service.execution_log import ExecutionLog
 from service.policy import authorize_call
@@ -342,13 +343,9 @@ class Executor:
                         approval_id=call.get("approval_id"),
                     )
                 except ToolscoutError as exc:
-                    return {
-                        "index": index,
-                        "ok": False,
-                        "status": exc.status,
-                        "result": None,
-                        "error": exc.problem(),
-                    }
+                    return _failed_item(index, exc)
+                except Exception as exc:  # noqa: BLE001 - one call's bug must not orphan its siblings
+                    return _failed_item(index, unexpected_error(exc, f"batch call {index} of {call['name']!r}"))
                 return {"index": index, "ok": True, "status": 200, "result": result.as_dict(), "error": None}
 
         return list(await asyncio.gather(*(one(i, call) for i, call in enumerate(calls))))
@@ -361,3 +358,7 @@ class Executor:
             logger.warning("shutdown: %d calls still in flight after %g s", self.in_flight, grace_seconds)
             return False
         return True
+
+
+def _failed_item(index: int, error: ToolscoutError) -> dict[str, Any]:
+    return {"index": index, "ok": False, "status": error.status, "result": None, "error": error.problem()}

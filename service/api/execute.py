@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from service.auth import key_resolver
 from service.deps import CallerDep, ResourcesDep
-from service.errors import InvalidRequest
+from service.errors import InvalidRequest, RateLimited
 from service.gateway import get_gateway
 
 router = APIRouter(tags=["execute"])
@@ -104,7 +105,11 @@ async def execute_batch(request: BatchRequest, resources: ResourcesDep, caller: 
         raise InvalidRequest(
             f"A batch holds at most {settings.batch_max_calls} calls, not {len(request.calls)}",
             errors=[{"pointer": "/calls", "reason": f"at most {settings.batch_max_calls} calls"}],
+            limit="execution.batch_max_calls",
         )
+    # The request took one token when its caller was resolved; each further call takes its own.
+    if wait := key_resolver(resources).limiter.acquire(caller.key_id or caller.id, len(request.calls) - 1):
+        raise RateLimited(f"A batch of {len(request.calls)} calls costs {len(request.calls)} tokens", retry_after=wait)
     concurrency = min(request.concurrency or settings.batch_concurrency, settings.batch_concurrency)
     items = await get_gateway(resources).executor.execute_batch(
         caller, [call.model_dump() for call in request.calls], concurrency

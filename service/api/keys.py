@@ -46,8 +46,15 @@ def _require_admin(caller: auth.Caller) -> None:
 async def create(
     request: KeyCreateRequest, session: SessionDep, resources: ResourcesDep, caller: CallerDep
 ) -> dict[str, Any]:
-    """A new key for a caller. Creating the first key ends open mode: from then on every request needs one."""
+    """A new key for a caller (admin key required: the first key is made with `toolscout keys create`)."""
     _require_admin(caller)
+    if caller.is_open:
+        # Otherwise whoever reaches an open service first could create a key and lock the operator out.
+        raise PermissionDenied(
+            "Creating keys over HTTP needs an admin key; create the first one with "
+            "`toolscout keys create --caller NAME --role admin`",
+            caller=caller.id,
+        )
     created = await auth.create_key(session, request.caller, request.roles)
     await session.commit()
     auth.key_resolver(resources).invalidate()

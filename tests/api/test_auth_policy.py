@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 
 from indexer.embedding import HashingEmbedder
+from service import auth
 from service.db.models import Execution, Search
 from service.learning import refresh_stats
 from service.main import create_app
@@ -83,6 +84,16 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+async def first_key(app: FastAPI, caller: str, roles: list[str]) -> str:
+    """A key made the CLI's way (`toolscout keys create`): POST /keys always needs an admin key (issue 9)."""
+    resources: Resources = app.state.resources
+    async with resources.session() as session:
+        created = await auth.create_key(session, caller, roles)
+        await session.commit()
+    auth.key_resolver(resources).invalidate()
+    return created.key
+
+
 async def make_key(http: httpx.AsyncClient, caller: str, roles: list[str], admin: str | None = None) -> str:
     response = await http.post("/keys", json={"caller": caller, "roles": roles}, headers=bearer(admin) if admin else {})
     assert response.status_code == 201, response.text
@@ -95,7 +106,7 @@ async def make_key(http: httpx.AsyncClient, caller: str, roles: list[str], admin
 async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     """A service with the permissions file, the tools, and keys for an admin, a dev and an approver."""
     async with running(make_settings(tmp_path)) as (app, http):
-        admin = await make_key(http, "root", ["admin"])  # the first key ends open mode
+        admin = await first_key(app, "root", ["admin"])  # the first key ends open mode
         assert (await http.post("/tools", json={"tools": TOOLS}, headers=bearer(admin))).status_code == 200
         dev = await make_key(http, "dev-agent", ["dev"], admin)
         approver = await make_key(http, "lead", ["approver", "ops"], admin)
@@ -111,10 +122,10 @@ async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
 
 async def test_open_mode_until_the_first_key_then_401(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("WARNING")
-    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
         assert "No API key configured" in caplog.text
         assert (await http.post("/search", json={"query": "anything"})).status_code == 200
-        admin = await make_key(http, "root", ["admin"])
+        admin = await first_key(app, "root", ["admin"])
         refused = await http.post("/search", json={"query": "anything"})
         assert refused.status_code == 401
         assert refused.headers["www-authenticate"] == "Bearer"
@@ -143,7 +154,7 @@ async def test_open_mode_until_the_first_key_then_401(tmp_path: Path, caplog: py
 async def test_keys_survive_a_restart_and_are_stored_hashed(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, permissions=None)
     async with running(settings) as (app, http):
-        admin = await make_key(http, "root", ["admin"])
+        admin = await first_key(app, "root", ["admin"])
         resources: Resources = app.state.resources
         async with resources.session() as session:
             from sqlalchemy import select
@@ -283,8 +294,8 @@ async def test_rate_limit_answers_429_with_retry_after(tmp_path: Path) -> None:
 
 async def test_rate_limits_are_per_key(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, permissions=None, rate_limit_per_minute=1, rate_limit_burst=2)
-    async with running(settings) as (_app, http):
-        admin = await make_key(http, "root", ["admin"])  # open user: 1 request
+    async with running(settings) as (app, http):
+        admin = await first_key(app, "root", ["admin"])
         other = await make_key(http, "other", [], admin)  # admin key: 1 of 2
         assert (await http.post("/search", json={"query": "x"}, headers=bearer(admin))).status_code == 200
         assert (await http.post("/search", json={"query": "x"}, headers=bearer(admin))).status_code == 429
@@ -445,7 +456,7 @@ async def upstream_world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     settings.execution.startup_wait_seconds = 60
     settings.execution.result_token_budget = 50
     async with running(settings) as (app, http):
-        admin = await make_key(http, "root", ["admin"])
+        admin = await first_key(app, "root", ["admin"])
         keys = {
             "admin": admin,
             "dev": await make_key(http, "dev-agent", ["dev"], admin),
