@@ -32,14 +32,14 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await start_resources(resources, index)
-        report = await reconcile_index(resources)
-        logger.info("index reconciled with the catalog: %s", report.as_dict())
-        if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
-            seeded = await register_tools(resources, demo_catalog())
-            logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
-        for hook in app.state.startup_hooks:
-            await hook(resources)
-        try:
+        try:  # a start-up that fails half way (e.g. refused open mode) still releases the index and database
+            report = await reconcile_index(resources)
+            logger.info("index reconciled with the catalog: %s", report.as_dict())
+            if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
+                seeded = await register_tools(resources, demo_catalog())
+                logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
+            for hook in app.state.startup_hooks:
+                await hook(resources)
             yield
         finally:
             for hook in reversed(app.state.shutdown_hooks):
