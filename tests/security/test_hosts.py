@@ -41,9 +41,7 @@ async def test_cross_origin_request_is_refused_and_gets_no_cors_headers(tmp_path
         response = await http.post("/tools", json={"tools": [TOOL]}, headers=headers)
         assert_problem(response, 403, "forbidden-origin")
         assert "access-control-allow-origin" not in response.headers
-        preflight = await http.options(
-            "/tools", headers={**headers, "Access-Control-Request-Method": "POST"}
-        )
+        preflight = await http.options("/tools", headers={**headers, "Access-Control-Request-Method": "POST"})
         assert preflight.status_code in (403, 405)
         assert "access-control-allow-origin" not in preflight.headers
         assert await count_rows(app, Tool) == 0

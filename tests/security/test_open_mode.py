@@ -98,7 +98,10 @@ def test_docker_compose_runs_with_keys() -> None:
     # Bound to 0.0.0.0, the replicas need keys; a one-shot service creates the first admin key with the CLI.
     assert str(environment.get("TOOLSCOUT_POLICY__OPEN_WITHOUT_KEYS", "")).lower() == "false"
     assert environment.get("TOOLSCOUT_POLICY__ALLOWED_HOSTS"), "replicas behind a name need their allowed hosts"
-    creators = [name for name, s in services.items() if "keys" in str(s.get("command", "")) and "create" in str(
-        s.get("command", ""))]
+    creators = [
+        name
+        for name, s in services.items()
+        if "keys" in str(s.get("command", "")) and "create" in str(s.get("command", ""))
+    ]
     assert creators, "no service creates the first key"
     assert api["depends_on"][creators[0]]["condition"] == "service_completed_successfully"
