@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,6 +25,9 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     values.update(overrides)
     settings = Settings(**values)  # type: ignore[arg-type]
     settings.execution.demo_servers = False
+    # The MCP tests register the stdio test server over the API, which is off by default (issue 9).
+    settings.execution.allow_api_stdio = True
+    settings.execution.api_stdio_commands = [sys.executable]
     return settings
 
 
