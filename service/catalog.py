@@ -16,7 +16,7 @@ from indexer.documents import content_hash
 from indexer.pipeline import SyncReport, index_tools, sync_catalog
 from indexer.tools import ToolDefinition, ToolProblem, normalize_server_id, validate_batch
 from service.db.models import Server, Tool, utcnow
-from service.errors import NotFound
+from service.errors import HiddenTool, NotFound
 from service.events import publish_tools_changed
 from service.resources import Resources
 
@@ -188,16 +188,29 @@ async def _unindex(resources: Resources, names: list[str]) -> None:
         resources.retriever.directory.remove(name)
 
 
-async def find_tool(session: AsyncSession, name: str, resources: Resources | None = None) -> Tool:
-    """The active tool with this qualified name; NotFound names the closest ones."""
+def tool_not_found(
+    name: str, resources: Resources | None, allowed: frozenset[str] | None = None, *, hidden: bool = False
+) -> NotFound:
+    """The 404 of a missing tool, naming the closest names among those the caller may use (`allowed`).
+
+    A tool the caller may not use gets the same answer (`hidden`), so neither the status nor the
+    suggestions tell it which names exist."""
+    closest: list[str] = []
+    if resources is not None and resources.retriever is not None:
+        closest = resources.retriever.directory.closest(name, allowed=allowed)
+    hint = f"; closest: {', '.join(closest)}" if closest else ""
+    error = HiddenTool if hidden else NotFound
+    return error(f"No tool named {name!r}{hint}", tool=name, closest=closest)
+
+
+async def find_tool(
+    session: AsyncSession, name: str, resources: Resources | None = None, allowed: frozenset[str] | None = None
+) -> Tool:
+    """The active tool with this qualified name; NotFound names the closest ones (of `allowed`, when given)."""
     row = await session.get(Tool, name)
     if row is not None and not row.deprecated:
         return row
-    closest: list[str] = []
-    if resources is not None and resources.retriever is not None:
-        closest = resources.retriever.directory.closest(name)
-    hint = f"; closest: {', '.join(closest)}" if closest else ""
-    raise NotFound(f"No tool named {name!r}{hint}", tool=name, closest=closest)
+    raise tool_not_found(name, resources, allowed)
 
 
 async def list_tools(

@@ -9,6 +9,7 @@
     ├── PermissionDenied (403, permission-denied)
     │   └── ApprovalRequired (403, approval-required)
     ├── NotFound (404, not-found)
+    │   └── HiddenTool (404, not-found)                  a tool the caller may not use: the same answer
     ├── Conflict (409, conflict)
     ├── PayloadTooLarge (413, payload-too-large)         a body, batch or registration over a configured limit
     ├── RateLimited (429, rate-limited)
@@ -99,6 +100,10 @@ class ApprovalRequired(PermissionDenied):
 
 class NotFound(ToolscoutError):
     status, slug, title = 404, "not-found", "Not found"
+
+
+class HiddenTool(NotFound):
+    """A tool the caller may not use, answered exactly like a missing one (the execution log says denied)."""
 
 
 class Conflict(ToolscoutError):

@@ -24,9 +24,10 @@ from jsonschema.validators import validator_for
 
 from service.approvals import arguments_digest
 from service.auth import Caller
-from service.catalog import find_tool
+from service.catalog import find_tool, tool_not_found
 from service.db.models import Tool, utcnow
 from service.errors import (
+    HiddenTool,
     InvalidArguments,
     NotFound,
     PermissionDenied,
@@ -37,7 +38,7 @@ from service.errors import (
     unexpected_error,
 )
 from service.execution_log import ExecutionLog
-from service.policy import authorize_call
+from service.policy import authorize_call, may_use, visible_names
 from service.resources import Resources
 from service.results import ResultStore, count_tokens_async, measure, render_text
 from service.upstream import UpstreamPool
@@ -52,6 +53,8 @@ def status_of(error: BaseException) -> str:
     """The execution-log status of an error."""
     if isinstance(error, InvalidArguments):
         return "invalid_arguments"
+    if isinstance(error, HiddenTool):
+        return "denied"
     if isinstance(error, NotFound):
         return "not_found"
     if isinstance(error, PermissionDenied | RateLimited):
@@ -272,10 +275,13 @@ class Executor:
     ) -> ExecutionResult:
         # The session connects only if used: a cached tool and a policy decided in memory cost no query.
         async with self.resources.session() as session:
+            visible = visible_names(self.resources, caller)
             tool = self.tools.get(name)
             if tool is None:
-                tool = self.tools.put(await find_tool(session, name, self.resources))
+                tool = self.tools.put(await find_tool(session, name, self.resources, visible))
             row["server_id"] = tool.server_id
+            if not may_use(self.resources, caller, tool.qualified_name, tool.server_id):
+                raise tool_not_found(name, self.resources, visible, hidden=True)  # the same 404 as a missing tool
             await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
             if session.in_transaction():
                 await session.commit()

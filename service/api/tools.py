@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from indexer.index.base import SearchFilter
 from service import catalog
 from service.deps import CallerDep, ResourcesDep, SessionDep
-from service.errors import InvalidTool, NotFound, PermissionDenied
+from service.errors import InvalidTool, PermissionDenied
 from service.policy import permission_filter
 
 router = APIRouter(tags=["tools"])
@@ -58,8 +58,8 @@ async def get_tool(name: str, session: SessionDep, resources: ResourcesDep, call
     """One tool by qualified name."""
     visible = _visible(resources, caller)
     if visible is not None and name not in visible:
-        raise NotFound(f"No tool named {name!r}", tool=name, closest=[])
-    return catalog.tool_view(await catalog.find_tool(session, name, resources))
+        raise catalog.tool_not_found(name, resources, visible, hidden=True)  # the same 404 as a missing tool
+    return catalog.tool_view(await catalog.find_tool(session, name, resources, visible))
 
 
 @router.post("/tools", response_model=RegisterResponse)

@@ -477,9 +477,9 @@ async def test_execute_refuses_a_forbidden_tool_by_exact_name_alone_and_in_batch
     async with upstream_world(tmp_path) as w:
         http, dev = w["http"], w["dev"]
         refused = await execute(http, dev, "t__pid")
-        assert refused.status_code == 403
+        assert refused.status_code == 404  # answered like a missing tool (issue 9)
         body = refused.json()
-        assert body["type"].endswith("/permission-denied") and "t__pid" in body["detail"]
+        assert body["type"].endswith("/not-found") and "t__pid" in body["detail"]
         assert "content" not in body
         assert (await execute(http, w["approver"], "t__pid")).status_code == 200  # ops may
         batch = await http.post(
@@ -494,8 +494,8 @@ async def test_execute_refuses_a_forbidden_tool_by_exact_name_alone_and_in_batch
             },
         )
         items = batch.json()["results"]
-        assert [(i["ok"], i["status"]) for i in items] == [(False, 403), (True, 200), (False, 403)]
-        assert items[0]["result"] is None and items[0]["error"]["type"].endswith("/permission-denied")
+        assert [(i["ok"], i["status"]) for i in items] == [(False, 404), (True, 200), (False, 404)]
+        assert items[0]["result"] is None and items[0]["error"]["type"].endswith("/not-found")
         names = {
             r["name"]
             for r in (

@@ -4,15 +4,19 @@ and checks both the refusal and that nothing happened."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
+import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import func, select
 
@@ -126,3 +130,30 @@ async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         dev = await cli_key(app, "dev-agent", ["dev"])
         approver = await cli_key(app, "lead", ["approver"])
         yield {"app": app, "http": http, "admin": admin, "dev": dev, "approver": approver, "tmp_path": tmp_path}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """Serve an app whose lifespan already runs (see `running`) with uvicorn on a free loopback port: streams
+    need a real server."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        with anyio.fail_after(60):
+            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
+                if task.done():
+                    task.result()
+                    raise RuntimeError("uvicorn stopped before serving")
+                await anyio.sleep(0.02)
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        with anyio.fail_after(60):
+            await task
