@@ -408,7 +408,7 @@ async def test_only_approvers_grant_and_each_sees_what_it_may(world: dict[str, A
     assert advance.status_code == 200
     approval = advance.json()
     assert approval["status"] == "granted" and approval["granted_by"] == "lead"
-    assert approval["arguments"] == {"table": "t"}
+    assert approval["arguments"] == {"table": "***"}  # names only, values bound by the digest (issue 9)
     expires = datetime.fromisoformat(approval["expires_at"])
     assert timedelta(seconds=55) < expires - datetime.now(UTC) <= timedelta(seconds=60)
     assert (await http.get(f"/approvals/{approval['id']}", headers=bearer(dev))).json()["id"] == approval["id"]
@@ -517,7 +517,7 @@ async def test_a_destructive_call_needs_an_approval_that_works_once(tmp_path: Pa
         approval_id = problem["approval_id"]
         request = problem["approval"]
         assert (request["status"], request["caller"], request["tool"]) == ("pending", "dev-agent", "t__echo")
-        assert request["arguments"] == arguments and problem["grant"]["body"] == {"approval_id": approval_id}
+        assert request["arguments"] == {"text": "***", "times": "***"} and problem["grant"]["body"] == {"approval_id": approval_id}
         # Asking again gives the same open request rather than a new one.
         assert (await execute(http, dev, "t__echo", arguments)).json()["approval_id"] == approval_id
         not_yet = await execute(http, dev, "t__echo", arguments, approval_id=approval_id)
