@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from indexer.index.base import SearchFilter
 from service import catalog
 from service.deps import CallerDep, ResourcesDep, SessionDep
-from service.errors import InvalidTool, PermissionDenied
+from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied
 from service.policy import permission_filter
 
 router = APIRouter(tags=["tools"])
@@ -69,6 +69,14 @@ async def register(request: RegisterRequest, resources: ResourcesDep, caller: Ca
     When every tool of the batch is refused the answer is a 422 problem listing each one."""
     if not caller.is_admin:
         raise PermissionDenied("Registering tools needs the admin role")
+    limit = resources.settings.policy.max_tools_per_registration
+    if len(request.tools) > limit:
+        raise PayloadTooLarge(
+            f"A registration holds at most {limit} tools, not {len(request.tools)} (policy.max_tools_per_registration);"
+            " send the catalog in parts",
+            errors=[{"pointer": "/tools", "reason": f"at most {limit} tools"}],
+            limit="policy.max_tools_per_registration",
+        )
     report = await catalog.register_tools(resources, request.tools, request.server)
     body = report.as_dict()
     if report.errors and not body["tools"]:
