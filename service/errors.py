@@ -34,6 +34,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -144,6 +145,42 @@ class DatabaseUnavailable(Unavailable):
 
 class UpstreamTimeout(ToolscoutError):
     status, slug, title = 504, "upstream-timeout", "Upstream MCP call timed out"
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem: the body of every error answer (extensions such as `errors` or `limit` beside)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+
+
+_DOCUMENTED = {
+    400: "Bad request",
+    401: "Missing or invalid API key",
+    403: "Not allowed (permission, approval required, or a foreign Origin)",
+    404: "Not found (or not visible to this caller)",
+    409: "Conflict",
+    413: "Over a configured limit",
+    421: "Host not served here (DNS rebinding protection)",
+    422: "Invalid request, arguments or tool",
+    429: "Rate limited (Retry-After)",
+    502: "The upstream MCP server failed",
+    503: "Index or database unavailable (Retry-After)",
+    504: "The upstream MCP call timed out",
+}
+
+
+def problem_responses() -> dict[int | str, dict[str, Any]]:
+    """The error answers of every route, for the OpenAPI document."""
+    content = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    return {
+        status: {"model": Problem, "description": text, "content": content} for status, text in _DOCUMENTED.items()
+    }
 
 
 def problem_response(error: ToolscoutError, request: Request | None = None) -> JSONResponse:

@@ -14,7 +14,7 @@ from service import gateway, learning, policy
 from service.api import analytics, approvals, events, execute, health, keys, search, servers, tools
 from service.catalog import reconcile_index, register_tools
 from service.catalog_files import demo_catalog
-from service.errors import install_error_handlers
+from service.errors import install_error_handlers, problem_responses
 from service.resources import build_resources, close_resources, start_resources
 from service.security.edges import install_edge_guards
 from service.settings import Settings
@@ -51,6 +51,7 @@ def create_app(
         version="0.1.0",
         summary="Semantic tool retrieval and execution for LLM agents over MCP servers",
         lifespan=lifespan,
+        responses=problem_responses(),
     )
     app.state.resources = resources
     app.state.startup_hooks = []
