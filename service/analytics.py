@@ -20,6 +20,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from service.db.among import among
 from service.db.models import (
     Search,
     Tool,
@@ -85,7 +86,7 @@ def _tools(column: Any, scope: Scope) -> list[Any]:
         return []
     if not scope.tools:
         return [false()]
-    return [column.in_(sorted(scope.tools))]
+    return [among(column, scope.tools)]
 
 
 def daily_filter(table: Any, scope: Scope, *tool_columns: Any) -> list[Any]:
@@ -185,7 +186,7 @@ async def errors_by_class(
     session: AsyncSession, scope: Scope, tools: list[str] | None = None
 ) -> dict[str, dict[str, int]]:
     """tool -> error class (or the status when no class was recorded) -> count of failed calls."""
-    where = daily_filter(ERR, scope) + ([ERR.tool.in_(tools)] if tools is not None else [])
+    where = daily_filter(ERR, scope) + ([among(ERR.tool, tools)] if tools is not None else [])
     rows = (
         await session.execute(
             select(ERR.tool, ERR.error, func.sum(ERR.count).label("n")).where(*where).group_by(ERR.tool, ERR.error)

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.documents import content_hash
 from indexer.pipeline import SyncReport, index_tools, sync_catalog
 from indexer.tools import ToolDefinition, ToolProblem, normalize_server_id, validate_batch
+from service.db.among import among
 from service.db.models import Server, Tool, utcnow
 from service.errors import HiddenTool, NotFound
 from service.events import publish_tools_changed
@@ -84,7 +85,7 @@ async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], repor
     names = [t.qualified_name for t in tools]
     existing = {
         row.qualified_name: row
-        for row in (await session.scalars(select(Tool).where(Tool.qualified_name.in_(names)))).all()
+        for row in (await session.scalars(select(Tool).where(among(Tool.qualified_name, names)))).all()
     } if names else {}
     now = utcnow()
     for server_id in {t.server for t in tools}:
@@ -222,7 +223,7 @@ async def list_tools(
     if server:
         query = query.where(Tool.server_id == server)
     if allowed is not None:
-        query = query.where(Tool.qualified_name.in_(sorted(allowed)))
+        query = query.where(among(Tool.qualified_name, allowed))
     rows = (await session.scalars(query.order_by(Tool.qualified_name))).all()
     if tag:
         rows = [r for r in rows if tag in (r.tags or [])]

@@ -235,6 +235,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
 _INDEX_MODULES = ("qdrant_client", "qdrant_edge", "indexer.index")
 _DATABASE_MODULES = ("sqlalchemy", "psycopg", "sqlite3", "asyncpg", "aiosqlite")
+# Connection-level failures only: a ProgrammingError or IntegrityError is a bug, and stays a 500.
+_DATABASE_DOWN = {"OperationalError", "InterfaceError", "DisconnectionError", "TimeoutError"}
 
 
 def translate_unexpected(exc: BaseException) -> ToolscoutError | None:
@@ -243,7 +245,7 @@ def translate_unexpected(exc: BaseException) -> ToolscoutError | None:
         module = kind.__module__ or ""
         if module.startswith(_INDEX_MODULES):
             return IndexUnavailable(f"The vector index failed: {type(exc).__name__}")
-        if module.startswith(_DATABASE_MODULES):
+        if module.startswith(_DATABASE_MODULES) and kind.__name__ in _DATABASE_DOWN:
             return DatabaseUnavailable(f"The database failed: {type(exc).__name__}")
     return None
 
