@@ -21,12 +21,12 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from indexer.embedding import HashingEmbedder
-from service import auth
 from service.main import create_app
+from service.policy import keys as auth
 from service.resources import Resources
 from service.settings import Settings
 
-TEST_SERVER = Path(__file__).resolve().parents[1] / "integration" / "mcp_test_server.py"
+TEST_SERVER = Path(__file__).resolve().parents[1] / "upstream" / "mcp_test_server.py"
 PROBLEM_JSON = "application/problem+json"
 
 PERMISSIONS = """

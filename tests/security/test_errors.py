@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 
 from indexer.embedding import HashingEmbedder
 from service.db.models import ApiKey, Execution
-from service.gateway import get_gateway
+from service.execution.runtime import get_gateway
 from service.main import create_app
 from tests.conftest import POSTGRES_ADMIN_URL
 from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running
@@ -83,7 +83,7 @@ async def test_a_bug_in_one_batch_call_neither_fails_nor_orphans_the_others(
     world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     http, admin, app = world["http"], world["admin"], world["app"]
-    import service.execution as execution
+    import service.execution.executor as execution
 
     original = execution.find_tool
 

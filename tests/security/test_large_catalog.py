@@ -7,7 +7,7 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from service.db.models import Server, Tool, utcnow
-from service.policy import refresh_catalog
+from service.policy.service import refresh_catalog
 from tests.security.conftest import bearer, cli_key, make_settings, running
 
 TOOLS = 100_000

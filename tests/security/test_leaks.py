@@ -68,7 +68,7 @@ async def test_a_hidden_call_is_still_logged_as_denied(world: dict[str, Any]) ->
     http, dev, app = world["http"], world["dev"], world["app"]
     await http.post("/execute", json={"name": "vault__list_secrets"}, headers=bearer(dev))
     resources = app.state.resources
-    from service.gateway import get_gateway
+    from service.execution.runtime import get_gateway
 
     await get_gateway(resources).log.flush()
     async with resources.session() as session:

@@ -8,7 +8,7 @@ import httpx
 from sqlalchemy import event
 
 from service.db.models import Execution
-from service.gateway import get_gateway
+from service.execution.runtime import get_gateway
 from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running
 
 
