@@ -68,7 +68,7 @@ async def running(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.Asyn
     app = create_app(settings, embedder=HashingEmbedder())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             yield app, http
 
 
