@@ -198,3 +198,16 @@ async def test_child_stderr_is_scrubbed_of_configured_secrets(tmp_path: Path, ca
         assert "token is ***" in view.text
         assert SECRET not in view.text
     assert SECRET not in caplog.text
+
+
+async def test_an_api_stdio_server_stored_earlier_does_not_start_once_disallowed(tmp_path: Path) -> None:
+    allowed = {"allow_api_stdio": True, "api_stdio_commands": [sys.executable], "startup_wait_seconds": 60}
+    async with running(make_settings(tmp_path, permissions=None, execution=allowed)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        added = await http.post("/servers", json={"id": "probe", **probe_entry()}, headers=bearer(admin))
+        assert added.status_code == 201 and added.json()["health"]["pid"] > 0
+    execution = {"startup_wait_seconds": 10}
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
+        view = (await http.get("/servers/probe", headers=bearer(admin))).json()
+        assert view["state"] == "backoff" and view["health"]["pid"] is None
+        assert "execution.allow_api_stdio" in view["health"]["last_error"]
