@@ -29,8 +29,11 @@ async def readyz(resources: ResourcesDep) -> JSONResponse:
     except Exception as exc:  # noqa: BLE001 - readiness reports any failure instead of raising
         checks["database"] = f"error: {exc.__class__.__name__}"
     if resources.index is not None:
-        checks["index"] = "ok"
-        checks["tools"] = str(await resources.run_index(resources.index.count))
+        try:
+            checks["tools"] = str(await resources.run_index(resources.index.count))
+            checks["index"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - readiness reports any failure instead of raising
+            checks["index"] = f"error: {exc.__class__.__name__}"
     else:
         checks["index"] = "not open"
     supervisor = resources.supervisor

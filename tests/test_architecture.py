@@ -17,7 +17,8 @@ MAX_LINES = 400
 MAX_TOP_LEVEL_MODULES = 8
 DOMAINS = ("catalog", "search", "upstream", "execution", "policy", "usage")
 # What the MCP front end may import of the service: the REST client side, never a domain package.
-MCP_MAY_IMPORT = ("service.mcp", "service.errors", "service.settings", "service.http_transport")
+# service.security: edge guards (hosts, limits, failed-auth delays) that import only settings and errors.
+MCP_MAY_IMPORT = ("service.mcp", "service.errors", "service.settings", "service.http_transport", "service.security")
 
 
 def module_name(path: Path) -> str:

@@ -26,6 +26,7 @@ from service.upstream.config import ServerSpec
 from service.upstream.demo import prepare_demo_server
 from service.upstream.health import Backoff
 from service.upstream.pool import UpstreamPool
+from service.upstream.registration import check_api_server
 from service.upstream.service import configured_servers, stored_specs
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,9 @@ def build_gateway(resources: Resources) -> Gateway:
         return report
 
     async def prepare(spec: ServerSpec) -> ServerSpec:
+        if spec.source == "api":
+            # Checked again at each start: a name may resolve elsewhere now, or the operator tightened the rules.
+            await check_api_server(spec, settings.execution)
         return await prepare_demo_server(settings, spec)
 
     pool = UpstreamPool(

@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
+from service.security.scrub import Scrubber
 from service.upstream.children import ChildRegistry, wrap_command
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ async def stdio_transport(
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     server_log = logging.getLogger(f"{__name__}.{log_name}")
+    scrub = Scrubber(env.values())  # a child that prints its token must not put it in our logs or /servers
 
     async def read_stdout() -> None:
         assert process.stdout is not None
@@ -86,7 +88,7 @@ async def stdio_transport(
                                 types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                             )
                         except ValueError as exc:
-                            server_log.warning("not a JSON-RPC message on stdout: %.200s", line)
+                            server_log.warning("not a JSON-RPC message on stdout: %.200s", scrub(line))
                             item = exc
                         await read_writer.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
@@ -103,13 +105,14 @@ async def stdio_transport(
                 buffer = lines.pop()
                 for line in lines:
                     if line.strip():
-                        child.stderr.append(line.rstrip()[:500])
-                        server_log.debug("%s", line.rstrip())
+                        clean = scrub(line.rstrip())
+                        child.stderr.append(clean[:500])
+                        server_log.debug("%s", clean)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
         finally:
             if buffer.strip():
-                child.stderr.append(buffer.rstrip()[:500])
+                child.stderr.append(scrub(buffer.rstrip())[:500])
             stderr_done.set()
 
     async def write_stdin() -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import Table, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.db.among import among
 from service.db.models import (
     CallerToolStats,
     Execution,
@@ -132,7 +133,7 @@ class ConsumeReport:
 async def load_tool_rows(session: AsyncSession, names: Iterable[str] | None = None) -> list[ToolRow]:
     """tool_stats rows (of these tools, or all)."""
     table = ToolStats.__table__
-    query = select(table) if names is None else select(table).where(table.c.tool.in_(sorted(names)))
+    query = select(table) if names is None else select(table).where(among(table.c.tool, names))
     return [ToolRow(**row._mapping) for row in (await session.execute(query)).all()]
 
 
@@ -316,7 +317,7 @@ async def consume_searches(session: AsyncSession, settings: LearningSettings, re
         {
             s.tool: s
             for s in (
-                await session.scalars(select(ToolSearchStats).where(ToolSearchStats.tool.in_(sorted(appearances))))
+                await session.scalars(select(ToolSearchStats).where(among(ToolSearchStats.tool, appearances)))
             ).all()
         }
         if appearances
