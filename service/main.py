@@ -14,6 +14,7 @@ from service import gateway, learning, policy
 from service.api import analytics, approvals, events, execute, health, keys, search, servers, tools
 from service.catalog import reconcile_index, register_tools
 from service.catalog_files import demo_catalog
+from service.code_mode import routes as code_mode_routes
 from service.errors import install_error_handlers
 from service.resources import build_resources, close_resources, start_resources
 from service.settings import Settings
@@ -68,6 +69,7 @@ def create_app(
     app.include_router(events.router)
     app.include_router(execute.router)
     app.include_router(servers.router)
+    app.include_router(code_mode_routes.router)
     return app
 
 

@@ -122,6 +122,8 @@ class Execution(Base):
     result_id: Mapped[str | None] = mapped_column(String(36), default=None)
     started_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     finished_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0003: the code-mode script (POST /run) that made the call; None for /execute.
+    run_id: Mapped[str | None] = mapped_column(String(36), default=None, index=True)
 
 
 class StoredResult(Base):
