@@ -36,7 +36,7 @@ from service.mcp.api import ApiError, ToolscoutApi
 from service.mcp.catalog import CatalogView
 from service.mcp.notify import Notifier
 from service.mcp.profiles import Profile
-from service.mcp.render import CALL, FETCH, HELP_PREFIX, SEARCH, STATUS
+from service.mcp.render import CALL, FETCH, HELP_PREFIX, RUN, SEARCH, STATUS
 from service.mcp.sessions import SessionStore
 from service.settings import Settings
 
@@ -164,7 +164,7 @@ class Frontend:
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         # For the SDK's Mcp-Param header check of 2026 HTTP calls: without it the SDK would list every tool
         # on each call. Unknown or uncached tools skip that check; the API validates arguments anyway.
-        for tool in render.meta_tools(self.mode):
+        for tool in [*render.meta_tools(self.mode), render.run_script_tool()]:
             if tool.name == name:
                 return tool.input_schema
         cached = self.view.cached(name)
@@ -295,7 +295,14 @@ class Frontend:
             always=await self.view.always_listed() if self.mode != "full" else [],
             active=list(state.active.values()) if state is not None else [],
             default_k=self.profile.default_k if self.profile else None,
+            run_script=self.run_script,
         )
+
+    @property
+    def run_script(self) -> bool:
+        """Whether run_script is offered: on by setting, and not under a profile (a script's calls are bounded
+        by the caller's permissions, not by the profile's servers and tags)."""
+        return self.settings.frontend.run_script and self.profile is None
 
     async def _on_list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -346,6 +353,8 @@ class Frontend:
                 )
             approval_id = _string(arguments, "approval_id", required=False)
             return await self._call(ctx, str(target), inner or {}, approval_id)
+        if name == RUN and self.run_script:
+            return await self._run(arguments)
         if name == FETCH:
             result_id = _string(arguments, "result_id", required=True)
             body = await self.api.fetch_result(str(result_id), _integer(arguments, "offset", 0))
@@ -356,6 +365,22 @@ class Frontend:
                 query = _string(arguments, "query", required=True)
                 return await self._search(ctx, str(query), None, server)
         return await self._call(ctx, name, arguments)
+
+    async def _run(self, arguments: dict[str, Any]) -> types.CallToolResult:
+        script = _string(arguments, "script", required=True)
+        approvals = arguments.get("approval_ids") or []
+        if not isinstance(approvals, list) or not all(isinstance(a, str) for a in approvals):
+            raise InvalidArguments(
+                "`approval_ids` must be a list of strings",
+                errors=[{"pointer": "/approval_ids", "reason": "not a list of strings"}],
+            )
+        timeout = arguments.get("timeout_seconds")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+            raise InvalidArguments(
+                "`timeout_seconds` must be a positive number",
+                errors=[{"pointer": "/timeout_seconds", "reason": "not a positive number"}],
+            )
+        return render.run_result(await self.api.run(str(script), approvals, timeout))
 
     async def _help_server(self, name: str) -> str | None:
         for tool in await self.catalog():

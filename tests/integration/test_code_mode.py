@@ -14,12 +14,15 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from httpx import ASGITransport
+from mcp import Client
 from sqlalchemy import select
 from upstream_support import local_server, node_server, running
 
 from service.code_mode import code_mode
 from service.db.models import Execution
 from service.gateway import get_gateway
+from service.mcp.server import create_frontend
 
 pytestmark = [pytest.mark.upstream, pytest.mark.node]
 
@@ -103,8 +106,8 @@ const log = await tools.git__git_log({{repo_path: repo, max_count: 10}});
 const touched = log.split("\\n").filter(l => /commit \\d: notes\\.md/.test(l)).map(l => l.trim());
 const text = await tools.filesystem__read_text_file({{path: repo + "/notes.md"}});
 const content = typeof text === "string" ? text : text.content;
-const entity = {{name: "notes.md", entityType: "file", observations: [`last commits: ${{touched.length}}`, `content: ${{content.trim()}}`]}};
-await tools.memory__create_entities({{entities: [entity]}});
+const entity = {{name: "notes.md", entityType: "file", observations: [`last commits: ${{touched.length}}`]}};
+entity.observations.push(`content: ${{content.trim()}}`); await tools.memory__create_entities({{entities: [entity]}});
 const found = await tools.memory__open_nodes({{names: ["notes.md"]}});
 console.log("commits", touched.length);
 return {{commits: touched.length, content: content.trim(), observations: found.entities[0].observations}};
@@ -220,3 +223,21 @@ async def test_errors_name_the_script_line_and_search_is_available(world: dict[s
     assert caught["result"] == ["ToolError", "not_found", "t__nope"]
     found = await run(world["client"], "return (await search_tools('show the commit log', 3)).map(t => t.name);")
     assert "git__git_log" in found["result"] and len(found["result"]) == 3
+
+
+async def test_run_script_works_through_the_mcp_front_end(world: dict[str, Any]) -> None:
+    settings = world["app"].state.resources.settings
+    frontend = create_frontend(settings, mode="lazy", transport="memory", api_transport=ASGITransport(world["app"]))
+    script = "const a = await tools.t__echo({text: 'hi', times: 2});\nconsole.log(a.result);\nreturn a.result.length;"
+    async with frontend.running(), Client(frontend.server, mode="legacy") as client:
+        listed = [t.name for t in (await client.list_tools()).tools]
+        ok = await client.call_tool("run_script", {"script": script})
+        failed = await client.call_tool("run_script", {"script": "\nawait tools.t__pid({});"})
+        missing = await client.call_tool("run_script", {})
+    assert "run_script" in listed
+    assert ok.is_error is False
+    assert json.loads(ok.content[0].text) == {"result": 5, "logs": ["hi hi"], "calls": 1}
+    assert failed.is_error is True
+    error = json.loads(failed.content[0].text)["error"]
+    assert (error["type"], error["line"], error["call"]) == ("tool_error", 2, {"name": "t__pid", "status": "denied"})
+    assert missing.is_error and "`script` is required" in missing.content[0].text

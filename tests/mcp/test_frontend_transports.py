@@ -26,7 +26,7 @@ from tests.mcp.conftest import (
     toolscout_command,
 )
 
-META = ["status", "search_tools", "call_tool", "fetch_result"]
+META = ["status", "search_tools", "call_tool", "fetch_result", "run_script"]
 
 
 @pytest.fixture
