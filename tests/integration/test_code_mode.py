@@ -241,3 +241,20 @@ async def test_run_script_works_through_the_mcp_front_end(world: dict[str, Any])
     error = json.loads(failed.content[0].text)["error"]
     assert (error["type"], error["line"], error["call"]) == ("tool_error", 2, {"name": "t__pid", "status": "denied"})
     assert missing.is_error and "`script` is required" in missing.content[0].text
+
+
+async def test_the_token_bench_scenario_runs_the_task_both_ways(python_servers: str, node_modules: Path) -> None:
+    from service.code_mode.bench import code_mode_scenario
+
+    report = await code_mode_scenario()
+    lazy, code = report["lazy"], report["code_mode"]
+    assert [s["tool"] for s in lazy["steps"]] == [
+        "git__git_log",
+        "git__git_show",
+        "filesystem__read_text_file",
+        "memory__create_entities",
+        "memory__open_nodes",
+    ]
+    assert not any(s["is_error"] for s in lazy["steps"] + code["steps"])
+    assert code["calls_in_script"] == 5 and (lazy["model_turns"], code["model_turns"]) == (6, 2)
+    assert code["input_tokens"] < lazy["input_tokens"] and code["context_tokens"] < lazy["context_tokens"]
