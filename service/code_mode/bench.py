@@ -16,7 +16,14 @@ from typing import Any
 import httpx
 import mcp.types as types
 
-from service.demo_servers import NODE_DEMO, PYTHON_DEMO, ensure_node_packages, ensure_python_packages, node_entry
+from service.demo_servers import (
+    NODE_DEMO,
+    PYTHON_DEMO,
+    ensure_node_packages,
+    ensure_python_packages,
+    node_entry,
+    toolchain_dir,
+)
 from service.mcp import render
 from service.settings import ExecutionSettings, PolicySettings, Settings
 
@@ -59,11 +66,7 @@ def make_repo(folder: Path) -> Path:
 
 
 async def _servers(folder: Path, repo: Path) -> dict[str, Any]:
-    toolchain = Path(os.environ.get("TOOLSCOUT_TEST_TOOLCHAIN") or Settings().execution.toolchain_dir or "")
-    if not str(toolchain):
-        from service.demo_servers import default_toolchain_dir
-
-        toolchain = default_toolchain_dir()
+    toolchain = toolchain_dir(Settings())  # the demo servers' installs, shared with the service
     python = await ensure_python_packages(
         toolchain, [p for p, _ in PYTHON_DEMO.values()], [m for _, m in PYTHON_DEMO.values()]
     )
