@@ -8,19 +8,19 @@ Create Date: 2026-12-01 12:00:00
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0003'
-down_revision = '0002'
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('executions', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('run_id', sa.String(length=36), nullable=True))
-        batch_op.create_index(batch_op.f('ix_executions_run_id'), ['run_id'], unique=False)
+    with op.batch_alter_table("executions", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("run_id", sa.String(length=36), nullable=True))
+        batch_op.create_index(batch_op.f("ix_executions_run_id"), ["run_id"], unique=False)
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('executions', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_executions_run_id'))
-        batch_op.drop_column('run_id')
+    with op.batch_alter_table("executions", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_executions_run_id"))
+        batch_op.drop_column("run_id")

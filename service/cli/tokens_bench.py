@@ -60,7 +60,7 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:
-    from service.mcp.bench import dumps, live_timings, load_catalog, markdown_table, token_report
+    from service.benchmarks.tokens import dumps, live_timings, load_catalog, markdown_table, token_report
     from service.mcp.profiles import load_profiles
 
     settings = Settings()
@@ -81,7 +81,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
                 )
             )
         if args.code_mode:
-            from service.code_mode.bench import code_mode_scenario
+            from service.benchmarks.code_mode import code_mode_scenario
 
             report["code_mode"] = anyio.run(code_mode_scenario)
     except ToolscoutError as exc:

@@ -30,9 +30,10 @@ from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from indexer.tools import normalize_server_id
-from service.errors import InvalidArguments, PermissionDenied, ToolscoutError
+from service.errors import PermissionDenied, ToolscoutError
 from service.mcp import MODES, Mode, render
 from service.mcp.api import ApiError, ToolscoutApi
+from service.mcp.arguments import integer_argument, object_argument, run_arguments, string_argument
 from service.mcp.catalog import CatalogView
 from service.mcp.notify import Notifier
 from service.mcp.profiles import Profile
@@ -86,41 +87,6 @@ def _text(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)])
 
 
-def _string(arguments: Mapping[str, Any], key: str, *, required: bool) -> str | None:
-    value = arguments.get(key)
-    if value is None or value == "":
-        if required:
-            raise InvalidArguments(
-                f"`{key}` is required", errors=[{"pointer": f"/{key}", "reason": "required"}]
-            )
-        return None
-    if not isinstance(value, str):
-        raise InvalidArguments(
-            f"`{key}` must be a string", errors=[{"pointer": f"/{key}", "reason": "not a string"}]
-        )
-    return value
-
-
-def _integer(arguments: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int | None:
-    value = arguments.get(key)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        bounds = f"{low}..{high}" if high is not None else f">= {low}"
-        raise InvalidArguments(
-            f"`{key}` must be an integer {bounds}",
-            errors=[{"pointer": f"/{key}", "reason": f"integer {bounds}"}],
-        )
-    return value
-
-
 class Frontend:
     """One front end process: its REST client, caches, sessions and the MCP server built for its mode."""
 
@@ -139,6 +105,8 @@ class Frontend:
         self.settings = settings
         self.mode: Mode = mode
         self.profile = profile
+        # Not under a profile: a script's calls are bounded by the caller's permissions, not the profile's.
+        self.run_script = frontend.run_script and profile is None
         self.single_session = transport == "stdio"
         self.sessions = SessionStore(
             frontend.dynamic_max_sessions, frontend.dynamic_max_active, frontend.dynamic_idle_seconds
@@ -298,12 +266,6 @@ class Frontend:
             run_script=self.run_script,
         )
 
-    @property
-    def run_script(self) -> bool:
-        """Whether run_script is offered: on by setting, and not under a profile (a script's calls are bounded
-        by the caller's permissions, not by the profile's servers and tags)."""
-        return self.settings.frontend.run_script and self.profile is None
-
     async def _on_list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -340,47 +302,26 @@ class Frontend:
         if name == STATUS:
             return await self._status(ctx)
         if name == SEARCH:
-            query = _string(arguments, "query", required=True)
-            k = _integer(arguments, "k", 1, 50)
-            return await self._search(ctx, str(query), k, _string(arguments, "server", required=False))
+            query = string_argument(arguments, "query", required=True)
+            k = integer_argument(arguments, "k", 1, 50)
+            return await self._search(ctx, str(query), k, string_argument(arguments, "server", required=False))
         if name == CALL:
-            target = _string(arguments, "name", required=True)
-            inner = arguments.get("arguments")
-            if inner is not None and not isinstance(inner, dict):
-                raise InvalidArguments(
-                    "`arguments` must be an object",
-                    errors=[{"pointer": "/arguments", "reason": "not an object"}],
-                )
-            approval_id = _string(arguments, "approval_id", required=False)
+            target = string_argument(arguments, "name", required=True)
+            inner = object_argument(arguments, "arguments")
+            approval_id = string_argument(arguments, "approval_id", required=False)
             return await self._call(ctx, str(target), inner or {}, approval_id)
         if name == RUN and self.run_script:
-            return await self._run(arguments)
+            return render.run_result(await self.api.run(*run_arguments(arguments)))
         if name == FETCH:
-            result_id = _string(arguments, "result_id", required=True)
-            body = await self.api.fetch_result(str(result_id), _integer(arguments, "offset", 0))
+            result_id = string_argument(arguments, "result_id", required=True)
+            body = await self.api.fetch_result(str(result_id), integer_argument(arguments, "offset", 0))
             return _text(render.fetch_result_text(body))
         if self.mode == "grouped" and name.startswith(HELP_PREFIX):
             server = await self._help_server(name)
             if server is not None:
-                query = _string(arguments, "query", required=True)
+                query = string_argument(arguments, "query", required=True)
                 return await self._search(ctx, str(query), None, server)
         return await self._call(ctx, name, arguments)
-
-    async def _run(self, arguments: dict[str, Any]) -> types.CallToolResult:
-        script = _string(arguments, "script", required=True)
-        approvals = arguments.get("approval_ids") or []
-        if not isinstance(approvals, list) or not all(isinstance(a, str) for a in approvals):
-            raise InvalidArguments(
-                "`approval_ids` must be a list of strings",
-                errors=[{"pointer": "/approval_ids", "reason": "not a list of strings"}],
-            )
-        timeout = arguments.get("timeout_seconds")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
-            raise InvalidArguments(
-                "`timeout_seconds` must be a positive number",
-                errors=[{"pointer": "/timeout_seconds", "reason": "not a positive number"}],
-            )
-        return render.run_result(await self.api.run(str(script), approvals, timeout))
 
     async def _help_server(self, name: str) -> str | None:
         for tool in await self.catalog():
