@@ -130,7 +130,7 @@ async def code_mode_scenario() -> dict[str, Any]:
     ]
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test", timeout=120) as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=120) as http:
             lazy = []
             for name, arguments in lazy_calls:
                 body = (await http.post("/execute", json={"name": name, "arguments": arguments})).json()
