@@ -18,6 +18,7 @@ from service.catalog.service import reconcile_index, register_tools
 from service.errors import install_error_handlers, problem_responses
 from service.execution import routes as execute
 from service.execution import runtime as gateway
+from service.execution.code_mode import routes as code_mode_routes
 from service.policy import key_routes as keys
 from service.policy import routes as approvals
 from service.policy import service as policy
@@ -83,6 +84,7 @@ def create_app(
     app.include_router(events.router)
     app.include_router(execute.router)
     app.include_router(servers.router)
+    app.include_router(code_mode_routes.router)
     return app
 
 
