@@ -149,8 +149,8 @@ async def test_a_denied_tool_is_refused_without_running(world: dict[str, Any]) -
     after = (await world["client"].get("/servers/t")).json()["health"]["calls"]
     error = body["error"]
     assert error["type"] == "tool_error" and error["line"] == 2
-    assert error["call"]["name"] == "t__pid" and error["call"]["status"] == "denied"
-    assert "may not use the tool t__pid" in error["message"]
+    assert error["call"]["name"] == "t__pid" and error["call"]["status"] == "not_found"
+    assert "No tool named 't__pid'" in error["message"]  # the same answer as a tool that does not exist
     assert after == before  # the server never saw the call
     rows = await logged(world["app"], body["run_id"])
     assert [(r.tool, r.status) for r in rows] == [("t__pid", "denied")]
@@ -241,7 +241,7 @@ async def test_run_script_works_through_the_mcp_front_end(world: dict[str, Any])
     assert json.loads(ok.content[0].text) == {"result": 5, "logs": ["hi hi"], "calls": 1}
     assert failed.is_error is True
     error = json.loads(failed.content[0].text)["error"]
-    assert (error["type"], error["line"], error["call"]) == ("tool_error", 2, {"name": "t__pid", "status": "denied"})
+    assert (error["type"], error["line"], error["call"]) == ("tool_error", 2, {"name": "t__pid", "status": "not_found"})
     assert missing.is_error and "`script` is required" in missing.content[0].text
 
 

@@ -242,7 +242,14 @@ class CodeMode:
             )
             return
         except ToolscoutError as exc:
-            record.status = "rate_limited" if isinstance(exc, RateLimited) else status_of(exc)
+            # A hidden tool is logged as denied but the script sees what a missing tool gets (least knowledge).
+            record.status = (
+                "rate_limited"
+                if isinstance(exc, RateLimited)
+                else "not_found"
+                if isinstance(exc, NotFound)
+                else status_of(exc)
+            )
             record.error = exc.problem()
             record.execution_id = exc.extensions.get("execution_id")
             value, ok = {"message": exc.detail, "status": record.status, "problem": record.error}, False
