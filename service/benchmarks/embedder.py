@@ -21,7 +21,7 @@ from indexer.embedding import Embedder, SentenceTransformerEmbedder
 from indexer.index.base import DENSE_FIELDS
 from indexer.onnx_embedder import OnnxEmbedder
 from indexer.tools import validate_batch
-from service.catalog_files import load_catalog_file
+from service.catalog.files import load_catalog_file
 from service.settings import Settings
 
 # shared/ sits beside the checkout (or beside the folder of work trees).
@@ -42,7 +42,7 @@ settings.embedding.backend = sys.argv[2]
 settings.embedding.models_dir = Path(sys.argv[3])
 settings.execution.demo_servers = False
 tools = json.loads(Path(sys.argv[4]).read_text())
-with TestClient(create_app(settings)) as client:
+with TestClient(create_app(settings), base_url="http://localhost") as client:
     client.post("/tools", json={"tools": tools}).raise_for_status()
     client.post("/search", json={"query": "weather forecast"}).raise_for_status()
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the (large) parent that forked this process.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import resource
 import socket
 import statistics
@@ -23,9 +22,10 @@ import httpx
 from indexer.documents import build_document
 from indexer.index.base import DENSE_FIELDS
 from indexer.tools import validate_batch
-from service.catalog_files import demo_catalog, load_catalog_file
+from service.catalog.files import demo_catalog, load_catalog_file
 from service.http_transport import nodelay_transport
 from service.settings import Settings
+from service.usage.rollups import percentile
 
 # shared/ sits beside the checkout (or beside the folder of work trees).
 SHARED = next(
@@ -127,11 +127,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
-
-
 def _peak_rss_mb() -> float:
     """This process's peak RSS (VmHWM: unlike ru_maxrss it does not carry over exec from the parent)."""
     status = Path("/proc/self/status")
@@ -167,7 +162,7 @@ def _floor_ms(app: Any, queries: list[str]) -> float:
 
 
 def _ms(values: list[float]) -> dict[str, float]:
-    return {name: round(_percentile(values, q), 2) for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+    return {name: round(percentile(values, q), 2) for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
 
 
 def _index_catalog(client: httpx.Client, catalog: list[dict[str, Any]]) -> tuple[float, float]:

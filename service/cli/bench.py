@@ -12,6 +12,7 @@ BENCH_MODULES = [
     "service.benchmarks.analytics",
     "service.cli.execute_bench",
     "service.benchmarks.learning",
+    "service.benchmarks.durability",
     "service.benchmarks.embedder",
     "service.benchmarks.load",
 ]
