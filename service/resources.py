@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from service.execution.runtime import Gateway
     from service.policy.keys import KeyResolver
     from service.policy.service import PolicyState
+    from service.search.log import SearchLog
     from service.search.retrieval import Boosts, Retriever
     from service.usage.learning import LearningState
 
@@ -43,6 +44,7 @@ class Resources:
     sessionmaker: async_sessionmaker[AsyncSession] | None = None
     index: VectorIndex | None = None
     retriever: Retriever | None = None  # search.service.start_search
+    search_log: SearchLog | None = None  # search.service.start_search_log (the app's; CLI paths write directly)
     # Writes to the index and the catalog are serialised: sync diffs must not interleave.
     index_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Query embeds go through the micro-batcher's own thread; short index calls (search, payloads, count) through
