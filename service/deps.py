@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.auth import Caller, resolve_caller
+from service.observability.logging import note
 from service.resources import Resources
 
 
@@ -35,7 +36,9 @@ SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
 
 async def get_caller(request: Request) -> Caller:
-    return await resolve_caller(request)
+    caller = await resolve_caller(request)
+    note(caller=caller.id)  # the request's log line names its caller
+    return caller
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -36,6 +36,7 @@ from service.errors import (
     UpstreamTimeout,
 )
 from service.execution_log import ExecutionLog
+from service.observability import observe_execution, span
 from service.policy import authorize_call
 from service.resources import Resources
 from service.results import ResultStore, count_tokens_async, measure, render_text
@@ -256,6 +257,7 @@ class Executor:
             row["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
             row["finished_at"] = utcnow()
             self.log.record(row)
+            observe_execution(self.resources, row)
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
@@ -275,7 +277,8 @@ class Executor:
             if tool is None:
                 tool = self.tools.put(await find_tool(session, name, self.resources))
             row["server_id"] = tool.server_id
-            await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
+            with span("policy.authorize", tool=tool.qualified_name):
+                await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
             if session.in_transaction():
                 await session.commit()
         row["input_tokens"] = await count_tokens_async(
@@ -290,7 +293,8 @@ class Executor:
                 server=tool.server_id,
             )
         timeout = connection.spec.timeout_seconds or self.resources.settings.execution.timeout_seconds
-        result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
+        with span("upstream.call", server=tool.server_id, tool=tool.name):
+            result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
         content = [
             block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content
         ]

@@ -14,7 +14,9 @@ from service import gateway, learning, policy
 from service.api import analytics, approvals, events, execute, health, keys, search, servers, tools
 from service.catalog import reconcile_index, register_tools
 from service.catalog_files import demo_catalog
+from service.console.routes import install_console
 from service.errors import install_error_handlers
+from service.observability import install_observability
 from service.resources import build_resources, close_resources, start_resources
 from service.settings import Settings
 
@@ -59,6 +61,7 @@ def create_app(
     app.state.startup_hooks.append(gateway.start_gateway)
     app.state.shutdown_hooks.append(gateway.stop_gateway)
     install_error_handlers(app)
+    install_observability(app, resources)
     app.include_router(health.router)
     app.include_router(search.router)
     app.include_router(tools.router)
@@ -68,6 +71,7 @@ def create_app(
     app.include_router(events.router)
     app.include_router(execute.router)
     app.include_router(servers.router)
+    install_console(app)
     return app
 
 

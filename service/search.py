@@ -10,6 +10,7 @@ from indexer.index.base import SearchFilter
 from service.auth import Caller
 from service.db.models import Search
 from service.errors import BadRequest
+from service.observability import observe_search, span
 from service.policy import permission_filter
 from service.resources import Resources
 from service.retrieval import SearchOutcome
@@ -57,10 +58,13 @@ async def search_tools(
     where = permission_filter(resources, caller, SearchFilter(servers=tuple(servers or ()), tags=tuple(tags or ())))
     assert resources.retriever is not None
     boosts = resources.extras.get("boosts")
-    outcome = await resources.retriever.search(
-        query, k, where, caller_id=caller.id, boosts=boosts, explain=explain
-    )
-    return str(uuid.uuid4()), outcome
+    with span("search", k=k):
+        outcome = await resources.retriever.search(
+            query, k, where, caller_id=caller.id, boosts=boosts, explain=explain
+        )
+    search_id = str(uuid.uuid4())
+    observe_search(resources, search_id, outcome.latency_ms, len(outcome.results))
+    return search_id, outcome
 
 
 async def log_search(resources: Resources, search_id: str, caller: Caller, query: str, k: int,

@@ -128,6 +128,13 @@ class FrontendSettings(BaseModel):
     http_path: str = "/mcp"
 
 
+class ObservabilitySettings(BaseModel):
+    """Metrics labels (traces are configured by the standard OTEL_* variables)."""
+
+    # A caller label on the execution metrics: one series per caller, so only for a bounded set of callers.
+    metrics_caller_label: bool = False
+
+
 class Settings(BaseSettings):
     """All Toolscout settings; every field has a working default."""
 
@@ -139,6 +146,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8765
     log_level: str = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON line per log record and per request"
+    )
     demo_catalog: bool = Field(
         default=True, description="Index the bundled tool lists of eight real MCP servers when the catalog is empty"
     )
@@ -150,6 +160,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
     frontend: FrontendSettings = Field(default_factory=FrontendSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @property
     def database_url(self) -> str:
