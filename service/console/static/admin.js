@@ -15,9 +15,9 @@
     async function act(a, verb) {
       try {
         const r = verb === "grant" ? await post("/approvals", { approval_id: a.id }) : await post("/approvals/" + a.id + "/deny");
-        note.replaceChildren(h("p", { class: "ok" }, "Approval " + r.id + " is now " + r.status + "."));
+        TS.fill(note, h("p", { class: "ok" }, "Approval " + r.id + " is now " + r.status + "."));
         setTimeout(() => TS.route(), 600);
-      } catch (err) { note.replaceChildren(problemBox(err)); }
+      } catch (err) { TS.fill(note, problemBox(err)); }
     }
     root.append(h("h1", {}, "Approvals"), note,
       card("Pending (" + pending.approvals.length + ")", table([
@@ -42,12 +42,12 @@
       ev.preventDefault();
       try {
         const r = await post("/keys", { caller: caller.value, roles: roles.value.split(",").map((x) => x.trim()).filter(Boolean) });
-        out.replaceChildren(h("div", { class: "secret" }, "Key for ", h("strong", {}, r.caller), " (shown once): ", h("code", { id: "new-key" }, r.key)));
-      } catch (err) { out.replaceChildren(problemBox(err)); }
+        TS.fill(out, h("div", { class: "secret" }, "Key for ", h("strong", {}, r.caller), " (shown once): ", h("code", { id: "new-key" }, r.key)));
+      } catch (err) { TS.fill(out, problemBox(err)); }
     }
     async function revoke(k) {
       if (!window.confirm("Revoke key " + k.prefix + " of " + k.caller + "?")) return;
-      try { await api("DELETE", "/keys/" + k.id); TS.route(); } catch (err) { out.replaceChildren(problemBox(err)); }
+      try { await api("DELETE", "/keys/" + k.id); TS.route(); } catch (err) { TS.fill(out, problemBox(err)); }
     }
     root.append(h("h1", {}, "Keys & callers"),
       card("Create a key", h("form", { id: "key-form", class: "inline", onsubmit: create }, caller, roles, h("button", { type: "submit" }, "Create")), out),

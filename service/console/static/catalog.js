@@ -33,17 +33,17 @@
     const detail = h("div", { id: "tool-detail-panel", class: "card sticky" }, h("p", { class: "muted" }, "Pick a tool to see its schema."));
     function draw() {
       const needle = filter.value.trim().toLowerCase();
-      const shown = tools.filter((t) => !needle || t.name.toLowerCase().includes(needle) || t.description.toLowerCase().includes(needle));
+      const shown = tools.filter((t) => !needle || t.name.toLowerCase().includes(needle) || (t.description || "").toLowerCase().includes(needle));
       const groups = new Map();
       for (const t of shown) (groups.get(t.server) || groups.set(t.server, []).get(t.server)).push(t);
-      list.replaceChildren(h("p", { class: "muted", id: "tool-count" }, shown.length + " of " + tools.length + " tools"),
+      TS.fill(list, h("p", { class: "muted", id: "tool-count" }, shown.length + " of " + tools.length + " tools"),
         [...groups.entries()].map(([server, group]) => h("details", { class: "server-tools", open: needle || groups.size < 4, "data-server": server },
           h("summary", {}, server, " ", h("span", { class: "muted" }, "(" + group.length + ")")),
           h("ul", { class: "tools" }, group.map((t) => h("li", {},
-            h("button", { type: "button", class: "link tool-link", "data-name": t.name, onclick: () => detail.replaceChildren(toolDetail(t)) }, t.tool),
+            h("button", { type: "button", class: "link tool-link", "data-name": t.name, onclick: () => TS.fill(detail, toolDetail(t)) }, t.tool),
             t.annotations && t.annotations.destructiveHint ? h("span", { class: "badge bad" }, "destructive") : null,
             t.annotations && t.annotations.readOnlyHint ? h("span", { class: "badge" }, "read-only") : null,
-            h("span", { class: "muted" }, " " + t.description.slice(0, 90))))))));
+            h("span", { class: "muted" }, " " + (t.description || "").slice(0, 90))))))));
     }
     filter.addEventListener("input", draw);
     draw();

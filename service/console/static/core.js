@@ -102,5 +102,11 @@ window.TS = (function () {
     return new Date(Date.now() - hours * 3600 * 1000).toISOString().replace(/\.\d+Z$/, "Z");
   }
 
-  return { h, append, api, get, post, qs, fmt, table, problemBox, card, auth, Problem, sinceHours, pages: {}, me: null };
+  /* Replace an element's children (arrays flattened, null and false skipped). */
+  function fill(el, ...children) {
+    el.replaceChildren();
+    return append(el, children);
+  }
+
+  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, auth, Problem, sinceHours, pages: {}, me: null };
 })();

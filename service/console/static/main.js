@@ -6,7 +6,7 @@
   function showSignin(message) {
     TS.me = null;
     $("nav").hidden = true; $("signout").hidden = true; $("who").textContent = "";
-    $("page").replaceChildren();
+    TS.fill($("page"));
     $("signin").hidden = false;
     $("signin-error").textContent = message || "";
     $("signin-key").focus();

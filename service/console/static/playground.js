@@ -28,7 +28,7 @@
     let approval = null;
     async function run(ev) {
       ev.preventDefault();
-      output.replaceChildren();
+      TS.fill(output);
       let args;
       try { args = form.read(); } catch (e) { output.append(problemBox(e)); return; }
       const body = { name: tool.name, arguments: args, search_id: search.search_id };
@@ -48,7 +48,7 @@
         }
       }
     }
-    panel.replaceChildren(card("Call " + tool.name,
+    TS.fill(panel, card("Call " + tool.name,
       h("p", { class: "muted" }, tool.description),
       h("form", { id: "call-form", onsubmit: run }, form.element, h("button", { type: "submit" }, "Call")), output));
     panel.scrollIntoView({ block: "nearest" });
@@ -62,19 +62,19 @@
     const panel = h("div", { id: "call-panel" });
     async function search(ev) {
       if (ev) ev.preventDefault();
-      out.replaceChildren(h("p", { class: "muted" }, "Searching…"));
-      panel.replaceChildren();
+      TS.fill(out, h("p", { class: "muted" }, "Searching…"));
+      TS.fill(panel);
       try {
         const r = await post("/search", { query: query.value, k: Number(k.value) || 5, explain: true });
         const scale = Math.max(0.01, ...r.results.flatMap((x) => Object.values((x.explain || {}).signals || {}).map(Math.abs)));
-        out.replaceChildren(
+        TS.fill(out,
           h("p", { class: "muted", id: "search-meta" }, r.results.length + " tools in " + fmt.ms(r.latency_ms) + " · search ", h("code", {}, r.search_id)),
           r.parts && r.parts.length ? h("div", { class: "parts", id: "parts" }, "Request split into ", String(r.parts.length), " parts: ",
             r.parts.map((p) => h("span", { class: "badge part" }, p))) : null,
           r.results.length ? h("ol", { class: "results" }, r.results.map((x, i) => resultView(x, i + 1, scale, r, (t, s) => renderCall(panel, t, s))))
             : h("p", { class: "problem" }, "No tool matched (this search counts as one without result)."));
       } catch (err) {
-        out.replaceChildren(problemBox(err));
+        TS.fill(out, problemBox(err));
       }
     }
     root.append(h("h1", {}, "Search playground"),
