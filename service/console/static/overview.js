@@ -30,7 +30,7 @@
     const steps = [["Searches", f.searches], ["Followed by a call", f.followed_by_call], ["Followed by a successful call", f.followed_by_success]];
     return charts.hbars(steps.map(([label, value]) => ({
       label, value, text: fmt.int(value) + (f.searches ? "  (" + fmt.pct(value / f.searches) + ")" : ""),
-    })), { id: "funnel-chart", label: "search funnel", labelWidth: 220 });
+    })), { id: "funnel-chart", label: "search funnel", labelWidth: 190, width: 440 });
   }
 
   async function render(root, params) {
