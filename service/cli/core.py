@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from service.catalog_files import load_catalog_file
+from service.catalog.files import load_catalog_file
 from service.errors import ToolscoutError
 from service.http_transport import nodelay_transport
 from service.settings import Settings
@@ -53,12 +53,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
-    print(f"Toolscout on http://{host}:{port}  (docs at /docs, console at /console; data in "
-          f"{settings.data_dir.resolve()})", flush=True)
+    print(
+        f"Toolscout on http://{host}:{port}  (docs at /docs, console at /console; data in "
+        f"{settings.data_dir.resolve()})",
+        flush=True,
+    )
     json_logs = settings.log_format == "json"  # one JSON line per request replaces uvicorn's access log
     uvicorn.run(
-        create_app(settings), host=host, port=port, log_level=settings.log_level.lower(),
-        access_log=not json_logs, **({"log_config": None} if json_logs else {}),
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        access_log=not json_logs,
+        **({"log_config": None} if json_logs else {}),
     )
     return 0
 
@@ -95,11 +102,13 @@ def _fail(error: ToolscoutError | dict[str, Any]) -> int:
 
 async def _direct(fn: Any) -> Any:
     """Run fn(resources) against the local data folder with the service's own start-up and shutdown."""
-    from service.catalog import reconcile_index
+    from service.catalog.service import reconcile_index
     from service.resources import build_resources, close_resources, start_resources
+    from service.search.service import start_search
 
     resources = build_resources(Settings())
     await start_resources(resources)
+    await start_search(resources)
     try:
         await reconcile_index(resources)
         return await fn(resources)
@@ -135,10 +144,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         if response.status_code >= 400:
             return _fail(body)
     else:
-        from service import catalog
+        from service.catalog import service as catalog
 
         async def run(resources: Any) -> dict[str, Any]:
-            resources.extras["progress"] = _Progress()
+            resources.progress = _Progress()
             report = await catalog.register_tools(resources, tools)
             return report.as_dict()
 
@@ -171,8 +180,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         if response.status_code >= 400:
             return _fail(body)
     else:
-        from service.auth import OPEN_CALLER
-        from service.search import result_view, search_tools
+        from service.policy.callers import OPEN_CALLER
+        from service.search.service import result_view, search_tools
 
         async def run(resources: Any) -> dict[str, Any]:
             search_id, outcome = await search_tools(
@@ -193,7 +202,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from service.evaluation import evaluate
+    from service.search.evaluation import evaluate
 
     try:
         result = asyncio.run(evaluate(args.catalog, args.queries, max_queries=args.max_queries, seed=args.seed))

@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service import analytics
-from service.analytics import Scope
 from service.db.models import Execution
-from service.rollups import SUCCESS, hour_of
+from service.usage import analytics
+from service.usage.rollups import SUCCESS, hour_of
+from service.usage.scope import Scope
 
 
 async def search_funnel(session: AsyncSession, scope: Scope) -> dict[str, Any]:

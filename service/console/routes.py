@@ -14,10 +14,10 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
-from service.api.analytics import ScopeDep
 from service.console.queries import search_funnel
 from service.deps import CallerDep, ResourcesDep, SessionDep
-from service.policy import is_approver
+from service.policy.service import is_approver
+from service.usage.routes import ScopeDep
 
 STATIC = package_files.files("service.console") / "static"
 SECURITY_HEADERS = {

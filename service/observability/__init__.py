@@ -1,8 +1,9 @@
 """Metrics, traces and structured logs of a running service.
 
-`install_observability(app, resources)` adds the request middleware and the /metrics route; the rest of the
-service reports through four small hooks: `stage` (a timed search stage), `observe_search`,
-`observe_execution` and `span` (a child span, re-exported from tracing)."""
+`install_observability(app, resources)` adds the request middleware (main.py includes the /metrics route of
+routes.py); the rest of the service reports through four small hooks: `stage` (a timed search stage),
+`observe_search`, `observe_execution` and `span` (a child span, re-exported from tracing). Only routes.py
+imports a domain (the catalog, at scrape time): the hooks sit below every domain that calls them."""
 
 from __future__ import annotations
 
@@ -35,9 +36,17 @@ if TYPE_CHECKING:
 
     from service.resources import Resources
 
-__all__ = ["Stage", "current_ids", "install_observability", "observe_execution", "observe_search", "span", "stage"]
+__all__ = [
+    "Observability",
+    "Stage",
+    "current_ids",
+    "install_observability",
+    "observe_execution",
+    "observe_search",
+    "span",
+    "stage",
+]
 
-EXTRAS_KEY = "observability"
 request_logger = std_logging.getLogger(REQUEST_LOGGER)
 
 
@@ -55,10 +64,6 @@ class Observability:
         self.tracer = provider.get_tracer(TRACER_NAME) if provider is not None else None
 
 
-def observability(resources: Resources) -> Observability | None:
-    return resources.extras.get(EXTRAS_KEY)
-
-
 class Stage:
     """One timed stage of a search (embed, index, rank): a leaf span and the stage histogram, ended by `end`."""
 
@@ -70,7 +75,7 @@ class Stage:
     def end(self) -> None:
         if self.span is not None:
             self.span.end()
-        obs = observability(self.resources)
+        obs = self.resources.observability
         if obs is not None:
             obs.metrics.observe_stage(self.name, time.perf_counter() - self.started)
 
@@ -88,7 +93,7 @@ def stage(resources: Resources, name: str) -> Iterator[None]:
 def observe_search(resources: Resources, search_id: str, latency_ms: float, results: int) -> None:
     """Count a search (and whether it found nothing); its id goes on the request's log line."""
     note(search_id=search_id)
-    obs = observability(resources)
+    obs = resources.observability
     if obs is not None:
         obs.metrics.observe_search(latency_ms / 1000, results)
 
@@ -96,7 +101,7 @@ def observe_search(resources: Resources, search_id: str, latency_ms: float, resu
 def observe_execution(resources: Resources, row: dict[str, Any]) -> None:
     """Count a finished call from its execution-log row."""
     note_execution(str(row["id"]))
-    obs = observability(resources)
+    obs = resources.observability
     if obs is not None:
         obs.metrics.observe_execution(row)
 
@@ -126,6 +131,7 @@ class ObservabilityMiddleware:
             return
         status = 500
         started = time.perf_counter()
+        scope.setdefault("state", {})  # request.state: policy's resolve_caller leaves the caller there
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -158,6 +164,8 @@ class ObservabilityMiddleware:
 
     def _finish(self, scope: Scope, status: int, seconds: float, record: dict[str, Any], request_span: Any) -> None:
         method, route = str(scope.get("method", "")), route_label(scope)
+        if (caller := scope["state"].get("caller")) is not None:
+            record.setdefault("caller", caller.id)  # the request's log line names its caller
         self.obs.metrics.observe_request(method, route, status, seconds)
         if request_span is not None:
             request_span.update_name(f"{method} {route}")
@@ -190,7 +198,7 @@ def install_observability(
     obs.use_provider(provider_from_environment(os.environ if environ is None else environ))
     if obs.json_logs:
         configure_json_logging()
-    resources.extras[EXTRAS_KEY] = obs
+    resources.observability = obs
     app.state.observability = obs
     app.add_middleware(ObservabilityMiddleware, obs=obs)
 
@@ -204,7 +212,4 @@ def install_observability(
 
     app.state.startup_hooks.insert(0, start)
     app.state.shutdown_hooks.append(stop)
-    from service.observability.routes import router
-
-    app.include_router(router)
     return obs

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-if TYPE_CHECKING:
-    from service.resources import Resources
 
 UNKNOWN_TOOL = "(unknown)"
 # Statuses of calls that never resolved a catalog tool: their name is whatever the caller sent.
@@ -163,29 +160,3 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-async def take_snapshot(resources: Resources) -> Snapshot:
-    """Read the scrape-time values: upstream health, catalog and index size, caches, the log queue."""
-    from service.catalog import count_tools
-    from service.gateway import EXTRAS_KEY
-
-    snap = Snapshot(cache_hits=resources.embedder.hits, cache_misses=resources.embedder.misses)
-    gateway = resources.extras.get(EXTRAS_KEY)
-    if gateway is not None:
-        for connection in gateway.pool.connections():
-            health = connection.health
-            snap.upstream.append(
-                {"id": connection.id, "state": health.state, "restarts": health.restarts, "in_flight": health.in_flight}
-            )
-        snap.log_pending, snap.log_written, snap.log_spilled = (
-            gateway.log.pending,
-            gateway.log.written,
-            gateway.log.spilled,
-        )
-    if resources.index is not None:
-        snap.index_points = int(await resources.run_index(resources.index.count))
-    if resources.sessionmaker is not None:
-        async with resources.session() as session:
-            snap.catalog_tools = await count_tools(session)
-    return snap

@@ -24,7 +24,7 @@ from service.db.engine import upgrade_database
 from service.db.models import Execution, Search
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_SERVER = REPO / "tests" / "integration" / "mcp_test_server.py"
+TEST_SERVER = REPO / "tests" / "upstream" / "mcp_test_server.py"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
