@@ -16,7 +16,7 @@ from service.catalog import routes as tools
 from service.catalog.files import demo_catalog
 from service.catalog.service import reconcile_index, register_tools
 from service.console.routes import install_console
-from service.errors import install_error_handlers
+from service.errors import install_error_handlers, problem_responses
 from service.execution import routes as execute
 from service.execution import runtime as gateway
 from service.observability import install_observability
@@ -27,6 +27,7 @@ from service.policy import service as policy
 from service.resources import build_resources, close_resources, start_resources
 from service.search import routes as search
 from service.search.service import start_search
+from service.security.edges import install_edge_guards
 from service.settings import Settings
 from service.upstream import routes as servers
 from service.usage import learning
@@ -46,14 +47,14 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await start_resources(resources, index)
         await start_search(resources)
-        report = await reconcile_index(resources)
-        logger.info("index reconciled with the catalog: %s", report.as_dict())
-        if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
-            seeded = await register_tools(resources, demo_catalog())
-            logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
-        for hook in app.state.startup_hooks:
-            await hook(resources)
-        try:
+        try:  # a start-up that fails half way (e.g. refused open mode) still releases the index and database
+            report = await reconcile_index(resources)
+            logger.info("index reconciled with the catalog: %s", report.as_dict())
+            if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
+                seeded = await register_tools(resources, demo_catalog())
+                logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
+            for hook in app.state.startup_hooks:
+                await hook(resources)
             yield
         finally:
             for hook in reversed(app.state.shutdown_hooks):
@@ -65,6 +66,7 @@ def create_app(
         version="0.1.0",
         summary="Semantic tool retrieval and execution for LLM agents over MCP servers",
         lifespan=lifespan,
+        responses=problem_responses(),
     )
     app.state.resources = resources
     app.state.startup_hooks = []
@@ -74,7 +76,8 @@ def create_app(
     app.state.startup_hooks.append(gateway.start_gateway)
     app.state.shutdown_hooks.append(gateway.stop_gateway)
     install_error_handlers(app)
-    install_observability(app, resources)
+    install_observability(app, resources)  # inside the edge guards: the host check still sees every request first
+    install_edge_guards(app, settings)
     app.include_router(health.router)
     app.include_router(search.router)
     app.include_router(tools.router)

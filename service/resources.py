@@ -16,6 +16,7 @@ from indexer.index.base import VectorIndex
 from indexer.lexical import Bm25Encoder
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
 from service.settings import Settings
+from service.supervisor import Supervisor
 
 if TYPE_CHECKING:
     # Types only: the domains build these objects and attach them; this module imports none of them.
@@ -54,6 +55,8 @@ class Resources:
     gateway: Gateway | None = None  # execution.runtime.start_gateway
     observability: Observability | None = None  # observability.install_observability (metrics, tracer, logs)
     progress: Callable[[int, int], None] | None = None  # the CLI's progress bar while indexing
+    # Every background loop runs under it: restarted with backoff on any error, shown in /readyz.
+    supervisor: Supervisor = field(default_factory=Supervisor)
 
     def session(self) -> AsyncSession:
         """A new SQL session (the caller commits)."""

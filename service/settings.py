@@ -59,6 +59,9 @@ class ExecutionSettings(BaseModel):
     result_token_budget: int = 4000
     batch_concurrency: int = 8
     log_raw_arguments: bool = False
+    # "commit": an answered call has its log row committed (group commit, a few ms); "batched": rows are
+    # written in the background after the answer (faster, but a crash loses the rows still in memory).
+    log_durability: Literal["commit", "batched"] = "commit"
     # Where the demo servers' virtual environment and npm packages go (default ~/.cache/toolscout/upstream).
     toolchain_dir: Path | None = None
     # How long start-up waits for the upstream servers' first connection and sync (the rest go on in the
@@ -70,6 +73,13 @@ class ExecutionSettings(BaseModel):
     reconnect_max_seconds: float = 30.0
     heartbeat_seconds: float = 30.0
     batch_max_calls: int = 100
+    # Servers added over the API: stdio ones run a command on this machine, so they are refused unless allowed,
+    # and then only for the listed executables (names or absolute paths). Servers of the servers file are trusted.
+    allow_api_stdio: bool = False
+    api_stdio_commands: list[str] = Field(default_factory=list)
+    # HTTP upstreams added over the API may not point at private, loopback or link-local addresses unless the
+    # host (name or address) or its network (CIDR) is listed here; "*" allows every address.
+    upstream_allowed_hosts: list[str] = Field(default_factory=list)
     result_ttl_hours: float = 24.0
     # /execute keeps resolved tools this long (upstream syncs invalidate them at once); 0 turns the cache off.
     tool_cache_seconds: float = 5.0
@@ -88,6 +98,16 @@ class PolicySettings(BaseModel):
     key_cache_seconds: float = 5.0
     # An approver may grant their own call only if this is set (the open local user always may).
     allow_self_approval: bool = False
+    # Host header names the REST API answers to, besides the bound address, localhost names and IP literals
+    # ("*" for any; ".example.com" for a domain and its subdomains). Other hosts get 421 (DNS rebinding).
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Browser origins allowed to call the API (CORS); empty keeps CORS off and refuses cross-origin requests.
+    cors_origins: list[str] = Field(default_factory=list)
+    max_body_bytes: int = 20_000_000  # request bodies above this get 413
+    max_tools_per_registration: int = 5_000  # tools in one POST /tools (the CLI sends big catalogs in parts)
+    # Failed authentications per client address: this many in a row are free, then each waits twice as long.
+    auth_failures_free: int = 5
+    auth_failure_max_delay_seconds: float = 300.0
 
 
 class LearningSettings(BaseModel):
@@ -126,6 +146,8 @@ class FrontendSettings(BaseModel):
     http_host: str = "127.0.0.1"  # `toolscout mcp --transport http` listens here
     http_port: int = 8766
     http_path: str = "/mcp"
+    # When set, `toolscout mcp --transport http` requires `Authorization: Bearer <this key>` on every request.
+    http_api_key: str | None = None
 
 
 class ObservabilitySettings(BaseModel):

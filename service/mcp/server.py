@@ -45,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 Transport = Literal["stdio", "http", "memory"]
 STDIO_SESSION = "stdio"
-SESSION_META_KEY = "dev.toolscout/session"  # 2026-era clients may name their session in `_meta`
 _STATE_KEY = "toolscout.session"
 
 INSTRUCTIONS = {
@@ -203,8 +202,9 @@ class Frontend:
     # ---- sessions -----------------------------------------------------------------------------------------
 
     def session_key(self, ctx: ServerRequestContext[Any, Any]) -> str:
-        """The session a request belongs to (stdio: the process; 2025 era: the connection; 2026 era: the
-        `_meta` session the client names, else its credential and client name)."""
+        """The session a request belongs to, always from the transport (stdio: the process; 2025 era: the
+        connection; 2026 era: the `Mcp-Session-Id` header, else the credential and client name). A client's
+        `_meta` never names it: one client could otherwise take over another's activations."""
         connection = _connection_of(ctx)
         if connection is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             key = connection.state.get(_STATE_KEY)
@@ -223,15 +223,14 @@ class Frontend:
             return str(key)
         if self.single_session:
             return STDIO_SESSION
-        meta: Mapping[str, Any] = ctx.meta or {}
-        chosen = meta.get(SESSION_META_KEY)
-        if isinstance(chosen, str) and chosen:
-            return "client:" + chosen[:128]
         headers = getattr(ctx.request, "headers", None)
         credential = headers.get("authorization", "") if headers is not None else ""
+        transport_session = headers.get("mcp-session-id", "") if headers is not None else ""
         params = ctx.session.client_params
         client = params.client_info.name if params is not None else ""
-        return "caller:" + hashlib.sha256(f"{credential}\n{client}".encode()).hexdigest()[:24]
+        # The credential is part of every key, so a guessed session id never reaches another caller's set.
+        identity = f"{credential}\n{transport_session}\n{client}"
+        return "caller:" + hashlib.sha256(identity.encode()).hexdigest()[:24]
 
     def _origin(
         self, ctx: ServerRequestContext[Any, Any]

@@ -170,15 +170,25 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         "TOOLSCOUT_LEARNING__REFRESH_LAG_SECONDS": "0",
         "TOOLSCOUT_POLICY__KEY_CACHE_SECONDS": "0",
     }
-    command = [str(Path(sys.executable).with_name("toolscout")), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    toolscout = str(Path(sys.executable).with_name("toolscout"))
+    # The first admin key the CLI's way: POST /keys needs an admin key even in open mode.
+    created = subprocess.run(
+        [toolscout, "keys", "create", "--caller", "ops", "--role", "admin", "--json"],
+        env=env,
+        cwd=data,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    live.admin_key = json.loads(created.stdout)["key"]
+    command = [toolscout, "serve", "--host", "127.0.0.1", "--port", str(port)]
     log = (data / "serve.log").open("wb")
     process = subprocess.Popen(command, env=env, cwd=data, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: httpx.get(live.url + "/readyz").status_code == 200, 240, "the service")
-        with httpx.Client(base_url=live.url, timeout=60) as open_client:
-            wait_for(lambda: open_client.get("/servers/t").json().get("state") == "ready", 60, "server t")
-            live.admin_key = open_client.post("/keys", json={"caller": "ops", "roles": ["admin"]}).json()["key"]
         with live.client(live.admin_key) as admin:
+            wait_for(lambda: admin.get("/servers/t").json().get("state") == "ready", 60, "server t")
             live.agent_key = admin.post("/keys", json={"caller": "agent", "roles": []}).json()["key"]
         make_live_calls(live)
         expected = live.calls

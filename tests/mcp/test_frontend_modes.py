@@ -114,7 +114,7 @@ async def test_token_bench_counts_what_the_server_sends(
 
 
 async def _rest_catalog(transport: httpx.AsyncBaseTransport) -> list[dict[str, object]]:
-    async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         return list((await http.get("/tools", params={"limit": 1000})).json()["tools"])
 
 

@@ -23,6 +23,7 @@ from indexer.embedding import HashingEmbedder
 from service.main import create_app
 from service.observability import tracing
 from service.observability.logging import JsonFormatter
+from service.policy import keys as policy_keys
 from service.settings import ExecutionSettings, PolicySettings, Settings
 
 pytestmark = pytest.mark.upstream
@@ -45,8 +46,18 @@ async def running(tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[FastAP
     app = create_app(config, embedder=HashingEmbedder())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test", timeout=60) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as client:
             yield app, client
+
+
+async def cli_key(app: FastAPI, caller: str, roles: list[str]) -> str:
+    """The first key, made the CLI's way (`toolscout keys create`)."""
+    resources = app.state.resources
+    async with resources.session() as session:
+        created = await policy_keys.create_key(session, caller, roles)
+        await session.commit()
+    policy_keys.key_resolver(resources).invalidate()
+    return str(created.key)
 
 
 def scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -119,9 +130,9 @@ async def test_zero_result_searches_are_counted(tmp_path: Path) -> None:
 
 
 async def test_metrics_need_the_admin_or_metrics_role(tmp_path: Path) -> None:
-    async with running(tmp_path) as (_, client):
+    async with running(tmp_path) as (app, client):
         assert (await client.get("/metrics")).status_code == 200  # open mode: the local admin
-        keys = {"ops": (await client.post("/keys", json={"caller": "ops", "roles": ["admin"]})).json()["key"]}
+        keys = {"ops": await cli_key(app, "ops", ["admin"])}  # POST /keys needs an admin key even in open mode
         admin = {"Authorization": f"Bearer {keys['ops']}"}
         for caller, roles in [("prom", ["metrics"]), ("agent", [])]:
             created = await client.post("/keys", json={"caller": caller, "roles": roles}, headers=admin)
