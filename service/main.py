@@ -19,6 +19,7 @@ from service.console.routes import install_console
 from service.errors import install_error_handlers, problem_responses
 from service.execution import routes as execute
 from service.execution import runtime as gateway
+from service.execution.code_mode import routes as code_mode_routes
 from service.observability import install_observability
 from service.observability import routes as metrics
 from service.policy import key_routes as keys
@@ -87,6 +88,7 @@ def create_app(
     app.include_router(events.router)
     app.include_router(execute.router)
     app.include_router(servers.router)
+    app.include_router(code_mode_routes.router)
     app.include_router(metrics.router)
     install_console(app)
     return app

@@ -21,6 +21,7 @@ from service.supervisor import Supervisor
 if TYPE_CHECKING:
     # Types only: the domains build these objects and attach them; this module imports none of them.
     from service.catalog.events import EventHub
+    from service.execution.code_mode.runner import CodeMode
     from service.execution.runtime import Gateway
     from service.observability import Observability
     from service.policy.keys import KeyResolver
@@ -53,6 +54,7 @@ class Resources:
     learning: LearningState | None = None  # usage.learning.learning_state
     boosts: Boosts | None = None  # usage.learning.start_learning: the priors the retriever applies
     gateway: Gateway | None = None  # execution.runtime.start_gateway
+    code_mode: CodeMode | None = None  # execution.code_mode.runner.code_mode
     observability: Observability | None = None  # observability.install_observability (metrics, tracer, logs)
     progress: Callable[[int, int], None] | None = None  # the CLI's progress bar while indexing
     # Every background loop runs under it: restarted with backoff on any error, shown in /readyz.

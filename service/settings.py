@@ -148,6 +148,20 @@ class FrontendSettings(BaseModel):
     http_path: str = "/mcp"
     # When set, `toolscout mcp --transport http` requires `Authorization: Bearer <this key>` on every request.
     http_api_key: str | None = None
+    run_script: bool = True  # offer the run_script meta-tool (code mode over POST /run) in every mode
+
+
+class CodeModeSettings(BaseModel):
+    """Code mode (POST /run, the run_script meta-tool): budgets of one JavaScript program calling many tools."""
+
+    enabled: bool = True
+    timeout_seconds: float = 60.0  # wall clock of one script; a request may ask for less, not more
+    memory_mib: int = 256  # the engine's heap
+    max_tool_calls: int = 50  # tool calls and searches of one script
+    max_concurrent: int = 4  # scripts running at once; the others wait in turn
+    max_script_chars: int = 100_000
+    max_log_lines: int = 100
+    max_log_line_chars: int = 1000
 
 
 class ObservabilitySettings(BaseModel):
@@ -182,6 +196,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
     frontend: FrontendSettings = Field(default_factory=FrontendSettings)
+    code_mode: CodeModeSettings = Field(default_factory=CodeModeSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @property

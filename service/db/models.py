@@ -152,6 +152,8 @@ class Execution(Base):
     finished_at: Mapped[datetime] = mapped_column(default=utcnow)
     # 0003: when the statistics counted this row (None: not yet, whenever it arrived).
     counted_at: Mapped[datetime | None] = mapped_column(default=None)
+    # 0004: the code-mode script (POST /run) that made the call; None for /execute.
+    run_id: Mapped[str | None] = mapped_column(String(36), default=None, index=True)
 
 
 class StoredResult(Base):

@@ -219,8 +219,10 @@ class Executor:
         *,
         search_id: str | None = None,
         approval_id: str | None = None,
+        run_id: str | None = None,
     ) -> ExecutionResult:
-        """Run one call; raises the service's errors (each logged first)."""
+        """Run one call; raises the service's errors (each logged first). `run_id` names the code-mode
+        script that makes the call."""
         arguments = arguments or {}
         settings = self.resources.settings.execution
         execution_id = str(uuid.uuid4())
@@ -240,6 +242,7 @@ class Executor:
             "output_tokens": 0,
             "result_id": None,
             "started_at": started_at,
+            "run_id": run_id,
         }
         self.in_flight += 1
         self._idle.clear()

@@ -52,12 +52,14 @@ _LIMITS = {
     "status": 24,
     "error_class": 128,
     "result_id": 36,
+    "run_id": 36,
 }
 
 
 def fit_row(row: dict[str, Any]) -> dict[str, Any]:
     """The row with every string cut to its column's size."""
     fitted = dict(row)
+    fitted.setdefault("run_id", None)  # rows spilled before code mode have no run id
     for key, limit in _LIMITS.items():
         value = fitted.get(key)
         if isinstance(value, str) and len(value) > limit:

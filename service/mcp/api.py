@@ -163,6 +163,17 @@ class ToolscoutApi:
             body["approval_id"] = approval_id
         return dict(await self._request("POST", "/execute", json=body))
 
+    async def run(
+        self, script: str, approval_ids: list[str] | None = None, timeout_seconds: float | None = None
+    ) -> dict[str, Any]:
+        """POST /run: a code-mode script."""
+        body: dict[str, Any] = {"script": script}
+        if approval_ids:
+            body["approval_ids"] = approval_ids
+        if timeout_seconds is not None:
+            body["timeout_seconds"] = timeout_seconds
+        return dict(await self._request("POST", "/run", json=body))
+
     async def fetch_result(self, result_id: str, offset: int | None = None) -> dict[str, Any]:
         """GET /results/{id}: the next part of a result that was cut to the token budget."""
         params = {"offset": offset} if offset is not None else None

@@ -13,7 +13,7 @@ from service.mcp.sessions import SessionStore
 from service.settings import Settings
 from tests.mcp.conftest import client_of, frontend_of, text_of
 
-META = ["status", "search_tools", "call_tool", "fetch_result"]
+META = ["status", "search_tools", "call_tool", "fetch_result", "run_script"]
 
 
 async def test_a_search_activates_its_results_in_that_session_only(
