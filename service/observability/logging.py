@@ -53,11 +53,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, extra fields, trace ids, exception."""
 
     def format(self, record: logging.LogRecord) -> str:
+        record.message = record.getMessage()  # as logging.Formatter does: other handlers read it
         line: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": record.message,
         }
         line.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if "trace_id" not in line and (ids := current_ids()) is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -211,6 +211,20 @@ def test_tracing_is_opt_in_by_the_otel_variables() -> None:
     provider.shutdown()
 
 
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """configure_json_logging changes process-wide handlers (pytest's own among them): put them back."""
+    root, request = logging.getLogger(), logging.getLogger("toolscout.request")
+    formatters = [(handler, handler.formatter) for handler in root.handlers]
+    handlers, level, propagate = list(request.handlers), request.level, request.propagate
+    yield
+    for handler, formatter in formatters:
+        handler.setFormatter(formatter)
+    root.handlers = [h for h in root.handlers if h in dict(formatters)]
+    request.handlers, request.level, request.propagate = handlers, level, propagate
+
+
+@pytest.mark.usefixtures("restored_logging")
 async def test_json_request_lines(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async with running(tmp_path, log_format="json") as (_, client):
         logger = logging.getLogger("toolscout.request")
