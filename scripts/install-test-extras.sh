@@ -10,3 +10,8 @@ if ! command -v wrk >/dev/null; then
   if [ "$(id -u)" = 0 ]; then apt-get install -y -q wrk >/dev/null || { apt-get update -q && apt-get install -y -q wrk; }
   else sudo apt-get install -y -q wrk; fi
 fi
+# The console's browser tests: Playwright for Python drives Debian's Chromium (never `playwright install`).
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update && apt-get install -y chromium
+fi
+.venv/bin/pip install "playwright>=1.50,<2"

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery
 from service.db.models import Tool
+from service.observability import Stage, stage
 from service.search.ranking import SIGNALS, Candidate, apply_boosts, fuse, max_merge, rank, split_intents
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ class Retriever:
         texts = [query]
         parts = split_intents(query) if settings.split_multi_intent else []
         texts.extend(parts)
-        vectors = await self.resources.embed(texts)
+        with stage(self.resources, "embed"):
+            vectors = await self.resources.embed(texts)
         queries: list[SignalQuery] = []
         for text, vector in zip(texts, vectors, strict=True):
             queries.extend(SignalQuery(f, settings.candidates, dense=vector) for f in DENSE_FIELDS)  # type: ignore[arg-type]
@@ -151,7 +153,9 @@ class Retriever:
             queries.append(SignalQuery("lexical", settings.candidates, sparse=sparse))
         index = self.resources.index
         assert index is not None
-        hit_lists: list[list[Hit]] = await self.resources.run_index(index.search, queries, where)
+        with stage(self.resources, "index"):
+            hit_lists: list[list[Hit]] = await self.resources.run_index(index.search, queries, where)
+        ranking = Stage(self.resources, "rank")
         per_text: list[dict[str, Candidate]] = []
         weights = self.weights()
         width = len(SIGNALS)
@@ -166,6 +170,7 @@ class Retriever:
         if boosts is not None and caller_id is not None and candidates:
             apply_boosts(candidates, boosts(caller_id, list(candidates)))
         ranked = rank(candidates, exact, k)
+        ranking.end()
         # Payloads only for the winners: converting a hundred payloads per signal costs more than the search.
         payloads = await self.resources.run_index(index.payloads, [c.name for c in ranked])
         results = [

@@ -214,10 +214,10 @@ def test_three_replicas_upgrading_a_fresh_database_at_once_all_succeed(postgres_
     ]
     outcomes = [(p.wait(120), p.stderr.read().decode() if p.stderr else "") for p in processes]
     assert [code for code, _ in outcomes] == [0, 0, 0], [err[-2000:] for _, err in outcomes]
-    head = ScriptDirectory.from_config(alembic_config(postgres_url)).get_current_head()  # whichever is the last
     engine = sa.create_engine(sync_url(postgres_url))
     try:
         with engine.connect() as connection:
+            head = ScriptDirectory.from_config(alembic_config(postgres_url)).get_current_head()
             assert connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == [head]
             tables = set(sa.inspect(connection).get_table_names())
     finally:
