@@ -43,6 +43,8 @@ class SearchSettings(BaseModel):
     weight_description: float = 0.45
     weight_params: float = 0.10
     weight_lexical: float = 0.35
+    # Added to a tool whose name leads with a verb the request uses (git_commit for "commit my changes").
+    weight_name_verb: float = 0.2
     candidates: int = 100
     default_k: int = 5
     max_k: int = 50
