@@ -7,6 +7,7 @@ top 100, weighted sum, max-merge over multi-intent parts, exact names first) so 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +19,23 @@ from bench.embed_cache import EmbeddingCache
 from indexer.documents import build_document, normalize_name_key
 from indexer.lexical import Bm25Encoder, SparseVector
 from indexer.tools import ToolDefinition, normalize_server_id
-from service.catalog_files import load_catalog_file
-from service.evaluation import load_queries
-from service.ranking import split_intents
+from service.catalog.files import load_catalog_file
+from service.search.evaluation import load_queries
+from service.search.ranking import split_intents
 
-EVAL = Path("/work/shared/eval")
+
+def find_eval() -> Path:
+    """The dev sets: `shared/eval` in the nearest parent of this file that has one (TOOLSCOUT_EVAL overrides)."""
+    override = os.environ.get("TOOLSCOUT_EVAL")
+    if override:
+        return Path(override)
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "shared" / "eval").is_dir():
+            return parent / "shared" / "eval"
+    raise FileNotFoundError("no shared/eval above " + str(Path(__file__).parent) + "; set TOOLSCOUT_EVAL")
+
+
+EVAL = find_eval()
 TOP = 100
 
 
@@ -34,7 +47,7 @@ class EvalSet:
     tools: list[ToolDefinition]
     ids: list[str]
     raw: list[dict]
-    queries: list  # service.evaluation.Query
+    queries: list  # service.search.evaluation.Query
     texts: list[str]  # whole queries then parts, deduplicated
     text_rows: list[list[int]]  # per query: row of the whole text, then rows of its parts
     relevant: list[np.ndarray]
@@ -68,7 +81,7 @@ def load_demo_set() -> EvalSet:
     """The bundled real catalogs with the labelled queries of tests/fixtures/retrieval/real_catalog_queries.jsonl."""
     import json
 
-    from service.catalog_files import DEMO_CATALOGS
+    from service.catalog.files import DEMO_CATALOGS
 
     tools, raw = [], []
     for path in sorted(DEMO_CATALOGS.glob("*.json")):

@@ -10,3 +10,5 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
 fi
 scripts/install-test-extras.sh
 python -m pytest "$@"
+# Second step: schemathesis fuzzing of the whole OpenAPI (zero 5xx, every answer documented).
+python -m pytest -m fuzz -s tests/security/test_fuzz_openapi.py "$@"

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from service.catalog_files import load_catalog_file
+from service.catalog.files import load_catalog_file
 from service.errors import ToolscoutError
 from service.http_transport import nodelay_transport
 from service.settings import Settings
@@ -53,6 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
+    # The app checks hosts and open mode against the address it is bound to.
+    settings.host, settings.port = host, port
     print(f"Toolscout on http://{host}:{port}  (docs at /docs; data in {settings.data_dir.resolve()})", flush=True)
     uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
     return 0
@@ -82,6 +84,34 @@ def _post_to_service(settings: Settings, path: str, payload: Any) -> httpx.Respo
         client.close()
 
 
+INDEX_PART = 1000  # tools per POST /tools: well under the service's registration and body limits
+
+
+def _post_in_parts(settings: Settings, tools: list[Any]) -> dict[str, Any] | int | None:
+    """Register tools with the running service a part at a time: the summed report, an exit code on a
+    refusal, or None when no service runs."""
+    client = _api(settings)
+    if client is None:
+        return None
+    total: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": []}
+    try:
+        for start in range(0, max(len(tools), 1), INDEX_PART):
+            response = client.post("/tools", json={"tools": tools[start : start + INDEX_PART]})
+            body = response.json()
+            if response.status_code == 422 and body.get("errors"):
+                total["errors"] += body["errors"]  # every tool of this part was refused: report them, go on
+                continue
+            if response.status_code >= 400:
+                return _fail(body)
+            for key in ("created", "updated", "unchanged", "removed"):
+                total[key] += body[key]
+            total["tools"] += body["tools"]
+            total["errors"] += body["errors"]
+    finally:
+        client.close()
+    return total
+
+
 def _fail(error: ToolscoutError | dict[str, Any]) -> int:
     detail = error.detail if isinstance(error, ToolscoutError) else error.get("detail", error)
     print(f"error: {detail}", file=sys.stderr)
@@ -90,11 +120,13 @@ def _fail(error: ToolscoutError | dict[str, Any]) -> int:
 
 async def _direct(fn: Any) -> Any:
     """Run fn(resources) against the local data folder with the service's own start-up and shutdown."""
-    from service.catalog import reconcile_index
+    from service.catalog.service import reconcile_index
     from service.resources import build_resources, close_resources, start_resources
+    from service.search.service import start_search
 
     resources = build_resources(Settings())
     await start_resources(resources)
+    await start_search(resources)
     try:
         await reconcile_index(resources)
         return await fn(resources)
@@ -124,16 +156,14 @@ def cmd_index(args: argparse.Namespace) -> int:
         tools = load_catalog_file(args.file, args.server).tools
     except ToolscoutError as exc:
         return _fail(exc)
-    response = _post_to_service(settings, "/tools", {"tools": tools})
-    if response is not None:
-        body = response.json()
-        if response.status_code >= 400:
-            return _fail(body)
-    else:
-        from service import catalog
+    body = _post_in_parts(settings, tools)
+    if isinstance(body, int):
+        return body
+    if body is None:
+        from service.catalog import service as catalog
 
         async def run(resources: Any) -> dict[str, Any]:
-            resources.extras["progress"] = _Progress()
+            resources.progress = _Progress()
             report = await catalog.register_tools(resources, tools)
             return report.as_dict()
 
@@ -166,8 +196,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         if response.status_code >= 400:
             return _fail(body)
     else:
-        from service.auth import OPEN_CALLER
-        from service.search import result_view, search_tools
+        from service.policy.callers import OPEN_CALLER
+        from service.search.service import result_view, search_tools
 
         async def run(resources: Any) -> dict[str, Any]:
             search_id, outcome = await search_tools(
@@ -188,7 +218,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from service.evaluation import evaluate
+    from service.search.evaluation import evaluate
 
     try:
         result = asyncio.run(evaluate(args.catalog, args.queries, max_queries=args.max_queries, seed=args.seed))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import (
     JSON,
@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -36,9 +37,16 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def as_utc(moment: datetime) -> datetime:
-    """A stored timestamp as timezone-aware UTC (SQLite hands them back naive; they were written in UTC)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+@overload
+def as_utc(moment: datetime) -> datetime: ...
+@overload
+def as_utc(moment: None) -> None: ...
+def as_utc(moment: datetime | None) -> datetime | None:
+    """A timestamp in UTC: a naive one is taken to be UTC (SQLite hands stored ones back naive; they were
+    written in UTC), an aware one is converted; None stays None."""
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
@@ -82,6 +90,16 @@ class Search(Base):
     """Every /search: who asked what and what came back."""
 
     __tablename__ = "searches"
+    __table_args__ = (
+        # 0003: the statistics read the rows not counted yet, in created_at order.
+        Index(
+            "ix_searches_uncounted",
+            "created_at",
+            "id",
+            sqlite_where=text("counted_at IS NULL"),
+            postgresql_where=text("counted_at IS NULL"),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     caller: Mapped[str] = mapped_column(String(128), index=True)
@@ -93,6 +111,8 @@ class Search(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     # 0002: when the first call that came from this search was counted (None: none yet).
     followed_at: Mapped[datetime | None] = mapped_column(default=None)
+    # 0003: when the statistics counted this row (None: not yet, whenever it arrived).
+    counted_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Execution(Base):
@@ -104,6 +124,14 @@ class Execution(Base):
         Index("ix_executions_caller_started", "caller", "started_at"),
         # 0002: the statistics cursor reads the log in finished_at order.
         Index("ix_executions_finished_at", "finished_at"),
+        # 0003: the statistics read the rows not counted yet, in finished_at order.
+        Index(
+            "ix_executions_uncounted",
+            "finished_at",
+            "id",
+            sqlite_where=text("counted_at IS NULL"),
+            postgresql_where=text("counted_at IS NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -122,6 +150,10 @@ class Execution(Base):
     result_id: Mapped[str | None] = mapped_column(String(36), default=None)
     started_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     finished_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0003: when the statistics counted this row (None: not yet, whenever it arrived).
+    counted_at: Mapped[datetime | None] = mapped_column(default=None)
+    # 0004: the code-mode script (POST /run) that made the call; None for /execute.
+    run_id: Mapped[str | None] = mapped_column(String(36), default=None, index=True)
 
 
 class StoredResult(Base):
@@ -184,8 +216,9 @@ class ToolSearchStats(Base):
 class StatsCursor(Base):
     """How far the statistics have consumed a log (incremental refresh).
 
-    One row per log: `executions` (position = finished_at, id) and `searches` (position = created_at, id);
-    the position columns keep their original names."""
+    One row per log: `executions` and `searches`. Since 0003 each log row carries its own `counted_at` mark;
+    the cursor keeps `rows_seen` (a version: consumers update it conditionally, so two never both commit the
+    same rows, and a replica sees that another one moved the statistics) and the last position, for reading."""
 
     __tablename__ = "stats_cursor"
 
@@ -228,7 +261,7 @@ class Approval(Base):
     arguments: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
-# --- 0002: rollups that analytics read, kept by the statistics refresh (service/stats.py) ------------------
+# --- 0002: rollups that analytics read, kept by the statistics refresh (usage/stats.py) --------------------
 
 LATENCY_BUCKETS = 40  # bucket 0: under 1 ms; bucket k: [2^((k-1)/2), 2^(k/2)) ms; the last one is open-ended
 

@@ -1,0 +1,71 @@
+"""GET /events: catalog events as Server-Sent Events (`tools_changed` with data {"server": id})."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import anyio
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+
+from service.catalog.events import CatalogEvent, event_hub
+from service.deps import CallerDep, ResourcesDep
+from service.policy.callers import Caller
+from service.policy.service import caller_rules, policy_state, visible_names
+from service.resources import Resources
+
+router = APIRouter(tags=["events"])
+
+HEARTBEAT_SECONDS = 15.0  # a comment line now and then keeps proxies from closing an idle stream
+RETRY_MILLISECONDS = 2000
+
+
+def format_event(event: CatalogEvent) -> str:
+    """One SSE frame."""
+    return f"event: {event.kind}\ndata: {json.dumps(event.data, separators=(',', ':'))}\n\n"
+
+
+def may_see(resources: Resources, caller: Caller, event: CatalogEvent) -> bool:
+    """Whether this caller may hear of this event: only of servers it may use (every server for admins)."""
+    if caller.is_admin:
+        return True
+    visible = visible_names(resources, caller)
+    if visible is None:
+        return True
+    server = event.data.get("server")
+    if server is None:
+        return True  # "something changed" names nothing
+    rules = caller_rules(resources, caller)
+    by_server = [p for p in rules.allow if p.kind == "server" and p.matches("", str(server))]
+    if by_server and not any(p.kind == "server" and p.matches("", str(server)) for p in rules.deny):
+        return True  # a server the rules allow by name, even before its tools reach the snapshot
+    servers = policy_state(resources).servers
+    return any(servers.get(name) == server for name in visible)
+
+
+@router.get("/events", response_class=StreamingResponse)
+async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingResponse:
+    """Follow catalog changes; the stream stays open until the client leaves."""
+    hub = event_hub(resources)
+
+    async def stream() -> AsyncIterator[str]:
+        async with hub.subscribe() as received:
+            yield f"retry: {RETRY_MILLISECONDS}\n: connected\n\n"
+            while True:
+                event: CatalogEvent | None = None
+                try:
+                    with anyio.move_on_after(HEARTBEAT_SECONDS):
+                        event = await received.receive()
+                except anyio.EndOfStream:
+                    return  # dropped for falling behind: the client reconnects and refetches
+                if event is None:
+                    yield ": heartbeat\n\n"
+                elif may_see(resources, caller, event):
+                    yield format_event(event)
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,136 @@
+"""The running execution machinery (the `Gateway`): upstream pool, executor, execution log and stored results.
+
+`start_gateway` and `stop_gateway` are the app's start-up and shutdown hooks. Start-up connects every
+configured server (the servers file or the demo set, plus the servers added over the API, which the catalog
+keeps) and waits up to `execution.startup_wait_seconds` for their first sync. Shutdown drains the calls in
+flight, stops the servers and writes every pending execution row. Server management for the `/servers`
+routes lives in upstream/service.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from service.catalog.events import publish_tools_changed
+from service.catalog.service import sync_server_tools
+from service.errors import ToolscoutError
+from service.execution.executor import Executor
+from service.execution.log import ExecutionLog
+from service.execution.results import ResultStore, encoding
+from service.resources import Resources
+from service.upstream.children import ChildRegistry
+from service.upstream.config import ServerSpec
+from service.upstream.demo import prepare_demo_server
+from service.upstream.health import Backoff
+from service.upstream.pool import UpstreamPool
+from service.upstream.registration import check_api_server
+from service.upstream.service import configured_servers, stored_specs
+
+logger = logging.getLogger(__name__)
+
+PURGE_INTERVAL_SECONDS = 600.0
+LOG_TASK = "execution-log"
+PURGE_TASK = "purge-results"
+
+
+@dataclass
+class Gateway:
+    """Everything the execution path needs, owned by the app's resources."""
+
+    resources: Resources
+    pool: UpstreamPool
+    log: ExecutionLog
+    results: ResultStore
+    executor: Executor
+
+
+def get_gateway(resources: Resources) -> Gateway:
+    """The running gateway of these resources."""
+    gateway = resources.gateway
+    if gateway is None:
+        raise ToolscoutError("the execution gateway is not running (the app's lifespan has not started)")
+    return gateway
+
+
+def build_gateway(resources: Resources) -> Gateway:
+    """Construct the gateway (nothing connects yet)."""
+    settings = resources.settings
+
+    async def on_tools(spec: ServerSpec, tools: list[dict[str, Any]]) -> Any:
+        report = await sync_server_tools(resources, spec.id, tools, transport=spec.transport, config=spec.config())
+        if (gateway := resources.gateway) is not None:
+            gateway.executor.tools.invalidate_server(spec.id)
+        if report.created or report.updated or report.removed:
+            publish_tools_changed(resources, spec.id)  # MCP front ends re-list (GET /events)
+        return report
+
+    async def prepare(spec: ServerSpec) -> ServerSpec:
+        if spec.source == "api":
+            # Checked again at each start: a name may resolve elsewhere now, or the operator tightened the rules.
+            await check_api_server(spec, settings.execution)
+        return await prepare_demo_server(settings, spec)
+
+    pool = UpstreamPool(
+        on_tools=on_tools,
+        prepare=prepare,
+        backoff=Backoff(
+            settings.execution.reconnect_initial_seconds, settings.execution.reconnect_max_seconds
+        ),
+        heartbeat_seconds=settings.execution.heartbeat_seconds,
+        children=ChildRegistry(settings.data_dir / "children"),
+    )
+    log = ExecutionLog(
+        resources.session, settings.data_dir / "executions-spill.jsonl", settings.execution.log_durability
+    )
+    results = ResultStore(resources)
+    return Gateway(resources, pool, log, results, Executor(resources, pool, log, results))
+
+
+async def start_gateway(resources: Resources) -> None:
+    """Start-up hook: the execution log, the result store's housekeeping and every upstream server."""
+    settings = resources.settings.execution
+    gateway = build_gateway(resources)
+    resources.gateway = gateway
+    await gateway.log.start()
+    resources.supervisor.start(LOG_TASK, gateway.log.run)
+    await asyncio.to_thread(encoding)  # load the tokenizer now, not on the first call
+    assert gateway.pool.children is not None
+    gateway.pool.children.clean_up_after_dead_services()  # a service killed with SIGKILL leaves them behind
+    configured = configured_servers(resources.settings)
+    for spec in configured + await stored_specs(resources, configured):
+        gateway.pool.add(spec)
+    resources.supervisor.start(PURGE_TASK, lambda: _purge_results(gateway, settings.result_ttl_hours))
+    if settings.startup_wait_seconds > 0:
+        await gateway.pool.wait_started(settings.startup_wait_seconds)
+    for connection in gateway.pool.connections():
+        if not connection.ready:
+            logger.warning(
+                "MCP server %s is not ready yet (%s): %s",
+                connection.id,
+                connection.health.state,
+                connection.health.last_error or "still starting",
+            )
+
+
+async def stop_gateway(resources: Resources) -> None:
+    """Shutdown hook: drain the calls in flight, stop the servers, write every pending execution row."""
+    gateway, resources.gateway = resources.gateway, None
+    if gateway is None:
+        return
+    await gateway.executor.drain(resources.settings.execution.shutdown_grace_seconds)
+    await resources.supervisor.stop(PURGE_TASK)
+    await gateway.pool.close()
+    if gateway.pool.children is not None:
+        gateway.pool.children.close()
+    # Calls still running past the grace period failed when their server stopped: let them log.
+    await gateway.executor.drain(5.0)
+    await gateway.log.close(resources.supervisor.task(LOG_TASK))
+
+
+async def _purge_results(gateway: Gateway, ttl_hours: float) -> None:
+    while True:  # errors go to the supervisor (restart with backoff)
+        await gateway.results.purge(ttl_hours)
+        await asyncio.sleep(PURGE_INTERVAL_SECONDS)

@@ -1,0 +1,45 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from service.deps import ResourcesDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=None)
+async def readyz(resources: ResourcesDep) -> JSONResponse:
+    """The database answers and the index is open; background loops are listed with their state (one
+    waiting to restart after an error makes the status "degraded", still ready)."""
+    checks: dict[str, str] = {}
+    try:
+        async with resources.session() as session:
+            await session.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - readiness reports any failure instead of raising
+        checks["database"] = f"error: {exc.__class__.__name__}"
+    if resources.index is not None:
+        try:
+            checks["tools"] = str(await resources.run_index(resources.index.count))
+            checks["index"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - readiness reports any failure instead of raising
+            checks["index"] = f"error: {exc.__class__.__name__}"
+    else:
+        checks["index"] = "not open"
+    supervisor = resources.supervisor
+    failing = sorted(name for name, status in supervisor.status.items() if status.state == "backoff")
+    checks["background"] = "ok" if not failing else "restarting: " + ", ".join(failing)
+    ready = checks["database"] == "ok" and checks["index"] == "ok"
+    status = ("ready" if not failing else "degraded") if ready else "not ready"
+    body = {"status": status, "checks": checks, "background": supervisor.report()}
+    return JSONResponse(body, 200 if ready else 503)

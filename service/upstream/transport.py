@@ -1,0 +1,199 @@
+"""Client transports to upstream MCP servers: a stdio child process we can observe, and streamable HTTP.
+
+The SDK's `stdio_client` hides the child: we need its pid (health, and the crash tests), the tail of its
+stderr (the reason a server failed to start is almost always there) and the moment it exits (a crash is
+noticed at once, not at the next call). The framing and shutdown sequence follow the SDK and the MCP
+lifecycle: close stdin, wait, terminate the process group, kill it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from anyio.streams.text import TextReceiveStream
+from mcp.client._transport import TransportStreams
+from mcp.client.stdio import get_default_environment
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.message import SessionMessage
+
+from service.security.scrub import Scrubber
+from service.upstream.children import ChildRegistry, wrap_command
+
+logger = logging.getLogger(__name__)
+
+STDIN_CLOSE_GRACE = 2.0
+TERMINATE_GRACE = 2.0
+EXIT_POLL_SECONDS = 0.1
+STDERR_TAIL_LINES = 40
+
+
+@dataclass
+class ChildProcess:
+    """What we know about a running stdio server."""
+
+    pid: int | None = None
+    returncode: int | None = None
+    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL_LINES))
+
+    def stderr_tail(self, lines: int = 5) -> str:
+        return " | ".join(list(self.stderr)[-lines:])
+
+
+@asynccontextmanager
+async def stdio_transport(
+    command: str,
+    args: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    child: ChildProcess,
+    on_exit: Callable[[int | None], None],
+    log_name: str,
+    children: ChildRegistry | None = None,
+) -> AsyncIterator[TransportStreams]:
+    """Spawn the server in its own process group, dying with us (service/upstream/children.py), and exchange
+    newline-delimited JSON-RPC on its pipes."""
+    full_env = get_default_environment() | env
+    argv = wrap_command(command, args, full_env.get("PATH"), cwd)
+    process = await anyio.open_process(argv, env=full_env, cwd=cwd, start_new_session=True)
+    child.pid, child.returncode = process.pid, None
+    if children is not None:
+        children.add(process.pid)
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    server_log = logging.getLogger(f"{__name__}.{log_name}")
+    scrub = Scrubber(env.values())  # a child that prints its token must not put it in our logs or /servers
+
+    async def read_stdout() -> None:
+        assert process.stdout is not None
+        buffer = ""
+        try:
+            async with read_writer:
+                async for chunk in TextReceiveStream(process.stdout, errors="replace"):
+                    lines = (buffer + chunk).split("\n")
+                    buffer = lines.pop()
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        try:
+                            item: SessionMessage | Exception = SessionMessage(
+                                types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                            )
+                        except ValueError as exc:
+                            server_log.warning("not a JSON-RPC message on stdout: %.200s", scrub(line))
+                            item = exc
+                        await read_writer.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+
+    stderr_done = anyio.Event()
+
+    async def read_stderr() -> None:
+        assert process.stderr is not None
+        buffer = ""
+        try:
+            async for chunk in TextReceiveStream(process.stderr, errors="replace"):
+                lines = (buffer + chunk).split("\n")
+                buffer = lines.pop()
+                for line in lines:
+                    if line.strip():
+                        clean = scrub(line.rstrip())
+                        child.stderr.append(clean[:500])
+                        server_log.debug("%s", clean)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            pass
+        finally:
+            if buffer.strip():
+                child.stderr.append(scrub(buffer.rstrip())[:500])
+            stderr_done.set()
+
+    async def write_stdin() -> None:
+        assert process.stdin is not None
+        try:
+            async with write_reader:
+                async for message in write_reader:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                    await process.stdin.send(data.encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_writer.aclose()
+
+    async def watch_exit() -> None:
+        # Polling returncode, not wait(): a grandchild holding the pipes would make wait() hang.
+        while process.returncode is None:  # noqa: ASYNC110 - a return code has no event to wait on
+            await anyio.sleep(EXIT_POLL_SECONDS)
+        child.returncode = process.returncode
+        on_exit(process.returncode)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read_stdout)
+        tg.start_soon(read_stderr)
+        tg.start_soon(write_stdin)
+        tg.start_soon(watch_exit)
+        try:
+            yield read_stream, write_stream
+        finally:
+            with anyio.CancelScope(shield=True):
+                await write_stream.aclose()
+                await _stop(process)
+                if children is not None:
+                    children.discard(process.pid)
+                child.returncode = process.returncode
+                # The last words of a dying server explain why: read its stderr to the end (bounded).
+                with anyio.move_on_after(0.5):
+                    await stderr_done.wait()
+                await _close_pipes(process)
+                await read_stream.aclose()
+            tg.cancel_scope.cancel()
+
+
+async def _wait_exit(process: anyio.abc.Process, wait_seconds: float) -> bool:
+    with anyio.move_on_after(wait_seconds):
+        while process.returncode is None:  # noqa: ASYNC110 - a return code has no event to wait on
+            await anyio.sleep(0.02)
+    return process.returncode is not None
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    """Close stdin, give the server a moment, then SIGTERM and SIGKILL its whole process group."""
+    if process.stdin is not None:
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdin.aclose()
+    if not await _wait_exit(process, STDIN_CLOSE_GRACE):
+        _signal_group(process.pid, signal.SIGTERM)
+        if not await _wait_exit(process, TERMINATE_GRACE):
+            _signal_group(process.pid, signal.SIGKILL)
+            await _wait_exit(process, TERMINATE_GRACE)
+    else:
+        # The server exited; its children (npx -> node) may not have.
+        _signal_group(process.pid, signal.SIGTERM)
+
+
+async def _close_pipes(process: anyio.abc.Process) -> None:
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await stream.aclose()
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+@asynccontextmanager
+async def http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[TransportStreams]:
+    """Streamable HTTP with the configured headers (the SDK's timeouts: 30 s, 300 s for the event stream)."""
+    async with create_mcp_http_client(headers=headers or None) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams
+
+
+__all__ = ["ChildProcess", "stdio_transport", "http_transport"]

@@ -1,0 +1,86 @@
+"""The catalog over HTTP: batches with bad tools, updates, deletes, problem+json everywhere."""
+
+from __future__ import annotations
+
+import httpx
+
+TIME_TOOLS = [
+    {"server": "time", "name": "get_current_time", "description": "Get current time in a specific timezone",
+     "input_schema": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}},
+    {"server": "time", "name": "convert_time", "description": "Convert time between timezones",
+     "input_schema": {"type": "object", "properties": {"source_timezone": {"type": "string"}}}},
+]
+
+
+async def test_register_counts_created_updated_unchanged_and_errors(client: httpx.AsyncClient) -> None:
+    first = await client.post("/tools", json={"tools": TIME_TOOLS})
+    assert first.status_code == 200
+    assert first.json() | {"tools": None} == {"created": 2, "updated": 0, "unchanged": 0, "removed": 0,
+                                              "errors": [], "tools": None}
+    changed = [{**TIME_TOOLS[0], "description": "Current time in a timezone"}, TIME_TOOLS[1],
+               {"server": "time", "name": "bad", "input_schema": {"type": "array"}}]
+    second = (await client.post("/tools", json={"tools": changed})).json()
+    assert (second["created"], second["updated"], second["unchanged"]) == (0, 1, 1)
+    assert second["errors"] == [{"index": 2, "tool": "bad", "pointer": "/2/input_schema", "field": "input_schema",
+                                 "reason": "input_schema must describe an object (type \"object\"), not 'array'",
+                                 "kind": "invalid"}]
+    tool = (await client.get("/tools/time__get_current_time")).json()
+    assert tool["description"] == "Current time in a timezone"
+    assert tool["tool"] == "get_current_time" and tool["server"] == "time"
+
+
+async def test_a_batch_where_every_tool_is_bad_is_a_422_problem(client: httpx.AsyncClient) -> None:
+    response = await client.post("/tools", json={"tools": [{"server": "s"}, {"name": "x", "server": "s",
+                                                                             "input_schema": "nope"}]})
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["type"].endswith("/invalid-tool")
+    assert [e["pointer"] for e in body["errors"]] == ["/0/name", "/1/input_schema"]
+
+
+async def test_malformed_requests_are_problems_with_pointers(client: httpx.AsyncClient) -> None:
+    response = await client.post("/tools", json={"toolz": []})
+    assert response.status_code == 422
+    body = response.json()
+    assert body["status"] == 422 and body["errors"][0]["pointer"] == "/body/tools"
+    response = await client.post("/search", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 422 and response.headers["content-type"] == "application/problem+json"
+    response = await client.post("/search", json={"query": "x", "k": 51})
+    assert response.json()["errors"][0]["pointer"] == "/body/k"
+
+
+async def test_unknown_tool_is_404_naming_the_closest(client: httpx.AsyncClient) -> None:
+    await client.post("/tools", json={"tools": TIME_TOOLS})
+    response = await client.get("/tools/time__get_current_tme")
+    assert response.status_code == 404
+    assert response.json()["closest"][0] == "time__get_current_time"
+    assert (await client.get("/no/such/route")).json()["status"] == 404
+
+
+async def test_list_filters_by_server_and_pages(client: httpx.AsyncClient) -> None:
+    await client.post("/tools", json={"tools": TIME_TOOLS + [{"server": "git", "name": "git_status"}]})
+    page = (await client.get("/tools", params={"server": "time", "limit": 1})).json()
+    assert page["total"] == 2 and [t["name"] for t in page["tools"]] == ["time__convert_time"]
+    page = (await client.get("/tools", params={"offset": 2})).json()
+    assert [t["name"] for t in page["tools"]] == ["time__get_current_time"]
+
+
+async def test_delete_removes_from_catalog_and_search(client: httpx.AsyncClient) -> None:
+    await client.post("/tools", json={"tools": TIME_TOOLS})
+    assert (await client.delete("/tools/time__convert_time")).status_code == 204
+    assert (await client.get("/tools/time__convert_time")).status_code == 404
+    results = (await client.post("/search", json={"query": "convert time", "k": 5})).json()["results"]
+    assert [r["name"] for r in results] == ["time__get_current_time"]
+    assert (await client.delete("/tools/time__convert_time")).status_code == 404
+
+
+async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    ready = (await client.get("/readyz")).json()
+    assert ready["status"] == "ready" and ready["checks"]["database"] == "ok"
+    # Background loops run supervised and are listed.
+    assert ready["checks"]["background"] == "ok"
+    assert {"execution-log", "usage-statistics", "purge-results"} <= set(ready["background"])
+    assert ready["background"]["execution-log"]["state"] == "running"
+    assert "/search" in (await client.get("/openapi.json")).json()["paths"]
