@@ -122,6 +122,15 @@ def apply_name_verbs(
             candidate.score += weight
 
 
+def add_signal(candidates: dict[str, Candidate], signal: str, values: Mapping[str, float]) -> None:
+    """Add a signal's value to the candidates it names (the others are left as they are)."""
+    for name, value in values.items():
+        candidate = candidates.get(name)
+        if candidate is not None:
+            candidate.signals[signal] = value
+            candidate.score += value
+
+
 def rank(candidates: dict[str, Candidate], exact: Sequence[str] | Mapping[str, int], k: int) -> list[Candidate]:
     """Exact-name matches first (the one spelled as the query first, then by fused score), then by score; top k.
 

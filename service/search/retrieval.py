@@ -19,6 +19,7 @@ from service.db.models import Tool
 from service.search.ranking import (
     SIGNALS,
     Candidate,
+    add_signal,
     apply_boosts,
     apply_name_verbs,
     fuse,
@@ -152,6 +153,7 @@ class Retriever:
         caller_id: str | None = None,
         boosts: Boosts | None = None,
         explain: bool = False,
+        scope: str | None = None,
     ) -> SearchOutcome:
         """Top k tools for a request, inside the filter."""
         started = time.perf_counter()
@@ -182,6 +184,9 @@ class Retriever:
         candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
         apply_name_verbs(candidates, self.directory.verbs, query_stems(query), settings.weight_name_verb)
         exact = self.directory.exact_tiers(query, where)
+        usage, learning = self.resources.usage, self.resources.settings.learning
+        if usage is not None and scope is not None and learning.enabled:
+            add_signal(candidates, "usage", usage.signal(scope, vectors[0], list(candidates), learning))
         if boosts is not None and caller_id is not None and candidates:
             apply_boosts(candidates, boosts(caller_id, list(candidates)))
         ranked = rank(candidates, exact, k)

@@ -13,6 +13,7 @@ from service.policy.callers import Caller
 from service.policy.service import permission_filter
 from service.resources import Resources
 from service.search.retrieval import Retriever, SearchOutcome
+from service.usage.signal import scope_key
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ async def search_tools(
     where = permission_filter(resources, caller, SearchFilter(servers=tuple(servers or ()), tags=tuple(tags or ())))
     assert resources.retriever is not None
     outcome = await resources.retriever.search(
-        query, k, where, caller_id=caller.id, boosts=resources.boosts, explain=explain
+        query, k, where, caller_id=caller.id, boosts=resources.boosts, explain=explain, scope=scope_key(caller.roles)
     )
     return str(uuid.uuid4()), outcome
 
@@ -79,7 +80,7 @@ async def log_search(resources: Resources, search_id: str, caller: Caller, query
     """Write the search log row (runs after the response is sent)."""
     async with resources.session() as session:
         session.add(Search(
-            id=search_id, caller=caller.id, query=query[:4000], k=k,
+            id=search_id, caller=caller.id, scope=scope_key(caller.roles), query=query[:4000], k=k,
             results=[{"name": r.name, "score": r.score} for r in outcome.results],
             result_count=len(outcome.results), latency_ms=round(outcome.latency_ms, 3),
         ))
