@@ -32,7 +32,6 @@ from service.usage.signal import UsageVectors, refresh_usage
 
 DEPTH = 100
 AGENT_DEPTH = 10  # the agent calls a relevant tool it sees this high
-SCOPE = "agents"
 OTHER_SCOPE = "another-tenant"
 
 
@@ -64,19 +63,19 @@ def _summary(rows: list[dict[str, float]]) -> dict[str, float]:
     }
 
 
-async def _replay_history(resources: Resources, history: list[Query], to_id: dict[str, str]) -> int:
-    """Search each history query in SCOPE, log it, and log a successful call of a relevant tool it found."""
-    now = datetime.now(UTC) - timedelta(minutes=1)
+async def _replay_history(resources: Resources, scope: str, history: list[Query], to_id: dict[str, str]) -> int:
+    """Search each history query in `scope`, log it, and log a successful call of a relevant tool it found."""
+    now = datetime.now(UTC) - timedelta(seconds=1)  # each split after the last: the refresh reads on
     searches, executions = [], []
     for i, query in enumerate(history):
         ranked = await _ranked(resources, query.text, None)
         right = next((name for name in ranked[:AGENT_DEPTH] if to_id.get(name, name) in query.relevant), None)
-        search_id, at = str(uuid.uuid4()), now - timedelta(seconds=len(history) - i)
+        search_id, at = str(uuid.uuid4()), now - timedelta(milliseconds=len(history) - i)
         searches.append(
             {
                 "id": search_id,
                 "caller": "agent",
-                "scope": SCOPE,
+                "scope": scope,
                 "query": query.text,
                 "k": DEPTH,
                 "results": [],
@@ -111,14 +110,17 @@ async def _replay_history(resources: Resources, history: list[Query], to_id: dic
     return len(executions)
 
 
-async def _one_split(resources: Resources, history: list[Query], test: list[Query], to_id: dict[str, str]) -> dict:
-    resources.usage = None
-    before = {q.qid: await _ranked(resources, q.text, SCOPE) for q in test}
-    calls = await _replay_history(resources, history, to_id)
-    resources.usage = UsageVectors()
+async def _one_split(
+    resources: Resources, scope: str, history: list[Query], test: list[Query], to_id: dict[str, str]
+) -> dict:
+    assert resources.usage is not None
+    before = {q.qid: await _ranked(resources, q.text, scope) for q in test}
+    calls = await _replay_history(resources, scope, history, to_id)
     await refresh_usage(resources, resources.usage)
-    after = {q.qid: await _ranked(resources, q.text, SCOPE) for q in test}
-    other_moved = sum(int(await _ranked(resources, q.text, OTHER_SCOPE) != before[q.qid]) for q in test)
+    after = {q.qid: await _ranked(resources, q.text, scope) for q in test}
+    other_moved = 0
+    for q in test:
+        other_moved += int(await _ranked(resources, q.text, OTHER_SCOPE) != before[q.qid])
     metrics: dict[str, Any] = {}
     for label, ranking in (("before", before), ("after", after)):
         metrics[label] = _summary([query_metrics([to_id.get(n, n) for n in ranking[q.qid]], q.relevant) for q in test])
@@ -126,19 +128,23 @@ async def _one_split(resources: Resources, history: list[Query], test: list[Quer
 
 
 async def replay_usage(catalog_path: Path, queries_path: Path, max_queries: int | None, seed: int) -> dict:
-    """Both splits on one dev set, each on a fresh database (the history of one must not feed the other)."""
+    """Both splits on one dev set and one index, each in its own scope (one split's history never feeds the
+    other: that is the scoping under test too)."""
     catalog: CatalogFile = load_catalog_file(catalog_path)
     queries = load_queries(queries_path, max_queries, seed)
     out: dict[str, Any] = {"catalog": str(catalog_path), "tools": len(catalog.tools), "queries": len(queries)}
-    for name, split in (("by query", split_by_query), ("by tool", split_by_tool)):
-        with tempfile.TemporaryDirectory(prefix="toolscout-usage-") as tmp:
-            resources = build_resources(Settings(data_dir=Path(tmp), demo_catalog=False))
-            await start_resources(resources)
-            await start_search(resources)
-            try:
-                await register_tools(resources, catalog.tools)
+    with tempfile.TemporaryDirectory(prefix="toolscout-usage-") as tmp:
+        settings = Settings(data_dir=Path(tmp), demo_catalog=False)
+        settings.learning.refresh_lag_seconds = 0.0
+        resources = build_resources(settings)
+        await start_resources(resources)
+        await start_search(resources)
+        resources.usage = UsageVectors()
+        try:
+            await register_tools(resources, catalog.tools)
+            for name, split in (("by query", split_by_query), ("by tool", split_by_tool)):
                 history, test = split(queries, seed)
-                out[name] = await _one_split(resources, history, test, catalog.ids)
-            finally:
-                await close_resources(resources)
+                out[name] = await _one_split(resources, f"agents {name}", history, test, catalog.ids)
+        finally:
+            await close_resources(resources)
     return out
