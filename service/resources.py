@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from service.search.log import SearchLog
     from service.search.retrieval import Boosts, Retriever
     from service.usage.learning import LearningState
+    from service.usage.signal import UsageVectors
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class Resources:
     events: EventHub | None = None  # catalog.events.event_hub
     learning: LearningState | None = None  # usage.learning.learning_state
     boosts: Boosts | None = None  # usage.learning.start_learning: the priors the retriever applies
+    usage: UsageVectors | None = None  # usage.learning.start_learning: the usage signal's vectors
     gateway: Gateway | None = None  # execution.runtime.start_gateway
     code_mode: CodeMode | None = None  # execution.code_mode.runner.code_mode
     observability: Observability | None = None  # observability.install_observability (metrics, tracer, logs)

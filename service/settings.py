@@ -48,6 +48,8 @@ class SearchSettings(BaseModel):
     weight_description: float = 0.45
     weight_params: float = 0.10
     weight_lexical: float = 0.35
+    # Added to a tool whose name leads with a verb the request uses (git_commit for "commit my changes").
+    weight_name_verb: float = 0.2
     candidates: int = 100
     default_k: int = 5
     max_k: int = 50
@@ -135,6 +137,11 @@ class LearningSettings(BaseModel):
     reliability_tolerance: float = 0.20  # a smoothed failure rate up to this costs nothing
     latency_smoothing: float = 0.1  # weight of a new call in the moving average of latency
     cooccurrence_window_seconds: float = 300.0  # two calls this close by one caller count as used together
+    # The usage signal (issue 12): weight * n / (n + usage_half_evidence) * rescaled cosine to the tool's past queries.
+    usage_weight: float = 0.6
+    usage_half_evidence: float = 4.0  # decayed successful queries at which the signal reaches half its weight
+    usage_floor: float = 0.3  # cosines up to this count as unrelated (MiniLM puts unrelated texts near 0.1-0.3)
+    usage_max_queries: int = 32  # kept per scope and tool (the latest)
 
 
 class FrontendSettings(BaseModel):

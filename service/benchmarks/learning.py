@@ -31,6 +31,7 @@ from typing import Any
 from sqlalchemy import insert
 
 from indexer.index.base import SearchFilter
+from service.benchmarks.usage_replay import replay_usage
 from service.catalog.files import CatalogFile, load_catalog_file
 from service.catalog.service import register_tools
 from service.cli.database import print_table
@@ -41,7 +42,10 @@ from service.search.service import start_search
 from service.settings import Settings
 from service.usage.learning import boosts_for, learning_state, refresh_stats
 
-EVAL = Path(__file__).resolve().parents[2].parent / "shared" / "eval"
+EVAL = next(
+    (p / "shared" / "eval" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()),
+    Path(__file__).resolve().parents[2].parent / "shared" / "eval",
+)
 DEPTH = 100
 SPECIALIST = "specialist"
 GENERALISTS = [f"agent-{i}" for i in range(8)]
@@ -58,6 +62,13 @@ def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ign
     parser.add_argument("--trust-top", type=float, default=0.7, help="how often an agent calls the first result")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.add_argument(
+        "--signal",
+        choices=("boosts", "usage"),
+        default="boosts",
+        help="boosts: popularity/reliability/habit (this module); usage: the usage vectors, per dev set",
+    )
+    parser.add_argument("--sets", nargs="+", default=["metatool", "sealtools"], help="dev sets (--signal usage)")
     parser.set_defaults(func=run)
 
 
@@ -244,7 +255,39 @@ def touched_by(
     return groups + (["affected: caller habit"] if habit else []) + (["affected: failing tool"] if failing else [])
 
 
+def run_usage(args: argparse.Namespace) -> int:
+    """The usage signal on each dev set: R@1, R@5, MRR on the test half before and after the replayed log."""
+    results, table = [], []
+    for name in args.sets:
+        result = asyncio.run(
+            replay_usage(EVAL / name / "catalog.jsonl", EVAL / name / "queries.jsonl", args.max_queries, args.seed)
+        )
+        results.append(result)
+        for split in ("by query", "by tool"):
+            row = result[split]
+            before, after = row["before"], row["after"]
+            table.append(
+                {
+                    "set": name,
+                    "split": split,
+                    "history": row["history"],
+                    "calls": row["calls"],
+                    "test": row["test"],
+                    **{f"{m} before": f"{before[m]:.3f}" for m in ("R@1", "R@5", "MRR")},
+                    **{f"{m} after": f"{after[m]:.3f}" for m in ("R@1", "R@5", "MRR")},
+                    "delta R@1": f"{after['R@1'] - before['R@1']:+.3f}",
+                    "moved elsewhere": row["moved_in_other_scope"],
+                }
+            )
+    print_table(table, list(table[0]))
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.signal == "usage":
+        return run_usage(args)
     result = asyncio.run(replay(args))
     print(
         f"{result['tools']} tools; {result['history_queries']} history queries replayed as "

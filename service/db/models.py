@@ -104,6 +104,8 @@ class Search(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     caller: Mapped[str] = mapped_column(String(128), index=True)
     query: Mapped[str] = mapped_column(Text)
+    # 0005: the caller's sorted roles; the usage signal learns each query inside this permission scope.
+    scope: Mapped[str | None] = mapped_column(String(512), default=None)
     k: Mapped[int] = mapped_column(Integer)
     results: Mapped[list[Any]] = mapped_column(default=list)  # [{"name", "score"}]
     result_count: Mapped[int] = mapped_column(Integer, default=0)

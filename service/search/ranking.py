@@ -33,6 +33,7 @@ class Candidate:
     raw: dict[str, float] = field(default_factory=dict)  # raw similarity per signal
     boosts: dict[str, float] = field(default_factory=dict)
     exact: bool = False
+    exact_tier: int = 0  # among exact names: 0 spelled as the query, 1 letter case differs, 2 separators differ
     matched_part: str | None = None
 
 
@@ -109,10 +110,34 @@ def apply_boosts(candidates: dict[str, Candidate], boosts: Mapping[str, Mapping[
                 candidate.score += value
 
 
-def rank(candidates: dict[str, Candidate], exact: Sequence[str], k: int) -> list[Candidate]:
-    """Exact-name matches first (best fused score first among them), then by score; top k."""
-    exact_set = set(exact)
-    for name in exact_set:
-        candidates.setdefault(name, Candidate(name)).exact = True
-    ordered = sorted(candidates.values(), key=lambda c: (not c.exact, -c.score, c.name))
+def apply_name_verbs(
+    candidates: dict[str, Candidate], verbs: Mapping[str, str], query_words: frozenset[str], weight: float
+) -> None:
+    """Add `weight` to each candidate whose name leads with a verb the request uses (`commit` in git_commit)."""
+    if weight == 0.0:
+        return
+    for name, candidate in candidates.items():
+        if verbs.get(name) in query_words:
+            candidate.signals["name_verb"] = weight
+            candidate.score += weight
+
+
+def add_signal(candidates: dict[str, Candidate], signal: str, values: Mapping[str, float]) -> None:
+    """Add a signal's value to the candidates it names (the others are left as they are)."""
+    for name, value in values.items():
+        candidate = candidates.get(name)
+        if candidate is not None:
+            candidate.signals[signal] = value
+            candidate.score += value
+
+
+def rank(candidates: dict[str, Candidate], exact: Sequence[str] | Mapping[str, int], k: int) -> list[Candidate]:
+    """Exact-name matches first (the one spelled as the query first, then by fused score), then by score; top k.
+
+    `exact` maps each exact match to its spelling tier (indexer.names.spelling_tier); a plain list is tier 0."""
+    tiers = exact if isinstance(exact, Mapping) else dict.fromkeys(exact, 0)
+    for name, tier in tiers.items():
+        candidate = candidates.setdefault(name, Candidate(name))
+        candidate.exact, candidate.exact_tier = True, tier
+    ordered = sorted(candidates.values(), key=lambda c: (not c.exact, c.exact_tier, -c.score, c.name))
     return ordered[:k]

@@ -14,9 +14,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery
+from indexer.names import name_verb, query_stems, spelling_tier
 from service.db.models import Tool
 from service.observability import Stage, stage
-from service.search.ranking import SIGNALS, Candidate, apply_boosts, fuse, max_merge, rank, split_intents
+from service.search.ranking import (
+    SIGNALS,
+    Candidate,
+    add_signal,
+    apply_boosts,
+    apply_name_verbs,
+    fuse,
+    max_merge,
+    rank,
+    split_intents,
+)
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -56,11 +67,13 @@ class NameDirectory:
         self._by_key: dict[str, set[str]] = defaultdict(set)
         self._entries: dict[str, _NameEntry] = {}
         self._original: dict[str, str] = {}
+        self.verbs: dict[str, str] = {}  # qualified name -> the stemmed verb its name leads with
 
     def add(self, qualified: str, name: str, server: str, tags: Iterable[str]) -> None:
         self.remove(qualified)
         self._entries[qualified] = _NameEntry(server, tuple(tags))
         self._original[qualified] = name
+        self.verbs[qualified] = name_verb(name, server)
         for key in {normalize_name_key(qualified), normalize_name_key(name)}:
             self._by_key[key].add(qualified)
 
@@ -69,6 +82,7 @@ class NameDirectory:
         if name is None:
             return
         self._entries.pop(qualified, None)
+        self.verbs.pop(qualified, None)
         for key in {normalize_name_key(qualified), normalize_name_key(name)}:
             self._by_key[key].discard(qualified)
             if not self._by_key[key]:
@@ -78,6 +92,11 @@ class NameDirectory:
         """Tools whose name equals the query (ignoring case, `_`, `-`, `.` and spaces) inside the filter."""
         found = self._by_key.get(normalize_name_key(query), set())
         return sorted(q for q in found if self._passes(q, where))
+
+    def exact_tiers(self, query: str, where: SearchFilter) -> dict[str, int]:
+        """The exact matches with their spelling tier: the tool spelled as the query comes before `math.gcd`
+        vs `math_gcd` look-alikes."""
+        return {q: spelling_tier(query, (q, self._original[q])) for q in self.exact(query, where)}
 
     def _passes(self, qualified: str, where: SearchFilter) -> bool:
         entry = self._entries[qualified]
@@ -135,6 +154,7 @@ class Retriever:
         caller_id: str | None = None,
         boosts: Boosts | None = None,
         explain: bool = False,
+        scope: str | None = None,
     ) -> SearchOutcome:
         """Top k tools for a request, inside the filter."""
         started = time.perf_counter()
@@ -166,7 +186,11 @@ class Retriever:
             }
             per_text.append(fuse(signal_scores, weights))
         candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
-        exact = self.directory.exact(query, where)
+        apply_name_verbs(candidates, self.directory.verbs, query_stems(query), settings.weight_name_verb)
+        exact = self.directory.exact_tiers(query, where)
+        usage, learning = self.resources.usage, self.resources.settings.learning
+        if usage is not None and scope is not None and learning.enabled:
+            add_signal(candidates, "usage", usage.signal(scope, vectors[0], list(candidates), learning))
         if boosts is not None and caller_id is not None and candidates:
             apply_boosts(candidates, boosts(caller_id, list(candidates)))
         ranked = rank(candidates, exact, k)

@@ -15,6 +15,7 @@ from service.policy.service import permission_filter
 from service.resources import Resources
 from service.search.log import SearchLog
 from service.search.retrieval import Retriever, SearchOutcome
+from service.usage.signal import scope_key
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,8 @@ async def search_tools(
     assert resources.retriever is not None
     with span("search", k=k):
         outcome = await resources.retriever.search(
-            query, k, where, caller_id=caller.id, boosts=resources.boosts, explain=explain
+            query, k, where, caller_id=caller.id, boosts=resources.boosts, explain=explain,
+            scope=scope_key(caller.roles),
         )
     search_id = str(uuid.uuid4())
     observe_search(resources, search_id, outcome.latency_ms, len(outcome.results))
@@ -101,7 +103,7 @@ async def log_search(resources: Resources, search_id: str, caller: Caller, query
                      outcome: SearchOutcome) -> None:
     """Log the search: queued for the batched writer when it runs, else written at once (CLI, evaluation)."""
     row = {
-        "id": search_id, "caller": caller.id[:128], "query": query[:4000], "k": k,
+        "id": search_id, "caller": caller.id[:128], "scope": scope_key(caller.roles), "query": query[:4000], "k": k,
         "results": [{"name": r.name, "score": r.score} for r in outcome.results],
         "result_count": len(outcome.results), "latency_ms": round(outcome.latency_ms, 3), "created_at": utcnow(),
     }

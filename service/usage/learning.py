@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from service.db.models import StatsCursor, utcnow
 from service.resources import Resources
 from service.settings import LearningSettings
+from service.usage.signal import UsageVectors, refresh_usage
 from service.usage.stats import (
     EXECUTIONS_CURSOR,
     ConsumeReport,
@@ -202,6 +203,8 @@ async def refresh_stats(resources: Resources) -> int:
                 consumed += report.executions
                 if report.executions:
                     state.snapshot.rows_seen += report.executions
+        if resources.usage is not None:
+            await refresh_usage(resources, resources.usage)
     return consumed
 
 
@@ -235,6 +238,8 @@ async def start_learning(resources: Resources) -> None:
     logger.info("usage statistics: %d tools with history", len(state.snapshot.tools))
     if resources.settings.learning.enabled:
         resources.boosts = lambda caller_id, names: boosts_for(resources, caller_id, names)
+        resources.usage = UsageVectors()
+        await refresh_usage(resources, resources.usage)
     state.task = resources.supervisor.start(REFRESH_TASK, lambda: _refresh_loop(resources, state))
 
 

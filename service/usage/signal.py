@@ -1,0 +1,154 @@
+"""The usage signal: how people asked for a tool before they used it successfully (issue 12, part 3).
+
+Evidence is a successful execution that carries a `search_id`: that search's query text led to the tool. Per
+permission scope (the sorted roles of the searching caller, logged with the search) and tool, the latest
+`usage_max_queries` such queries are kept with a decayed weight; the tool's `usage` vector is the normalised,
+weighted centroid of their embeddings (embedded through the service's embedder, each text once). On a search,
+a candidate with history in the caller's scope gets
+
+    usage_weight * evidence(n) * max(0, (cos(query, centroid) - usage_floor) / (1 - usage_floor)),
+    evidence(n) = n / (n + usage_half_evidence),
+
+so it is zero without history, grows with the (decayed) evidence and never exceeds `usage_weight`: a new tool
+whose text match leads by more than that stays first. A scope never reads another scope's evidence."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import numpy as np
+from sqlalchemy import and_, or_, select
+
+from service.db.models import Execution, Search, utcnow
+from service.resources import Resources
+from service.settings import LearningSettings
+from service.usage.stats import as_utc
+
+logger = logging.getLogger(__name__)
+
+EMBED_CACHE_SIZE = 50_000  # query texts kept embedded (a few MB at 384 floats)
+
+
+def scope_key(roles: Iterable[str]) -> str:
+    """The permission scope a search is learned in and read from: its caller's sorted roles."""
+    return ",".join(sorted(roles))
+
+
+def evidence(n: float, half: float) -> float:
+    """n / (n + half): zero without history, one half at `half` decayed uses, below one always."""
+    return n / (n + half) if n > 0 else 0.0
+
+
+@dataclass
+class ToolUsage:
+    """One tool's recent successful queries in one scope, and the vector they make."""
+
+    queries: deque[tuple[str, datetime]]
+    centroid: np.ndarray | None = None
+    weight: float = 0.0  # decayed number of queries behind the centroid
+
+
+@dataclass
+class UsageVectors:
+    """Per scope and tool the bounded, decayed evidence and its centroid; read on every search."""
+
+    tools: dict[tuple[str, str], ToolUsage] = field(default_factory=dict)
+    by_scope: dict[str, dict[str, ToolUsage]] = field(default_factory=dict)
+    cache: dict[str, np.ndarray] = field(default_factory=dict)  # query text -> unit embedding
+    mark: tuple[datetime, str] | None = None  # the last execution read (finished_at, id)
+
+    def add(self, scope: str, tool: str, query: str, at: datetime, bound: int) -> None:
+        usage = self.tools.get((scope, tool))
+        if usage is None:
+            usage = self.tools[(scope, tool)] = ToolUsage(deque(maxlen=bound))
+            self.by_scope.setdefault(scope, {})[tool] = usage
+        usage.queries.append((query, at))
+
+    def signal(
+        self, scope: str, vector: Sequence[float], names: Iterable[str], s: LearningSettings
+    ) -> dict[str, float]:
+        """The usage value of each name with history in this scope (names without history are left out)."""
+        scoped = self.by_scope.get(scope)
+        if not scoped or s.usage_weight == 0.0:
+            return {}
+        query = _unit(np.asarray(vector, dtype=np.float32))
+        out: dict[str, float] = {}
+        for name in names:
+            usage = scoped.get(name)
+            if usage is None or usage.centroid is None:
+                continue
+            cosine = float(query @ usage.centroid)
+            closeness = max(0.0, (cosine - s.usage_floor) / (1.0 - s.usage_floor))
+            value = s.usage_weight * evidence(usage.weight, s.usage_half_evidence) * closeness
+            if value > 1e-6:
+                out[name] = round(value, 6)
+        return out
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+async def _embedded(resources: Resources, state: UsageVectors, texts: set[str]) -> None:
+    missing = sorted(t for t in texts if t not in state.cache)
+    if not missing:
+        return
+    if len(state.cache) + len(missing) > EMBED_CACHE_SIZE:
+        state.cache.clear()  # rare: re-embedding the kept queries is cheaper than tracking recency
+        missing = sorted(texts)
+    for start in range(0, len(missing), 256):
+        chunk = missing[start : start + 256]
+        for text, vector in zip(chunk, await resources.embed(chunk), strict=True):
+            state.cache[text] = _unit(np.asarray(vector, dtype=np.float32))
+
+
+async def _read_evidence(resources: Resources, state: UsageVectors, batch: int) -> set[tuple[str, str]]:
+    """Fold the successful, searched executions after the mark into the bounded sets; the keys touched."""
+    settings = resources.settings.learning
+    touched: set[tuple[str, str]] = set()
+    horizon = utcnow() - timedelta(seconds=settings.refresh_lag_seconds)  # the log is written in batches
+    while True:
+        statement = (
+            select(Execution.id, Execution.finished_at, Execution.tool, Search.query, Search.scope)
+            .join(Search, Search.id == Execution.search_id)
+            .where(Execution.status == "ok", Execution.finished_at <= horizon, Search.scope.is_not(None))
+            .order_by(Execution.finished_at, Execution.id)
+            .limit(batch)
+        )
+        if state.mark is not None:
+            at, last = state.mark
+            statement = statement.where(
+                or_(Execution.finished_at > at, and_(Execution.finished_at == at, Execution.id > last))
+            )
+        async with resources.session() as session:
+            rows = (await session.execute(statement)).all()
+        for execution_id, finished_at, tool, query, scope in rows:
+            state.add(scope, tool, query, as_utc(finished_at), settings.usage_max_queries)
+            touched.add((scope, tool))
+            state.mark = (finished_at, execution_id)
+        if len(rows) < batch:
+            return touched
+
+
+async def refresh_usage(resources: Resources, state: UsageVectors) -> int:
+    """Read new evidence, then recompute the decayed centroids (all of them: the decay moves every weight)."""
+    settings = resources.settings.learning
+    touched = await _read_evidence(resources, state, settings.refresh_batch)
+    if not state.tools:
+        return 0
+    await _embedded(resources, state, {q for usage in state.tools.values() for q, _ in usage.queries})
+    now = utcnow()
+    for usage in state.tools.values():
+        ages = np.array([(now - at).total_seconds() / 86400.0 for _, at in usage.queries], dtype=np.float32)
+        weights = np.power(0.5, np.maximum(ages, 0.0) / settings.half_life_days)
+        vectors = np.stack([state.cache[q] for q, _ in usage.queries])
+        usage.centroid = _unit(weights @ vectors)
+        usage.weight = float(weights.sum())
+    if touched:
+        logger.debug("usage signal: %d tool scopes gained evidence", len(touched))
+    return len(touched)

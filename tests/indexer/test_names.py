@@ -1,0 +1,59 @@
+"""Spelling tiers of exact names and the verbs that lead tool names."""
+
+from __future__ import annotations
+
+from indexer.index.base import SearchFilter
+from indexer.names import name_verb, query_stems, spelling_tier
+from service.search.ranking import Candidate, apply_name_verbs, rank
+from service.search.retrieval import NameDirectory
+
+
+def test_spelling_tier_prefers_the_exact_spelling_then_case_then_separators() -> None:
+    assert spelling_tier("math_gcd", ["py__math_gcd", "math_gcd"]) == 0
+    assert spelling_tier("Math_GCD", ["py__math_gcd", "math_gcd"]) == 1
+    assert spelling_tier("math_gcd", ["py__math.gcd", "math.gcd"]) == 2
+
+
+def test_the_tool_spelled_as_the_query_comes_first_among_look_alikes() -> None:
+    directory = NameDirectory()
+    directory.add("a__math_gcd", "math.gcd", "a", ())
+    directory.add("b__math_gcd", "math_gcd", "b", ())
+    directory.add("c__MathGcd", "MathGcd", "c", ())
+    candidates = {
+        "a__math_gcd": Candidate("a__math_gcd", 5.0),
+        "b__math_gcd": Candidate("b__math_gcd", 1.0),
+        "other": Candidate("other", 9.0),
+    }
+    for query, first in (("math_gcd", "b__math_gcd"), ("math.gcd", "a__math_gcd"), ("MathGcd", "c__MathGcd")):
+        tiers = directory.exact_tiers(query, SearchFilter())
+        assert set(tiers) == {"a__math_gcd", "b__math_gcd", "c__MathGcd"}  # all equal ignoring case and separators
+        ranked = [c.name for c in rank(dict(candidates), tiers, 4)]
+        assert ranked[0] == first, (query, ranked)
+        assert ranked[-1] == "other"  # exact names, even with lower scores, stay before the rest
+
+
+def test_among_equally_spelled_exact_names_the_fused_score_decides() -> None:
+    candidates = {"x": Candidate("x", 1.0), "y": Candidate("y", 2.0)}
+    assert [c.name for c in rank(candidates, {"x": 2, "y": 2}, 2)] == ["y", "x"]
+    assert [c.name for c in rank(candidates, {"x": 0, "y": 2}, 2)] == ["x", "y"]
+
+
+def test_name_verb_skips_the_server_prefix_and_stems() -> None:
+    assert name_verb("git_commit", "git") == "commit"
+    assert name_verb("slack_post_message", "slack") == "post"
+    assert name_verb("getHealthWorkforce", "Health") == "get"
+    assert name_verb("create_entities", "memory") == "creat"
+    assert name_verb("git", "git") == "git"
+    assert name_verb("x", "s") == ""
+
+
+def test_a_verb_the_request_names_adds_its_weight() -> None:
+    candidates = {
+        "git__git_commit": Candidate("git__git_commit", 1.0),
+        "git__git_diff_staged": Candidate("git__git_diff_staged", 1.1),
+    }
+    verbs = {"git__git_commit": "commit", "git__git_diff_staged": "diff"}
+    apply_name_verbs(candidates, verbs, query_stems("commit my staged changes"), 0.2)
+    assert candidates["git__git_commit"].score == 1.2
+    assert candidates["git__git_commit"].signals == {"name_verb": 0.2}
+    assert candidates["git__git_diff_staged"].score == 1.1

@@ -1,0 +1,55 @@
+"""Requests a new user would make against the bundled catalogs of real MCP servers (tests/fixtures/retrieval/
+real_catalog_queries.jsonl): the expected tool must be in the top 1 or top 3, as each line says."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from indexer.embedding import SentenceTransformerEmbedder
+from indexer.index.base import SearchFilter
+from service.catalog.files import demo_catalog
+from service.catalog.service import register_tools
+from service.resources import Resources, build_resources, close_resources, start_resources
+from service.search.service import start_search
+from tests.conftest import FIXTURES, make_settings
+
+pytestmark = pytest.mark.model
+CASES = [json.loads(line) for line in (FIXTURES / "retrieval" / "real_catalog_queries.jsonl").read_text().splitlines()]
+# Still wrong with MiniLM and today's signals (issue 12): the position of the expected tool, measured.
+KNOWN_MISSES = {
+    "issue-1": "memory__create_entities is 5th behind everything/git tools: nothing in the text links remember/memory",
+    "issue-2": "git__git_commit is 2nd: git_diff_staged's description says 'staged for commit'",
+    "issue-3": "time__get_current_time is 2nd behind time__convert_time",
+    "own-14": "git__git_reset is 4th: 'unstage' is not in its description",
+}
+
+
+@pytest.fixture(scope="module")
+async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Resources]:
+    resources = build_resources(make_settings(Path(tmp_path_factory.mktemp("real"))), SentenceTransformerEmbedder())
+    await start_resources(resources)
+    await start_search(resources)
+    report = await register_tools(resources, demo_catalog())
+    assert not report.errors
+    yield resources
+    await close_resources(resources)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c["qid"], marks=[pytest.mark.xfail(reason=KNOWN_MISSES[c["qid"]], strict=True)])
+        if c["qid"] in KNOWN_MISSES
+        else pytest.param(c, id=c["qid"])
+        for c in CASES
+    ],
+)
+async def test_the_expected_tool_is_in_the_top(demo: Resources, case: dict) -> None:
+    assert demo.retriever is not None
+    outcome = await demo.retriever.search(case["query"], 10, SearchFilter())
+    ranked = [r.name for r in outcome.results]
+    assert set(case["relevant"]) & set(ranked[: case["top"]]), (case["query"], ranked[:5])

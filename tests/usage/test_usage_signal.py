@@ -1,0 +1,130 @@
+"""The usage signal: zero without history, growing with evidence, bounded, and learned inside one scope."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import insert
+
+from indexer.embedding import SentenceTransformerEmbedder
+from service.catalog.service import register_tools
+from service.db.models import Execution, Search
+from service.policy.callers import Caller
+from service.resources import Resources, build_resources, close_resources, start_resources
+from service.search.service import log_search, search_tools, start_search
+from service.settings import LearningSettings
+from service.usage.learning import refresh_stats, start_learning, stop_learning
+from service.usage.signal import UsageVectors, evidence, scope_key
+from tests.conftest import make_settings
+
+SETTINGS = LearningSettings()
+NOW = datetime.now(UTC)
+
+
+def _vectors_with(uses: int, scope: str = "dev") -> UsageVectors:
+    state = UsageVectors()
+    for i in range(uses):
+        state.add(scope, "a__tool", f"query {i}", NOW, SETTINGS.usage_max_queries)
+    usage = state.tools.get((scope, "a__tool"))
+    if usage is not None:
+        usage.centroid, usage.weight = np.array([1.0, 0.0], dtype=np.float32), float(uses)
+    return state
+
+
+def test_zero_without_history_growing_with_evidence_and_bounded() -> None:
+    assert _vectors_with(0).signal("dev", [1.0, 0.0], ["a__tool"], SETTINGS) == {}
+    values = [_vectors_with(n).signal("dev", [1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"] for n in (1, 4, 16, 64)]
+    assert values == sorted(values) and len(set(values)) == 4
+    assert values[-1] < SETTINGS.usage_weight
+    assert evidence(SETTINGS.usage_half_evidence, SETTINGS.usage_half_evidence) == 0.5
+    # A query unlike the tool's past queries gets nothing, however much history there is.
+    assert _vectors_with(64).signal("dev", [0.0, 1.0], ["a__tool"], SETTINGS) == {}
+
+
+def test_another_scope_reads_nothing_and_the_set_is_bounded() -> None:
+    state = _vectors_with(64, scope=scope_key(["dev"]))
+    assert state.signal(scope_key(["dev", "ops"]), [1.0, 0.0], ["a__tool"], SETTINGS) == {}
+    assert len(state.tools[("dev", "a__tool")].queries) == SETTINGS.usage_max_queries
+    assert scope_key(["ops", "dev"]) == scope_key(["dev", "ops"]) == "dev,ops"
+
+
+TOOLS = [
+    {"server": "notes", "name": "remember_fact", "description": "Store a fact in the knowledge graph"},
+    {"server": "notes", "name": "list_facts", "description": "List every stored fact"},
+    {"server": "clock", "name": "current_time", "description": "The current time in a time zone"},
+]
+DEV = Caller("dev-1", frozenset({"dev"}))
+OPS = Caller("ops-1", frozenset({"ops"}))
+
+
+@pytest.fixture
+async def resources(tmp_path: Path) -> AsyncIterator[Resources]:
+    settings = make_settings(tmp_path)
+    settings.learning.refresh_lag_seconds = 0.0
+    resources = build_resources(settings, SentenceTransformerEmbedder())
+    await start_resources(resources)
+    await start_search(resources)
+    await start_learning(resources)
+    assert not (await register_tools(resources, TOOLS)).errors
+    yield resources
+    await stop_learning(resources)
+    await close_resources(resources)
+
+
+async def _use(resources: Resources, caller: Caller, query: str, tool: str, times: int) -> None:
+    """Searches by `caller` that led to a successful call of `tool`, logged as the service logs them."""
+    rows = []
+    for i in range(times):
+        search_id, outcome = await search_tools(resources, caller, query, k=3)
+        await log_search(resources, search_id, caller, query, 3, outcome)
+        at = datetime.now(UTC) - timedelta(seconds=60 - i)
+        rows.append(
+            {
+                "id": str(uuid.uuid4()),
+                "caller": caller.id,
+                "tool": tool,
+                "server_id": tool.split("__")[0],
+                "search_id": search_id,
+                "arguments_digest": "0" * 64,
+                "status": "ok",
+                "duration_ms": 5.0,
+                "started_at": at,
+                "finished_at": at,
+            }
+        )
+    async with resources.session() as session:
+        await session.execute(insert(Execution), rows)
+        await session.commit()
+    await refresh_stats(resources)
+
+
+def _usage(outcome: object, name: str) -> float:
+    result = next(r for r in outcome.results if r.name == name)  # type: ignore[attr-defined]
+    return float(result.explain["signals"].get("usage", 0.0))
+
+
+@pytest.mark.model
+async def test_the_signal_is_learned_per_scope_and_the_clear_text_match_still_wins(resources: Resources) -> None:
+    query = "remember that Alice works at Acme"
+    _, before = await search_tools(resources, DEV, query, k=3, explain=True)
+    assert all("usage" not in r.explain["signals"] for r in before.results)  # type: ignore[index]
+    await _use(resources, DEV, "remember that Carol works at Initech", "notes__list_facts", 2)
+    _, few = await search_tools(resources, DEV, query, k=3, explain=True)
+    await _use(resources, DEV, "remember that Dave works at Globex", "notes__list_facts", 10)
+    _, many = await search_tools(resources, DEV, query, k=3, explain=True)
+    assert 0.0 < _usage(few, "notes__list_facts") < _usage(many, "notes__list_facts") < SETTINGS.usage_weight
+    assert _usage(many, "notes__remember_fact") == 0.0  # no history of its own
+    # Another scope's view gets no usage signal (the popularity boost of main is global, not this signal).
+    _, other = await search_tools(resources, OPS, query, k=3, explain=True)
+    assert all("usage" not in r.explain["signals"] for r in other.results)  # type: ignore[index]
+    # A tool with no history and the clearly best text match stays first.
+    _, clock = await search_tools(resources, DEV, "what is the current time in Tokyo", k=3, explain=True)
+    assert clock.results[0].name == "clock__current_time"
+    async with resources.session() as session:
+        rows = (await session.execute(Search.__table__.select())).all()
+    assert {row.scope for row in rows} == {"dev"}  # the searches are logged with their scope
