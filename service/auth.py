@@ -20,9 +20,9 @@ from fastapi import Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.cluster.ratelimit import build_limiter
 from service.db.models import ApiKey, as_utc, utcnow
 from service.errors import NotFound, RateLimited, Unauthorized
-from service.ratelimit import TokenBucketLimiter
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -135,7 +135,7 @@ class KeyResolver:
         self.resources = resources
         self.ttl = policy.key_cache_seconds
         self.open_allowed = policy.open_without_keys
-        self.limiter = TokenBucketLimiter(policy.rate_limit_per_minute, policy.rate_limit_burst)
+        self.limiter = build_limiter(resources)
         self._cache: OrderedDict[str, tuple[Caller | None, float]] = OrderedDict()
         self._keys_exist: tuple[bool, float] | None = None
 
@@ -181,7 +181,7 @@ class KeyResolver:
             caller = OPEN_CALLER
         else:
             raise Unauthorized("No API key exists and open mode is off; create one with `toolscout keys create`")
-        wait = self.limiter.acquire(caller.key_id or caller.id)
+        wait = await self.limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
             raise RateLimited(
                 f"Rate limit of {self.limiter.rate * 60:g} requests per minute exceeded", retry_after=wait

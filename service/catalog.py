@@ -6,6 +6,7 @@ between loses nothing."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,8 +14,11 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import content_hash
-from indexer.pipeline import SyncReport, index_tools, sync_catalog
+from indexer.pipeline import DenseVectors, SyncReport, index_tools
 from indexer.tools import ToolDefinition, ToolProblem, normalize_server_id, validate_batch
+from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
+from service.cluster.state import announce
+from service.cluster.vectors import embedder_id, save_vectors, vectors_for
 from service.db.models import Server, Tool, utcnow
 from service.errors import NotFound
 from service.events import publish_tools_changed
@@ -129,23 +133,59 @@ async def register_tools(
     batch = validate_batch(_server_ids(raw_tools, default_server), default_id)
     report = RegisterReport(errors=list(batch.problems))
     async with resources.index_lock:
+        vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
         async with resources.session() as session:
             await _upsert_rows(session, batch.tools, report)
+            await save_vectors(session, new, embedder_id(resources.embedder))
+            changed = set(report.created) | set(report.updated)
+            _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed])
             await session.commit()
-        await _index(resources, batch.tools)
-    changed = set(report.created) | set(report.updated)
+        await _index(resources, batch.tools, vectors)
     for server in sorted({t.server for t in batch.tools if t.qualified_name in changed}):
         publish_tools_changed(resources, server)  # MCP front ends re-list (GET /events)
+    if changed:
+        await announce(resources)
     return report
 
 
-async def _index(resources: Resources, tools: list[ToolDefinition]) -> SyncReport:
+async def _changed_tools(resources: Resources, tools: list[ToolDefinition]) -> list[ToolDefinition]:
+    """The tools whose catalog row is missing, deprecated or of another content."""
+    names = [t.qualified_name for t in tools]
+    if not names:
+        return []
+    async with resources.session() as session:
+        rows = await session.execute(
+            select(Tool.qualified_name, Tool.content_hash).where(
+                Tool.qualified_name.in_(names), Tool.deprecated.is_(False)
+            )
+        )
+        current = dict(rows.tuples().all())
+    return [t for t in tools if current.get(t.qualified_name) != content_hash(t)]
+
+
+def _record_tools(resources: Resources, session: AsyncSession, tools: list[ToolDefinition], *extra: str) -> None:
+    """One change row per server, in the session's transaction (`extra`: names removed)."""
+    by_server: dict[str, set[str]] = {}
+    for tool in tools:
+        by_server.setdefault(tool.server, set()).add(tool.qualified_name)
+    for name in extra:
+        by_server.setdefault(name.split("__", 1)[0], set()).add(name)
+    for server, names in sorted(by_server.items()):
+        record_change(session, TOOLS, names, server=server, origin=resources.cluster.replica_id)
+
+
+async def _index(
+    resources: Resources,
+    tools: list[ToolDefinition],
+    vectors: dict[str, DenseVectors] | None = None,
+    known_hashes: dict[str, str] | None = None,
+) -> SyncReport:
     index = resources.index
     assert index is not None and resources.retriever is not None
     report: SyncReport = await resources.run_index(
         # Catalog texts bypass the query cache: they would only evict the queries it is there for.
         lambda: index_tools(index, resources.embedder.inner, resources.encoder, tools,
-                            progress=resources.extras.get("progress"))
+                            progress=resources.extras.get("progress"), known_hashes=known_hashes, stored=vectors)
     )
     for tool in tools:
         resources.retriever.directory.add(tool.qualified_name, tool.name, tool.server, tool.tags)
@@ -162,6 +202,7 @@ async def sync_server_tools(
     report = RegisterReport(errors=list(batch.problems))
     listed = {t.qualified_name for t in batch.tools}
     async with resources.index_lock:
+        vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
         async with resources.session() as session:
             server = await ensure_server(session, server_id, transport, config)
             await _upsert_rows(session, batch.tools, report)
@@ -173,10 +214,17 @@ async def sync_server_tools(
                     row.deprecated = True
                     report.removed.append(row.qualified_name)
             server.last_sync_at = utcnow()
+            await save_vectors(session, new, embedder_id(resources.embedder))
+            changed = set(report.created) | set(report.updated)
+            if changed or report.removed:
+                _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed],
+                              *report.removed)
             await session.commit()
-        await _index(resources, batch.tools)
+        await _index(resources, batch.tools, vectors)
         if report.removed:
             await _unindex(resources, report.removed)
+    if changed or report.removed:
+        await announce(resources)
     return report
 
 
@@ -223,9 +271,11 @@ async def delete_tool(resources: Resources, name: str) -> None:
             row = await find_tool(session, name, resources)
             server_id = row.server_id
             await session.delete(row)
+            record_change(session, TOOLS, [name], server=server_id, origin=resources.cluster.replica_id)
             await session.commit()
         await _unindex(resources, [name])
     publish_tools_changed(resources, server_id)
+    await announce(resources)
 
 
 async def remove_server(resources: Resources, server_id: str) -> list[str]:
@@ -238,23 +288,98 @@ async def remove_server(resources: Resources, server_id: str) -> list[str]:
             names = list((await session.scalars(select(Tool.qualified_name).where(Tool.server_id == server_id))).all())
             await session.execute(delete(Tool).where(Tool.server_id == server_id))
             await session.delete(server)
+            record_change(session, SERVER_REMOVED, names, server=server_id, origin=resources.cluster.replica_id)
             await session.commit()
         await _unindex(resources, names)
     publish_tools_changed(resources, server_id)
+    await announce(resources)
     return names
 
 
 async def reconcile_index(resources: Resources) -> SyncReport:
-    """At start-up: make the index hold exactly the active catalog (embeds only what differs)."""
+    """At start-up: make the index hold exactly the active catalog. Vectors come from the catalog (only tools
+    never embedded by any replica embed); a point is deleted only if the catalog does not hold it at delete
+    time, so a tool another replica registered meanwhile (shared Qdrant) stays."""
+    index = resources.index
+    assert index is not None
     async with resources.index_lock:
+        started = time.perf_counter()
         async with resources.session() as session:
             rows = (await session.scalars(select(Tool).where(Tool.deprecated.is_(False)))).all()
         tools = [to_definition(r) for r in rows]
-        index = resources.index
-        assert index is not None
-        return await resources.run_index(
-            lambda: sync_catalog(index, resources.embedder.inner, resources.encoder, tools)
-        )
+        indexed: dict[str, str] = await resources.run_index(index.content_hashes)
+        vectors, new = await vectors_for(resources, _not_indexed(tools, indexed))
+        report = await _index(resources, tools, vectors, known_hashes=indexed)
+        if new:
+            async with resources.session() as session:
+                await save_vectors(session, new, embedder_id(resources.embedder))
+                await session.commit()
+        wanted = {t.qualified_name for t in tools}
+        stale = [name for name in indexed if name not in wanted]
+        if stale:
+            kept = await _active_names(resources, stale)
+            stale = [name for name in stale if name not in kept]
+            await _unindex(resources, stale)
+        report.deleted = stale
+        report.seconds = time.perf_counter() - started
+        return report
+
+
+def _not_indexed(tools: list[ToolDefinition], indexed: dict[str, str]) -> list[ToolDefinition]:
+    return [t for t in tools if indexed.get(t.qualified_name) != content_hash(t)]
+
+
+async def _active_names(resources: Resources, names: list[str]) -> set[str]:
+    """Which of these names the catalog holds as active tools now."""
+    found: set[str] = set()
+    async with resources.session() as session:
+        for start in range(0, len(names), 500):
+            chunk = names[start : start + 500]
+            query = select(Tool.qualified_name).where(Tool.qualified_name.in_(chunk), Tool.deprecated.is_(False))
+            found.update((await session.scalars(query)).all())
+    return found
+
+
+async def follow_tools(resources: Resources, names: list[str]) -> set[str]:
+    """Set the directory and the index to the catalog's current rows of these tools (another replica changed
+    them); returns the servers of the tools touched. Vectors come from the catalog: nothing is embedded again."""
+    index = resources.index
+    assert index is not None and resources.retriever is not None
+    if not names:
+        return set()
+    async with resources.index_lock:
+        rows: list[Tool] = []
+        async with resources.session() as session:
+            for start in range(0, len(names), 500):
+                chunk = names[start : start + 500]
+                rows.extend((await session.scalars(select(Tool).where(Tool.qualified_name.in_(chunk)))).all())
+        tools = [to_definition(r) for r in rows if not r.deprecated]
+        payloads = await resources.run_index(index.payloads, names)
+        indexed = {name: str(p.get("content_hash", "")) for name, p in payloads.items()}
+        vectors, new = await vectors_for(resources, _not_indexed(tools, indexed))
+        if new:  # the writer's vectors were missing (an older version of the service): store them once
+            async with resources.session() as session:
+                await save_vectors(session, new, embedder_id(resources.embedder))
+                await session.commit()
+        await _index(resources, tools, vectors, known_hashes=indexed)
+        active = {t.qualified_name for t in tools}
+        gone = [name for name in names if name not in active]
+        await _unindex(resources, gone)
+    return {t.server for t in tools} | {r.server_id for r in rows}
+
+
+async def catalog_differences(resources: Resources) -> list[str]:
+    """The names on which the catalog of record, the index and the name directory disagree."""
+    index = resources.index
+    assert index is not None and resources.retriever is not None
+    async with resources.session() as session:
+        rows = await session.execute(select(Tool.qualified_name, Tool.content_hash).where(Tool.deprecated.is_(False)))
+        catalog = dict(rows.tuples().all())
+    indexed: dict[str, str] = await resources.run_index(index.content_hashes)
+    directory = set(resources.retriever.directory.names())
+    differ = {name for name, digest in catalog.items() if indexed.get(name) != digest or name not in directory}
+    differ |= (set(indexed) | directory) - set(catalog)
+    return sorted(differ)
 
 
 async def count_tools(session: AsyncSession) -> dict[str, int]:

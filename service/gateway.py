@@ -18,7 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select
 
-from service.catalog import count_tools, remove_server, sync_server_tools
+from service.catalog import count_tools, ensure_server, remove_server, sync_server_tools
+from service.cluster.changes import SERVER_ADDED, record_change
+from service.cluster.state import announce
 from service.db.models import Server
 from service.demo_servers import prepare_demo_server
 from service.errors import Conflict, NotFound, ToolscoutError, UpstreamError
@@ -48,6 +50,7 @@ class Gateway:
     results: ResultStore
     executor: Executor
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    adding: set[str] = field(default_factory=set)  # servers being added over the API on this replica
 
 
 def get_gateway(resources: Resources) -> Gateway:
@@ -63,6 +66,11 @@ def build_gateway(resources: Resources) -> Gateway:
     settings = resources.settings
 
     async def on_tools(spec: ServerSpec, tools: list[dict[str, Any]]) -> Any:
+        gateway = resources.extras.get(EXTRAS_KEY)
+        if not await may_write_catalog(resources, spec, gateway is not None and spec.id in gateway.adding):
+            if gateway is not None:
+                gateway.executor.tools.invalidate_server(spec.id)
+            return {"writer": False, "listed": len(tools)}  # the writer replica syncs the catalog
         report = await sync_server_tools(
             resources, spec.id, tools, transport=spec.transport, config=spec.config()
         )
@@ -86,6 +94,19 @@ def build_gateway(resources: Resources) -> Gateway:
     log = ExecutionLog(resources.session, settings.data_dir / "executions-spill.jsonl")
     results = ResultStore(resources)
     return Gateway(resources, pool, log, results, Executor(resources, pool, log, results))
+
+
+async def may_write_catalog(resources: Resources, spec: ServerSpec, adding: bool) -> bool:
+    """Whether this replica syncs the server's listing into the catalog: it holds the server's writer lock,
+    and an API-added server still exists (a listing arriving after another replica removed it must not bring
+    the server back)."""
+    writers = resources.cluster.writers
+    if writers is not None and not await writers.claim(spec.id):
+        return False
+    if spec.source != "api" or adding:
+        return True
+    async with resources.session() as session:
+        return await session.get(Server, spec.id) is not None
 
 
 async def _stored_specs(resources: Resources, configured: list[ServerSpec]) -> list[ServerSpec]:
@@ -223,13 +244,28 @@ async def add_server(gateway: Gateway, spec: ServerSpec, wait_seconds: float) ->
         existing = await session.get(Server, spec.id)
     if existing is not None:
         raise Conflict(f"A server named {spec.id!r} already exists", server=spec.id)
-    connection = gateway.pool.add(spec)
-    await connection.wait_started(wait_seconds)
-    if not connection.ready and connection.health.state == "backoff":
-        error = connection.health.last_error or "the first connection failed"
-        await gateway.pool.remove(spec.id)
-        raise UpstreamError(f"Could not connect to MCP server {spec.id!r}: {error}", server=spec.id)
+    gateway.adding.add(spec.id)
+    try:
+        connection = gateway.pool.add(spec)
+        await connection.wait_started(wait_seconds)
+        if not connection.ready and connection.health.state == "backoff":
+            error = connection.health.last_error or "the first connection failed"
+            await gateway.pool.remove(spec.id)
+            raise UpstreamError(f"Could not connect to MCP server {spec.id!r}: {error}", server=spec.id)
+        await _announce_server(gateway.resources, spec)
+    finally:
+        gateway.adding.discard(spec.id)
     return await get_server(gateway, spec.id)
+
+
+async def _announce_server(resources: Resources, spec: ServerSpec) -> None:
+    """Record the new server in the change sequence (its row exists once the first sync ran), so that the
+    other replicas connect to it too."""
+    async with resources.session() as session:
+        await ensure_server(session, spec.id, spec.transport, spec.config())
+        record_change(session, SERVER_ADDED, [], server=spec.id, origin=resources.cluster.replica_id)
+        await session.commit()
+    await announce(resources)
 
 
 async def delete_server(gateway: Gateway, server_id: str) -> dict[str, Any]:
@@ -237,6 +273,8 @@ async def delete_server(gateway: Gateway, server_id: str) -> dict[str, Any]:
     connected = server_id in gateway.pool
     await gateway.pool.remove(server_id)
     gateway.executor.tools.invalidate_server(server_id)
+    if gateway.resources.cluster.writers is not None:
+        await gateway.resources.cluster.writers.release(server_id)
     try:
         removed = await remove_server(gateway.resources, server_id)
     except NotFound:

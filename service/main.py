@@ -14,6 +14,8 @@ from service import gateway, learning, policy
 from service.api import analytics, approvals, events, execute, health, keys, search, servers, tools
 from service.catalog import reconcile_index, register_tools
 from service.catalog_files import demo_catalog
+from service.cluster.servers import start_server_following, stop_server_following
+from service.cluster.state import start_cluster, stop_cluster
 from service.errors import install_error_handlers
 from service.resources import build_resources, close_resources, start_resources
 from service.settings import Settings
@@ -56,8 +58,12 @@ def create_app(
     app.state.shutdown_hooks = []
     app.state.startup_hooks += [policy.start_policy, learning.start_learning]
     app.state.shutdown_hooks += [policy.stop_policy, learning.stop_learning]
-    app.state.startup_hooks.append(gateway.start_gateway)
-    app.state.shutdown_hooks.append(gateway.stop_gateway)
+    # The cluster first (the gateway's first syncs ask for writer locks) and, after the gateway, the
+    # following of servers added or removed on other replicas; shutdown runs the hooks in reverse.
+    app.state.startup_hooks.insert(0, start_cluster)
+    app.state.shutdown_hooks.insert(0, stop_cluster)
+    app.state.startup_hooks += [gateway.start_gateway, start_server_following]
+    app.state.shutdown_hooks += [gateway.stop_gateway, stop_server_following]
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(search.router)

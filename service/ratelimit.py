@@ -57,6 +57,10 @@ class TokenBucketLimiter:
                 return 0.0
             return (cost - bucket.tokens) / self.rate
 
+    async def acquire_async(self, key: str, cost: float = 1.0) -> float:
+        """`acquire` for async callers (the shared Redis limiter has the same interface)."""
+        return self.acquire(key, cost)
+
     def _evict(self, now: float) -> None:
         # Forgetting a bucket refills it, so only buckets that would be full by now are dropped early;
         # past the bound the least recently used go regardless.

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from indexer.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from indexer.index.base import VectorIndex
 from indexer.lexical import Bm25Encoder
+from service.cluster.state import Cluster, build_cluster
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
 from service.settings import Settings
 
@@ -29,6 +30,7 @@ class Resources:
     settings: Settings
     embedder: CachedEmbedder
     encoder: Bm25Encoder
+    cluster: Cluster
     engine: AsyncEngine | None = None
     sessionmaker: async_sessionmaker[AsyncSession] | None = None
     index: VectorIndex | None = None
@@ -62,12 +64,14 @@ def build_resources(settings: Settings, embedder: Embedder | None = None) -> Res
         settings=settings,
         embedder=CachedEmbedder(inner, settings.embedding.cache_size),
         encoder=Bm25Encoder(),
+        cluster=build_cluster(settings),
     )
 
 
 async def start_resources(resources: Resources, index: VectorIndex | None = None) -> None:
     """Migrate and connect the database, open the index, load the catalog into the retriever."""
     from indexer.index.factory import open_index
+    from service.cluster.changes import last_seq
     from service.retrieval import Retriever
 
     settings = resources.settings
@@ -84,11 +88,14 @@ async def start_resources(resources: Resources, index: VectorIndex | None = None
                 api_key=settings.index.api_key,
                 collection=settings.index.collection,
                 dimension=resources.embedder.dimension,
+                options=settings.index,
             )
         )
     resources.index = index
     resources.retriever = Retriever(resources)
     async with resources.session() as session:
+        # Read before the names: a change committed while they load is followed again (harmlessly).
+        resources.cluster.start_seq = await last_seq(session)
         await resources.retriever.load_names(session)
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery
 from service.db.models import Tool
-from service.ranking import SIGNALS, Candidate, apply_boosts, fuse, max_merge, rank, split_intents
+from service.ranking import SIGNALS, Candidate, apply_boosts, from_fused, fuse, max_merge, rank, split_intents
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -151,16 +151,7 @@ class Retriever:
             queries.append(SignalQuery("lexical", settings.candidates, sparse=sparse))
         index = self.resources.index
         assert index is not None
-        hit_lists: list[list[Hit]] = await self.resources.run_index(index.search, queries, where)
-        per_text: list[dict[str, Candidate]] = []
-        weights = self.weights()
-        width = len(SIGNALS)
-        for t in range(len(texts)):
-            signal_scores = {
-                signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
-                for s, signal in enumerate(SIGNALS)
-            }
-            per_text.append(fuse(signal_scores, weights))
+        per_text = await self._candidates(index, queries, len(texts), where)
         candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
         exact = self.directory.exact(query, where)
         if boosts is not None and caller_id is not None and candidates:
@@ -174,6 +165,28 @@ class Retriever:
             if c.name in payloads
         ]
         return SearchOutcome(results, (time.perf_counter() - started) * 1000, parts)
+
+    async def _candidates(
+        self, index: Any, queries: list[SignalQuery], texts: int, where: SearchFilter
+    ) -> list[dict[str, Candidate]]:
+        """Fused candidates per text: fused by the index when it can (a Qdrant server), else here."""
+        weights = self.weights()
+        width = len(SIGNALS)
+        fused_search = getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
+        if fused_search is not None:
+            groups = [queries[t * width : (t + 1) * width] for t in range(texts)]
+            limit = self.resources.settings.search.candidates
+            fused: list[list[Hit]] = await self.resources.run_index(fused_search, groups, weights, limit, where)
+            return [from_fused({h.qualified_name: h.score for h in hits}) for hits in fused]
+        hit_lists: list[list[Hit]] = await self.resources.run_index(index.search, queries, where)
+        per_text: list[dict[str, Candidate]] = []
+        for t in range(texts):
+            signal_scores = {
+                signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
+                for s, signal in enumerate(SIGNALS)
+            }
+            per_text.append(fuse(signal_scores, weights))
+        return per_text
 
     @staticmethod
     def _explain(candidate: Candidate) -> dict[str, Any]:

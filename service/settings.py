@@ -24,6 +24,17 @@ class IndexSettings(BaseModel):
     url: str | None = None
     api_key: str | None = None
     collection: str = "toolscout_tools"
+    # Qdrant server only (ignored by `edge` and ':memory:'): collection layout, query effort and retries.
+    shards: int = 1
+    replication_factor: int = 1
+    write_consistency_factor: int = 1
+    on_disk: bool = False  # dense vectors memory-mapped from disk instead of held in RAM
+    hnsw_ef: int = 128  # search-time HNSW beam; raised to the candidate limit when that is larger
+    retries: int = 3  # attempts after the first on a transient failure, with exponential backoff
+    retry_backoff_seconds: float = 0.2
+    timeout_seconds: float = 10.0
+    fusion: Literal["rrf", "dbsf"] = "rrf"  # server-side fusion of the per-signal prefetches
+    server_fusion: bool = True  # False: per-signal queries fused here (as with `edge`), HNSW still
 
 
 class EmbeddingSettings(BaseModel):
@@ -128,6 +139,22 @@ class FrontendSettings(BaseModel):
     http_path: str = "/mcp"
 
 
+class ClusterSettings(BaseModel):
+    """Several replicas: shared ephemeral state in Redis; unset `redis_url` keeps everything in one process."""
+
+    redis_url: str | None = None
+    key_prefix: str = "toolscout"  # Redis keys and channels start with this (several deployments per Redis)
+    replica_id: str | None = None  # default: host name and process id
+    # Catalog follow-up: a change event wakes every replica at once; this poll catches missed events
+    # (fallback_poll_seconds while Redis is down), and the whole catalog is compared every full_catchup_seconds.
+    poll_seconds: float = 5.0
+    fallback_poll_seconds: float = 1.0
+    full_catchup_seconds: float = 60.0
+    gap_horizon_seconds: float = 30.0  # a hole in the change sequence older than this was a rolled-back write
+    lock_retry_seconds: float = 5.0  # how often a replica tries to become the writer of a server's catalog
+    redis_timeout_seconds: float = 1.0
+
+
 class Settings(BaseSettings):
     """All Toolscout settings; every field has a working default."""
 
@@ -150,6 +177,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
     frontend: FrontendSettings = Field(default_factory=FrontendSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
 
     @property
     def database_url(self) -> str:

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from service.cluster.state import readiness
 from service.deps import ResourcesDep
 
 router = APIRouter(tags=["health"])
@@ -32,5 +33,12 @@ async def readyz(resources: ResourcesDep) -> JSONResponse:
         checks["tools"] = str(await resources.run_index(resources.index.count))
     else:
         checks["index"] = "not open"
+    checks["redis"] = readiness(resources.cluster)
     ready = checks["database"] == "ok" and checks["index"] == "ok"
-    return JSONResponse({"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503)
+    # Redis down is degraded, not unready: limits hold per replica and the catalog is followed by polling.
+    status = "not ready" if not ready else "degraded" if checks["redis"].startswith("degraded") else "ready"
+    body: dict[str, object] = {"status": status, "checks": checks, "replica": resources.cluster.replica_id}
+    if resources.cluster.follower is not None:
+        follower = resources.cluster.follower
+        body["catalog"] = {"followed_seq": follower.watermark, "changes_applied": follower.applied}
+    return JSONResponse(body, 200 if ready else 503)

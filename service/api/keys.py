@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from service import auth
+from service.cluster.state import KEYS_EVENT, announce
 from service.db.models import ApiKey
 from service.deps import CallerDep, ResourcesDep, SessionDep
 from service.errors import PermissionDenied
@@ -51,6 +52,7 @@ async def create(
     created = await auth.create_key(session, request.caller, request.roles)
     await session.commit()
     auth.key_resolver(resources).invalidate()
+    await announce(resources, KEYS_EVENT)  # the other replicas' key caches forget too
     row = await session.get(ApiKey, created.id)
     assert row is not None
     return {**auth.key_view(row), "key": created.key}
@@ -70,4 +72,5 @@ async def revoke(key_id: str, session: SessionDep, resources: ResourcesDep, call
     row = await auth.revoke_key(session, key_id)
     await session.commit()
     auth.key_resolver(resources).invalidate()
+    await announce(resources, KEYS_EVENT)  # the other replicas' key caches forget too
     return auth.key_view(row)

@@ -1,0 +1,153 @@
+"""Follow the catalog's change sequence so this replica serves what any replica registered or removed.
+
+Woken at once by a `catalog` event on the bus, and by a poll otherwise (faster while Redis is down). Changes
+are applied by state, not replayed: the rows of the named tools are read again and the name directory, the
+index, the permission snapshot and the tool cache are set to them, so applying twice, or out of order, is
+harmless. Sequence numbers may commit out of order (concurrent writers on PostgreSQL); a hole is waited for
+up to `gap_horizon_seconds` (after that it was a rolled-back write). A full comparison with the catalog runs
+every `full_catchup_seconds` and after Redis comes back, for whatever was missed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+from service.cluster.changes import SERVER_ADDED, SERVER_REMOVED, changes_after
+from service.db.models import CatalogChange
+
+if TYPE_CHECKING:
+    from service.resources import Resources
+
+logger = logging.getLogger(__name__)
+
+ServerHook = Callable[[str], Awaitable[None]]
+
+
+class CatalogFollower:
+    """Applies the catalog changes other replicas commit to this replica's in-memory state and index."""
+
+    def __init__(self, resources: Resources, start_seq: int) -> None:
+        self.resources = resources
+        self.settings = resources.settings.cluster
+        self.watermark = start_seq  # every change up to here is applied (or was a hole past the horizon)
+        self.applied = 0
+        self.last_applied_at: float | None = None
+        self._done: set[int] = set()  # applied changes above the watermark
+        self._holes: dict[int, float] = {}  # missing seq -> when first missed
+        self._wake = asyncio.Event()
+        self._full = False
+        self._task: asyncio.Task[None] | None = None
+        self.on_server_added: list[ServerHook] = []
+        self.on_server_removed: list[ServerHook] = []
+        self.on_tools_changed: list[ServerHook] = []  # per server whose tools changed (tool caches)
+        self.on_round: list[Callable[[], Awaitable[None]]] = []  # after each round (writer claims)
+        self.on_full: list[Callable[[], Awaitable[None]]] = []  # after a full catch-up (server comparison)
+
+    def wake(self, full: bool = False) -> None:
+        """Read the change sequence now (and compare everything when `full`)."""
+        self._full = self._full or full
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="catalog-follower")
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _poll_seconds(self) -> float:
+        bus = self.resources.cluster.bus
+        return self.settings.poll_seconds if bus is not None and bus.healthy else self.settings.fallback_poll_seconds
+
+    async def _run(self) -> None:
+        last_full = time.monotonic()
+        backoff = 0.5
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._poll_seconds())
+            self._wake.clear()
+            try:
+                await self.catch_up()
+                if self._full or time.monotonic() - last_full >= self.settings.full_catchup_seconds:
+                    self._full = False
+                    await self.full_catch_up()
+                    last_full = time.monotonic()
+                for hook in self.on_round:
+                    await hook()
+                backoff = 0.5
+            except Exception:  # noqa: BLE001 - the follower must outlive database hiccups; it retries
+                logger.exception("following the catalog failed; retrying in %.1f s", backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(30.0, backoff * 2)
+
+    async def catch_up(self) -> int:
+        """Apply the committed changes not applied yet; returns how many."""
+        async with self.resources.session() as session:
+            rows = list(await changes_after(session, self.watermark))
+        new = [row for row in rows if row.seq not in self._done]
+        foreign = [row for row in new if row.origin != self.resources.cluster.replica_id]
+        if foreign:
+            await self._apply(foreign)
+        self._done.update(row.seq for row in new)
+        self._advance()
+        return len(foreign)
+
+    def _advance(self) -> None:
+        top = max(self._done, default=self.watermark)
+        now = time.monotonic()
+        while self.watermark < top:
+            following = self.watermark + 1
+            if following in self._done:
+                self._done.discard(following)
+            elif now - self._holes.setdefault(following, now) < self.settings.gap_horizon_seconds:
+                return  # a write still in flight, or rolled back: look again next round
+            self._holes.pop(following, None)
+            self.watermark = following
+
+    async def _apply(self, rows: Sequence[CatalogChange]) -> None:
+        from service.catalog import follow_tools  # the catalog builds on the cluster state: import at use
+
+        resources = self.resources
+        names = sorted({name for row in rows for name in row.names})
+        for row in rows:
+            if row.kind == SERVER_REMOVED and row.server_id:
+                for hook in self.on_server_removed:
+                    await hook(row.server_id)
+        servers = await follow_tools(resources, names)
+        for row in rows:
+            if row.kind == SERVER_ADDED and row.server_id:
+                for hook in self.on_server_added:
+                    await hook(row.server_id)
+        servers |= {row.server_id for row in rows if row.server_id}
+        await self._changed(servers)
+        self.applied += len(rows)
+        self.last_applied_at = time.time()
+        logger.info("followed %d catalog changes of other replicas (%d tools)", len(rows), len(names))
+
+    async def _changed(self, servers: set[str]) -> None:
+        from service.events import publish_tools_changed
+        from service.policy import refresh_catalog
+
+        await refresh_catalog(self.resources)
+        for server in sorted(servers):
+            for hook in self.on_tools_changed:
+                await hook(server)
+            publish_tools_changed(self.resources, server)  # /events subscribers of this replica re-list
+
+    async def full_catch_up(self) -> None:
+        """Compare the whole catalog with this replica's directory and index; fix what differs."""
+        from service.catalog import catalog_differences, follow_tools
+
+        names = await catalog_differences(self.resources)
+        if names:
+            logger.info("catalog catch-up: %d tools differed from the catalog of record", len(names))
+            await self._changed(await follow_tools(self.resources, names))
+        for hook in self.on_full:
+            await hook()
