@@ -74,6 +74,8 @@ class Cluster:
                 sys.executable,
                 "-c",
                 "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))",
+                "--log-level",
+                "INFO",
                 "serve",
                 "--host",
                 "127.0.0.1",
@@ -86,6 +88,9 @@ class Cluster:
                 )
             self.replicas.append(replica)
             started.append(replica)
+            if len(self.replicas) == 1:
+                # The first replica migrates the new database alone (the migration lock is not this test's topic).
+                self._wait_ready(replica, timeout)
         for replica in started:
             self._wait_ready(replica, timeout)
         return started
