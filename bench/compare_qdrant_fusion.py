@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from indexer.embedding import SentenceTransformerEmbedder
 from service.evaluation import evaluate
 from service.settings import IndexSettings, Settings
 
-EVAL = Path(__file__).resolve().parents[2] / "shared" / "eval"
+EVAL = Path(os.environ.get("TOOLSCOUT_EVAL_DIR", "/work/shared/eval"))
 KEYS = ("recall@1", "recall@5", "recall@10", "ndcg@10", "mrr")
 
 
