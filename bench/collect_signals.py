@@ -11,11 +11,12 @@ import tempfile
 from pathlib import Path
 
 from indexer.index.base import DENSE_FIELDS, SearchFilter, SignalQuery
-from service.catalog import register_tools
-from service.catalog_files import load_catalog_file
-from service.evaluation import load_queries
-from service.ranking import split_intents
+from service.catalog.files import load_catalog_file
+from service.catalog.service import register_tools
 from service.resources import build_resources, close_resources, start_resources
+from service.search.evaluation import load_queries
+from service.search.ranking import split_intents
+from service.search.service import start_search
 from service.settings import Settings
 
 
@@ -31,6 +32,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         resources = build_resources(Settings(data_dir=Path(tmp)))
         await start_resources(resources)
+        await start_search(resources)
         await register_tools(resources, catalog.tools)
         rows = []
         all_texts = sorted({t for q in queries for t in [q.text, *split_intents(q.text)]})

@@ -8,8 +8,8 @@ import itertools
 import pickle
 import sys
 
-from service.evaluation import query_metrics
-from service.ranking import fuse, max_merge, rank
+from service.search.evaluation import query_metrics
+from service.search.ranking import fuse, max_merge, rank
 
 KEYS = ("recall@1", "recall@5", "ndcg@10", "mrr")
 

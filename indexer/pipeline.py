@@ -150,4 +150,3 @@ def sync_catalog(
     report.deleted = stale
     report.seconds = time.perf_counter() - started
     return report
-

@@ -8,7 +8,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.auth import Caller, resolve_caller
+from service.execution.runtime import Gateway, get_gateway
+from service.policy.callers import Caller
+from service.policy.service import require_admin, require_approver, resolve_caller
 from service.resources import Resources
 
 
@@ -34,8 +36,16 @@ async def get_session(resources: ResourcesDep) -> AsyncIterator[AsyncSession]:
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
 
-async def get_caller(request: Request) -> Caller:
-    return await resolve_caller(request)
+# The same callable everywhere, so FastAPI resolves the caller (and charges its rate limit) once a request.
+CallerDep = Annotated[Caller, Depends(resolve_caller)]
+ApproverDep = Annotated[Caller, Depends(require_approver)]
+ToolsAdminDep = Annotated[Caller, Depends(require_admin("Managing tools"))]
+ServersAdminDep = Annotated[Caller, Depends(require_admin("Managing upstream servers"))]
+KeysAdminDep = Annotated[Caller, Depends(require_admin("Managing API keys"))]
 
 
-CallerDep = Annotated[Caller, Depends(get_caller)]
+async def gateway_dep(resources: ResourcesDep) -> Gateway:
+    return get_gateway(resources)
+
+
+GatewayDep = Annotated[Gateway, Depends(gateway_dep)]

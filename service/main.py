@@ -10,15 +10,27 @@ from fastapi import FastAPI
 
 from indexer.embedding import Embedder
 from indexer.index.base import VectorIndex
-from service import gateway, learning, policy
-from service.api import analytics, approvals, events, execute, health, keys, search, servers, tools
-from service.catalog import reconcile_index, register_tools
-from service.catalog_files import demo_catalog
+from service import health
+from service.catalog import event_routes as events
+from service.catalog import routes as tools
+from service.catalog.files import demo_catalog
+from service.catalog.reconcile import reconcile_index
+from service.catalog.service import register_tools
+from service.cluster.runtime import start_cluster, stop_cluster
 from service.cluster.servers import start_server_following, stop_server_following
-from service.cluster.state import start_cluster, stop_cluster
 from service.errors import install_error_handlers
+from service.execution import routes as execute
+from service.execution import runtime as gateway
+from service.policy import key_routes as keys
+from service.policy import routes as approvals
+from service.policy import service as policy
 from service.resources import build_resources, close_resources, start_resources
+from service.search import routes as search
+from service.search.service import start_search
 from service.settings import Settings
+from service.upstream import routes as servers
+from service.usage import learning
+from service.usage import routes as analytics
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +45,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await start_resources(resources, index)
+        await start_search(resources)
         report = await reconcile_index(resources)
         logger.info("index reconciled with the catalog: %s", report.as_dict())
         if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):

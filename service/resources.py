@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,12 +14,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from indexer.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
 from indexer.index.base import VectorIndex
 from indexer.lexical import Bm25Encoder
-from service.cluster.state import Cluster, build_cluster
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
 from service.settings import Settings
 
 if TYPE_CHECKING:
-    from service.retrieval import Retriever
+    # Types only: the domains build these objects and attach them; this module imports none of them.
+    from service.catalog.events import EventHub
+    from service.cluster.state import Cluster
+    from service.execution.runtime import Gateway
+    from service.policy.keys import KeyResolver
+    from service.policy.service import PolicyState
+    from service.search.retrieval import Boosts, Retriever
+    from service.usage.learning import LearningState
 
 logger = logging.getLogger(__name__)
 
@@ -30,16 +37,23 @@ class Resources:
     settings: Settings
     embedder: CachedEmbedder
     encoder: Bm25Encoder
-    cluster: Cluster
     engine: AsyncEngine | None = None
     sessionmaker: async_sessionmaker[AsyncSession] | None = None
     index: VectorIndex | None = None
-    retriever: Retriever | None = None
+    retriever: Retriever | None = None  # search.service.start_search
     # Writes to the index and the catalog are serialised: sync diffs must not interleave.
     index_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # CPU-bound embedding runs in worker threads, bounded so queries don't starve each other.
     cpu_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
-    extras: dict[str, Any] = field(default_factory=dict)
+    # Built by their domains on first use or at start-up (each module's accessor says when).
+    policy: PolicyState | None = None  # policy.service.policy_state
+    keys: KeyResolver | None = None  # policy.keys.key_resolver
+    events: EventHub | None = None  # catalog.events.event_hub
+    learning: LearningState | None = None  # usage.learning.learning_state
+    boosts: Boosts | None = None  # usage.learning.start_learning: the priors the retriever applies
+    gateway: Gateway | None = None  # execution.runtime.start_gateway
+    cluster: Cluster | None = None  # cluster.state.cluster_state: replica id, Redis bus, writer locks, follower
+    progress: Callable[[int, int], None] | None = None  # the CLI's progress bar while indexing
 
     def session(self) -> AsyncSession:
         """A new SQL session (the caller commits)."""
@@ -64,15 +78,12 @@ def build_resources(settings: Settings, embedder: Embedder | None = None) -> Res
         settings=settings,
         embedder=CachedEmbedder(inner, settings.embedding.cache_size),
         encoder=Bm25Encoder(),
-        cluster=build_cluster(settings),
     )
 
 
 async def start_resources(resources: Resources, index: VectorIndex | None = None) -> None:
-    """Migrate and connect the database, open the index, load the catalog into the retriever."""
+    """Migrate and connect the database, open the index (search.service.start_search loads the retriever)."""
     from indexer.index.factory import open_index
-    from service.cluster.changes import last_seq
-    from service.retrieval import Retriever
 
     settings = resources.settings
     await anyio.to_thread.run_sync(upgrade_database, settings.database_url)
@@ -92,11 +103,6 @@ async def start_resources(resources: Resources, index: VectorIndex | None = None
             )
         )
     resources.index = index
-    resources.retriever = Retriever(resources)
-    async with resources.session() as session:
-        # Read before the names: a change committed while they load is followed again (harmlessly).
-        resources.cluster.start_seq = await last_seq(session)
-        await resources.retriever.load_names(session)
 
 
 async def close_resources(resources: Resources) -> None:

@@ -16,6 +16,9 @@ DENSE_FIELDS = ("name", "description", "params")
 LEXICAL_FIELD = "lexical"
 Signal = Literal["name", "description", "params", "lexical"]
 POINT_NAMESPACE = uuid.UUID("6f1c3f5e-2b7d-4d8e-9a55-7001500c7001")
+KEYWORD_FIELDS = ("server", "tags", "qualified_name")  # payload fields with a keyword index
+# One keyword condition of a filter: the payload field must match any of these values.
+AnyOf = tuple[str, list[str]]
 
 
 def point_id(qualified_name: str) -> str:
@@ -73,7 +76,7 @@ class Hit:
 class VectorIndex(Protocol):
     """Operations the sync pipeline and the search use.
 
-    Every adapter passes tests/integration/test_index_contract.py."""
+    Every adapter passes tests/indexer/test_index_contract.py."""
 
     dimension: int
 
@@ -103,3 +106,24 @@ class VectorIndex(Protocol):
 
     def close(self) -> None:
         """Flush and release the store."""
+
+
+def filter_terms(where: SearchFilter) -> tuple[list[AnyOf], list[AnyOf]]:
+    """The keyword conditions of a filter, for every adapter to build its own: (must, must not)."""
+    must: list[AnyOf] = []
+    if where.servers:
+        must.append(("server", list(where.servers)))
+    if where.tags:
+        must.append(("tags", list(where.tags)))
+    must_not: list[AnyOf] = []
+    if where.allowed is not None:  # denied folded into allowed: one condition instead of two
+        must.append(("qualified_name", sorted(where.allowed - where.denied)))
+    elif where.denied:
+        must_not.append(("qualified_name", sorted(where.denied)))
+    return must, must_not
+
+
+def hit_of(score: float, payload: dict[str, Any] | None) -> Hit:
+    """A search hit from a point's score and (partial) payload, which always holds the qualified name."""
+    data = dict(payload or {})
+    return Hit(data["qualified_name"], float(score), data)

@@ -14,16 +14,18 @@ import qdrant_edge as qe
 
 from indexer.index.base import (
     DENSE_FIELDS,
+    KEYWORD_FIELDS,
     LEXICAL_FIELD,
     Hit,
     IndexBackendError,
     IndexPoint,
     SearchFilter,
     SignalQuery,
+    filter_terms,
+    hit_of,
     point_id,
 )
 
-KEYWORD_FIELDS = ("server", "tags", "qualified_name")
 _SCROLL_PAGE = 1000
 _EXACT = qe.SearchParams(exact=True)
 
@@ -137,7 +139,7 @@ class EdgeIndex:
         ]
         with _backend("search"):
             results = self._shard.query_batch(qe.QueryBatchRequest(requests))
-        return [[_hit(p.score, p.payload) for p in points] for points in results]
+        return [[hit_of(p.score, p.payload) for p in points] for points in results]
 
     def count(self) -> int:
         """Number of points."""
@@ -169,23 +171,11 @@ def _query(query: SignalQuery) -> qe.Query:
 
 
 def _filter(where: SearchFilter) -> qe.Filter | None:
-    must: list[Any] = []
-    if where.servers:
-        must.append(qe.FieldCondition("server", match=qe.MatchAny(list(where.servers))))
-    if where.tags:
-        must.append(qe.FieldCondition("tags", match=qe.MatchAny(list(where.tags))))
-    must_not: list[Any] = []
-    if where.allowed is not None:  # denied folded into allowed: one condition instead of two
-        must.append(
-            qe.FieldCondition("qualified_name", match=qe.MatchAny(sorted(where.allowed - where.denied)))
-        )
-    elif where.denied:
-        must_not.append(qe.FieldCondition("qualified_name", match=qe.MatchAny(sorted(where.denied))))
+    must, must_not = filter_terms(where)
     if not must and not must_not:
         return None
-    return qe.Filter(must=must or None, must_not=must_not or None)
 
+    def any_of(field: str, values: list[str]) -> qe.FieldCondition:
+        return qe.FieldCondition(field, match=qe.MatchAny(values))
 
-def _hit(score: float, payload: dict[str, Any] | None) -> Hit:
-    data = dict(payload or {})
-    return Hit(data["qualified_name"], float(score), data)
+    return qe.Filter(must=[any_of(*t) for t in must] or None, must_not=[any_of(*t) for t in must_not] or None)

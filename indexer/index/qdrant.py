@@ -19,18 +19,20 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from indexer.index.base import (
     DENSE_FIELDS,
+    KEYWORD_FIELDS,
     LEXICAL_FIELD,
     Hit,
     IndexBackendError,
     IndexPoint,
     SearchFilter,
     SignalQuery,
+    filter_terms,
+    hit_of,
     point_id,
 )
 
 logger = logging.getLogger(__name__)
 
-KEYWORD_FIELDS = ("server", "tags", "qualified_name")
 MEMORY = ":memory:"
 _UPSERT_BATCH = 256
 _SCROLL_PAGE = 1000
@@ -254,7 +256,7 @@ class QdrantIndex:
             for q in queries
         ]
         responses = self._call("search", lambda: self._client.query_batch_points(self.collection, requests=requests))
-        return [[_hit(p.score, p.payload) for p in response.points] for response in responses]
+        return [[hit_of(p.score, p.payload) for p in response.points] for response in responses]
 
     def fused_search(
         self,
@@ -290,7 +292,7 @@ class QdrantIndex:
                 models.QueryRequest(prefetch=prefetch, query=fusion, limit=limit, with_payload=["qualified_name"])
             )
         responses = self._call("search", lambda: self._client.query_batch_points(self.collection, requests=requests))
-        return [[_hit(p.score, p.payload) for p in response.points] for response in responses]
+        return [[hit_of(p.score, p.payload) for p in response.points] for response in responses]
 
     def count(self) -> int:
         """Number of points."""
@@ -313,22 +315,11 @@ def _query(query: SignalQuery) -> list[float] | models.SparseVector:
 
 
 def _filter(where: SearchFilter) -> models.Filter | None:
-    must: list[models.Condition] = []
-    if where.servers:
-        must.append(models.FieldCondition(key="server", match=models.MatchAny(any=list(where.servers))))
-    if where.tags:
-        must.append(models.FieldCondition(key="tags", match=models.MatchAny(any=list(where.tags))))
-    must_not: list[models.Condition] = []
-    if where.allowed is not None:  # denied folded into allowed: one condition instead of two
-        allowed = sorted(where.allowed - where.denied)
-        must.append(models.FieldCondition(key="qualified_name", match=models.MatchAny(any=allowed)))
-    elif where.denied:
-        must_not.append(models.FieldCondition(key="qualified_name", match=models.MatchAny(any=sorted(where.denied))))
+    must, must_not = filter_terms(where)
     if not must and not must_not:
         return None
-    return models.Filter(must=must or None, must_not=must_not or None)
 
+    def any_of(field: str, values: list[str]) -> models.Condition:
+        return models.FieldCondition(key=field, match=models.MatchAny(any=values))
 
-def _hit(score: float, payload: dict[str, Any] | None) -> Hit:
-    data = dict(payload or {})
-    return Hit(data["qualified_name"], float(score), data)
+    return models.Filter(must=[any_of(*t) for t in must] or None, must_not=[any_of(*t) for t in must_not] or None)

@@ -26,14 +26,14 @@ from typing import Any
 import psycopg
 from sqlalchemy import func, select
 
-from service import analytics
-from service.analytics import Scope
 from service.cli.database import print_table, with_database
 from service.db.engine import upgrade_database
 from service.db.models import Execution, usage_daily, usage_hourly
-from service.learning import refresh_stats
 from service.resources import Resources
 from service.settings import Settings
+from service.usage import analytics
+from service.usage.analytics import Scope
+from service.usage.learning import refresh_stats
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DATABASE = "toolscout_bench_analytics"

@@ -31,14 +31,15 @@ from typing import Any
 from sqlalchemy import insert
 
 from indexer.index.base import SearchFilter
-from service.catalog import register_tools
-from service.catalog_files import CatalogFile, load_catalog_file
+from service.catalog.files import CatalogFile, load_catalog_file
+from service.catalog.service import register_tools
 from service.cli.database import print_table
 from service.db.models import Execution
-from service.evaluation import Query, load_queries, query_metrics
-from service.learning import boosts_for, learning_state, refresh_stats
 from service.resources import Resources, build_resources, close_resources, start_resources
+from service.search.evaluation import Query, load_queries, query_metrics
+from service.search.service import start_search
 from service.settings import Settings
+from service.usage.learning import boosts_for, learning_state, refresh_stats
 
 EVAL = Path(__file__).resolve().parents[2].parent / "shared" / "eval"
 DEPTH = 100
@@ -160,6 +161,7 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
         settings.learning.refresh_lag_seconds = 0.0
         resources = build_resources(settings)
         await start_resources(resources)
+        await start_search(resources)
         try:
             started = time.perf_counter()
             await register_tools(resources, catalog.tools)

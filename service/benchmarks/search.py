@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import resource
 import socket
 import tempfile
@@ -16,9 +15,10 @@ from typing import Any
 
 import httpx
 
-from service.catalog_files import demo_catalog, load_catalog_file
+from service.catalog.files import demo_catalog, load_catalog_file
 from service.http_transport import nodelay_transport
 from service.settings import Settings
+from service.usage.rollups import percentile
 
 DEFAULT_SOURCE = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "sealtools" / "catalog.jsonl"
 DEFAULT_QUERIES = DEFAULT_SOURCE.with_name("queries.jsonl")
@@ -69,11 +69,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else 0.0
 
 
 def _peak_rss_mb() -> float:
@@ -127,8 +122,8 @@ def _measure_size(size: int, source: list[dict[str, Any]], queries: list[str], s
         "index_seconds": round(index_seconds, 2),
         "index_tools_per_s": round(size / index_seconds, 1),
         "reindex_unchanged_seconds": round(reindex_seconds, 3),
-        "search_ms": {"p50": round(_percentile(in_process, 0.5), 2), "p99": round(_percentile(in_process, 0.99), 2)},
-        "http_search_ms": {"p50": round(_percentile(over_http, 0.5), 2), "p99": round(_percentile(over_http, 0.99), 2)},
+        "search_ms": {"p50": round(percentile(in_process, 0.5), 2), "p99": round(percentile(in_process, 0.99), 2)},
+        "http_search_ms": {"p50": round(percentile(over_http, 0.5), 2), "p99": round(percentile(over_http, 0.99), 2)},
         "searches": len(over_http),
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }

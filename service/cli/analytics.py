@@ -14,12 +14,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service import analytics
-from service.analytics import Scope
 from service.cli.database import print_table, with_database
-from service.learning import refresh_stats
+from service.db.models import as_utc
 from service.resources import Resources
 from service.settings import Settings
+from service.usage import analytics
+from service.usage.analytics import Scope
+from service.usage.learning import refresh_stats
 
 
 def _common(parser: argparse.ArgumentParser, window: bool = True) -> None:
@@ -69,13 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     never.set_defaults(func=cmd_never_found)
 
 
-def _utc(moment: datetime | None) -> datetime | None:
-    return moment if moment is None or moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _scope(args: argparse.Namespace) -> Scope:
-    since = _utc(args.since) or datetime.now(UTC) - timedelta(days=args.days)
-    return Scope(since=since, until=_utc(args.until), caller=args.caller)
+    since = as_utc(args.since) or datetime.now(UTC) - timedelta(days=args.days)
+    return Scope(since=since, until=as_utc(args.until), caller=args.caller)
 
 
 def _run(query: Callable[[AsyncSession], Awaitable[Any]]) -> Any:
@@ -151,6 +148,6 @@ def cmd_unanswered(args: argparse.Namespace) -> int:
 
 
 def cmd_never_found(args: argparse.Namespace) -> int:
-    scope = Scope(since=_utc(args.since))
+    scope = Scope(since=as_utc(args.since))
     rows = _run(lambda s: analytics.never_found(s, scope, limit=args.limit))
     return _emit(args, rows, rows, ["tool", "server", "calls", "first_seen_at", "last_returned_at"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from service.catalog_files import load_catalog_file
+from service.catalog.files import load_catalog_file
 from service.errors import ToolscoutError
 from service.http_transport import nodelay_transport
 from service.settings import Settings
@@ -90,11 +90,13 @@ def _fail(error: ToolscoutError | dict[str, Any]) -> int:
 
 async def _direct(fn: Any) -> Any:
     """Run fn(resources) against the local data folder with the service's own start-up and shutdown."""
-    from service.catalog import reconcile_index
+    from service.catalog.reconcile import reconcile_index
     from service.resources import build_resources, close_resources, start_resources
+    from service.search.service import start_search
 
     resources = build_resources(Settings())
     await start_resources(resources)
+    await start_search(resources)
     try:
         await reconcile_index(resources)
         return await fn(resources)
@@ -130,10 +132,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         if response.status_code >= 400:
             return _fail(body)
     else:
-        from service import catalog
+        from service.catalog import service as catalog
 
         async def run(resources: Any) -> dict[str, Any]:
-            resources.extras["progress"] = _Progress()
+            resources.progress = _Progress()
             report = await catalog.register_tools(resources, tools)
             return report.as_dict()
 
@@ -166,8 +168,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         if response.status_code >= 400:
             return _fail(body)
     else:
-        from service.auth import OPEN_CALLER
-        from service.search import result_view, search_tools
+        from service.policy.callers import OPEN_CALLER
+        from service.search.service import result_view, search_tools
 
         async def run(resources: Any) -> dict[str, Any]:
             search_id, outcome = await search_tools(
@@ -188,7 +190,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from service.evaluation import evaluate
+    from service.search.evaluation import evaluate
 
     try:
         result = asyncio.run(evaluate(args.catalog, args.queries, max_queries=args.max_queries, seed=args.seed))

@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from service.http_transport import async_nodelay_transport
+from service.usage.rollups import percentile
 
 TOOL = "time__get_current_time"
 ARGUMENTS = {"timezone": "UTC"}
@@ -51,14 +52,6 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
     execute.add_argument("--no-http", action="store_true", help="skip the uvicorn child process")
     execute.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     execute.set_defaults(func=cmd_bench_execute)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def summary(samples_ms: list[float]) -> dict[str, float]:
@@ -150,11 +143,11 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     from mcp import Client, StdioServerParameters
 
     from indexer.embedding import HashingEmbedder
-    from service.auth import OPEN_CALLER
-    from service.demo_servers import PYTHON_DEMO, default_toolchain_dir, ensure_python_packages
-    from service.gateway import get_gateway
+    from service.execution.runtime import get_gateway
     from service.main import create_app
+    from service.policy.callers import OPEN_CALLER
     from service.settings import ExecutionSettings, PolicySettings, Settings
+    from service.upstream.demo import PYTHON_DEMO, default_toolchain_dir, ensure_python_packages
 
     python = await ensure_python_packages(
         default_toolchain_dir(), [p for p, _ in PYTHON_DEMO.values()], [m for _, m in PYTHON_DEMO.values()]

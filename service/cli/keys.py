@@ -10,9 +10,9 @@ import asyncio
 import json
 import sys
 
-from service import auth
 from service.cli.database import print_table, with_database
 from service.errors import NotFound
+from service.policy import keys as auth
 from service.resources import Resources
 from service.settings import Settings
 

@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 async def _install(settings: Settings, node: bool) -> dict[str, str]:
-    from service.demo_servers import (
+    from service.upstream.demo import (
         NODE_DEMO,
         PYTHON_DEMO,
         ensure_node_packages,

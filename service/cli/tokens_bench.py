@@ -54,7 +54,7 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
 
 
 def cmd_tokens(args: argparse.Namespace) -> int:
-    from service.mcp.bench import dumps, live_timings, load_catalog, markdown_table, token_report
+    from service.benchmarks.tokens import dumps, live_timings, load_catalog, markdown_table, token_report
     from service.mcp.profiles import load_profiles
 
     settings = Settings()

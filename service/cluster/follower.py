@@ -16,8 +16,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+from service.catalog.events import publish_tools_changed
+from service.catalog.reconcile import catalog_differences, follow_tools
 from service.cluster.changes import SERVER_ADDED, SERVER_REMOVED, changes_after
+from service.cluster.state import cluster_state
 from service.db.models import CatalogChange
+from service.policy.service import refresh_catalog
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -63,7 +67,7 @@ class CatalogFollower:
                 await task
 
     def _poll_seconds(self) -> float:
-        bus = self.resources.cluster.bus
+        bus = cluster_state(self.resources).bus
         return self.settings.poll_seconds if bus is not None and bus.healthy else self.settings.fallback_poll_seconds
 
     async def _run(self) -> None:
@@ -92,7 +96,7 @@ class CatalogFollower:
         async with self.resources.session() as session:
             rows = list(await changes_after(session, self.watermark))
         new = [row for row in rows if row.seq not in self._done]
-        foreign = [row for row in new if row.origin != self.resources.cluster.replica_id]
+        foreign = [row for row in new if row.origin != cluster_state(self.resources).replica_id]
         if foreign:
             await self._apply(foreign)
         self._done.update(row.seq for row in new)
@@ -112,8 +116,6 @@ class CatalogFollower:
             self.watermark = following
 
     async def _apply(self, rows: Sequence[CatalogChange]) -> None:
-        from service.catalog import follow_tools  # the catalog builds on the cluster state: import at use
-
         resources = self.resources
         names = sorted({name for row in rows for name in row.names})
         for row in rows:
@@ -132,9 +134,6 @@ class CatalogFollower:
         logger.info("followed %d catalog changes of other replicas (%d tools)", len(rows), len(names))
 
     async def _changed(self, servers: set[str]) -> None:
-        from service.events import publish_tools_changed
-        from service.policy import refresh_catalog
-
         await refresh_catalog(self.resources)
         for server in sorted(servers):
             for hook in self.on_tools_changed:
@@ -143,8 +142,6 @@ class CatalogFollower:
 
     async def full_catch_up(self) -> None:
         """Compare the whole catalog with this replica's directory and index; fix what differs."""
-        from service.catalog import catalog_differences, follow_tools
-
         names = await catalog_differences(self.resources)
         if names:
             logger.info("catalog catch-up: %d tools differed from the catalog of record", len(names))

@@ -1,20 +1,17 @@
 """Token buckets in Redis, shared by every replica: one Lua script takes tokens atomically.
 
-Same interface as the in-process `TokenBucketLimiter` (`enabled`, `rate`, `acquire_async`); while Redis is
-unreachable the local bucket of this replica answers instead (limits per replica: fail safe, never open)."""
+It implements policy's `RateLimiter` protocol, like the in-process `TokenBucketLimiter`; cluster/runtime.py
+installs it in the key resolver. While Redis is unreachable the local bucket of this replica answers instead
+(limits per replica: fail safe, never open)."""
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from service.cluster.bus import ClusterBus
-from service.ratelimit import TokenBucketLimiter
-
-if TYPE_CHECKING:
-    from service.resources import Resources
+from service.policy.ratelimit import TokenBucketLimiter
 
 # KEYS[1] bucket; ARGV rate per second, burst, cost. Redis' own clock, so replicas' clocks do not matter.
 # Returns the seconds to wait as a string (a Lua number would be truncated to an integer reply).
@@ -58,10 +55,6 @@ class RedisTokenBucketLimiter:
     def enabled(self) -> bool:
         return self.local.enabled
 
-    def acquire(self, key: str, cost: float = 1.0) -> float:
-        """The local bucket (for synchronous callers; requests use acquire_async)."""
-        return self.local.acquire(key, cost)
-
     async def acquire_async(self, key: str, cost: float = 1.0) -> float:
         """Take `cost` tokens from the key's shared bucket: 0.0 when granted, else the seconds until it would be."""
         if not self.enabled:
@@ -74,12 +67,3 @@ class RedisTokenBucketLimiter:
             self.bus.mark_down(exc)
             return self.local.acquire(key, cost)
         return max(0.0, float(wait))
-
-
-def build_limiter(resources: Resources) -> TokenBucketLimiter | RedisTokenBucketLimiter:
-    """The shared limiter with a Redis bus, the in-process one otherwise."""
-    policy = resources.settings.policy
-    bus = resources.cluster.bus
-    if bus is None:
-        return TokenBucketLimiter(policy.rate_limit_per_minute, policy.rate_limit_burst)
-    return RedisTokenBucketLimiter(bus, policy.rate_limit_per_minute, policy.rate_limit_burst)

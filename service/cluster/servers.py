@@ -11,10 +11,12 @@ import time
 from pydantic import ValidationError
 from sqlalchemy import select
 
+from service.cluster.state import cluster_state
 from service.db.models import Server
-from service.gateway import LIVE_TRANSPORTS, Gateway, get_gateway
+from service.execution.runtime import Gateway, get_gateway
 from service.resources import Resources
-from service.servers_config import ServerSpec
+from service.upstream.config import ServerSpec
+from service.upstream.service import LIVE_TRANSPORTS
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ async def stop_removed(gateway: Gateway, server_id: str) -> None:
         logger.info("server %s was removed on another replica: stopping it", server_id)
         await gateway.pool.remove(server_id)
     gateway.executor.tools.invalidate_server(server_id)
-    writers = gateway.resources.cluster.writers
+    writers = cluster_state(gateway.resources).writers
     if writers is not None:
         await writers.release(server_id)
 
@@ -63,13 +65,13 @@ async def compare_servers(gateway: Gateway) -> None:
         if (row.config or {}).get("source") == "api" and server_id not in gateway.pool:
             await connect_added(gateway, server_id)
     for connection in gateway.pool.connections():
-        if connection.spec.source == "api" and connection.id not in rows and connection.id not in gateway.adding:
+        if connection.spec.source == "api" and connection.id not in rows and connection.id not in gateway.pool.adding:
             await stop_removed(gateway, connection.id)
 
 
 async def claim_orphans(gateway: Gateway) -> None:
     """Become the writer of the servers nobody writes (their writer stopped) and sync their tools now."""
-    writers = gateway.resources.cluster.writers
+    writers = cluster_state(gateway.resources).writers
     if writers is None or not writers.shared:
         return
     held = writers.held
@@ -86,7 +88,7 @@ def _log_refresh(task: asyncio.Task[object]) -> None:
 
 async def start_server_following(resources: Resources) -> None:
     """Start-up hook (after the gateway): connect the follower's server hooks."""
-    follower = resources.cluster.follower
+    follower = cluster_state(resources).follower
     if follower is None:
         return
     gateway = get_gateway(resources)
@@ -120,5 +122,5 @@ async def start_server_following(resources: Resources) -> None:
 
 async def stop_server_following(resources: Resources) -> None:
     """Shutdown hook (runs before the gateway stops): the follower calls no gateway hook any more."""
-    if resources.cluster.follower is not None:
-        await resources.cluster.follower.close()
+    if cluster_state(resources).follower is not None:
+        await cluster_state(resources).follower.close()

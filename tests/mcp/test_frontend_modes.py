@@ -7,8 +7,8 @@ import json
 import httpx
 import mcp.types as types
 
+from service.benchmarks.tokens import list_tokens
 from service.mcp import MODES, render
-from service.mcp.bench import list_tokens
 from service.settings import Settings
 from tests.mcp.conftest import catalog_tools, client_of, frontend_of, register, text_of
 

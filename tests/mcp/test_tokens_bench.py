@@ -10,8 +10,8 @@ import anyio
 import pytest
 from fastapi import FastAPI
 
+from service.benchmarks.tokens import list_tokens, load_catalog
 from service.cli import main
-from service.mcp.bench import list_tokens, load_catalog
 from tests.mcp.conftest import CATALOGS, toolscout_command
 
 PROFILES = CATALOGS / "profiles.yaml"

@@ -1,1 +1,0 @@
-"""Thin routers: parse, call a service function, shape the response."""

@@ -1,0 +1,82 @@
+"""In-process pub/sub of catalog events, served to MCP front ends as Server-Sent Events by GET /events.
+
+Publishers (the upstream pool after a `tools/list_changed` re-sync, registrations and deletions) call
+`publish_tools_changed(resources, server_id)`; every subscriber gets every event published while it is
+subscribed. A subscriber that stops reading loses its subscription at `buffer` pending events (its stream
+ends; front ends reconnect and refetch), so a stuck client never holds memory or blocks a publisher.
+With several API replicas this moves to a shared broker, like the rest of the per-session state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+if TYPE_CHECKING:
+    from service.resources import Resources
+
+logger = logging.getLogger(__name__)
+
+TOOLS_CHANGED = "tools_changed"
+
+
+@dataclass(frozen=True)
+class CatalogEvent:
+    """One event: its SSE name and JSON data."""
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class EventHub:
+    """Fan-out of catalog events to the current subscribers."""
+
+    def __init__(self, buffer: int = 256) -> None:
+        self.buffer = buffer
+        self._subscribers: set[MemoryObjectSendStream[CatalogEvent]] = set()
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def publish(self, event: CatalogEvent) -> None:
+        """Deliver to every subscriber without waiting; a full subscriber is dropped."""
+        for stream in list(self._subscribers):
+            try:
+                stream.send_nowait(event)
+            except anyio.WouldBlock:
+                logger.warning("an event subscriber fell %d events behind; ending its stream", self.buffer)
+                self._subscribers.discard(stream)
+                stream.close()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._subscribers.discard(stream)
+
+    @asynccontextmanager
+    async def subscribe(self) -> AsyncIterator[MemoryObjectReceiveStream[CatalogEvent]]:
+        """Receive the events published until the block exits."""
+        send, receive = anyio.create_memory_object_stream[CatalogEvent](self.buffer)
+        self._subscribers.add(send)
+        try:
+            yield receive
+        finally:
+            self._subscribers.discard(send)
+            send.close()
+            receive.close()
+
+
+def event_hub(resources: Resources) -> EventHub:
+    """The app's hub, created on first use."""
+    if resources.events is None:
+        resources.events = EventHub()
+    return resources.events
+
+
+def publish_tools_changed(resources: Resources, server_id: str | None) -> None:
+    """The tools of a server changed (None: the catalog changed in ways not tied to one server)."""
+    event_hub(resources).publish(CatalogEvent(TOOLS_CHANGED, {"server": server_id}))

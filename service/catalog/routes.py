@@ -1,0 +1,72 @@
+"""The catalog over HTTP: list, get, register (batch) and delete tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Response
+from pydantic import BaseModel, Field
+
+from service.catalog import service as catalog
+from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
+from service.errors import InvalidTool
+
+router = APIRouter(tags=["tools"])
+
+
+class RegisterRequest(BaseModel):
+    """A batch of tools; each names its server or takes the batch's `server`."""
+
+    server: str | None = Field(default=None, description="Default server for tools that name none")
+    tools: list[Any] = Field(description="Tool definitions: server, name, description, input_schema, annotations, tags")
+
+
+class RegisterResponse(BaseModel):
+    created: int
+    updated: int
+    unchanged: int
+    removed: int
+    tools: list[str]
+    errors: list[dict[str, Any]]
+
+
+@router.get("/tools")
+async def get_tools(
+    session: SessionDep, resources: ResourcesDep, caller: CallerDep,
+    server: str | None = None, tag: str | None = None,
+    limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    """Active tools the caller may use, a page at a time."""
+    rows, total = await catalog.list_visible_tools(
+        session, resources, caller, server=server, tag=tag, limit=limit, offset=offset
+    )
+    return {"tools": [catalog.tool_view(r) for r in rows], "total": total, "limit": limit, "offset": offset}
+
+
+@router.get("/tools/{name}")
+async def get_tool(name: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
+    """One tool by qualified name."""
+    return catalog.tool_view(await catalog.find_visible_tool(session, resources, caller, name))
+
+
+@router.post("/tools", response_model=RegisterResponse)
+async def register(request: RegisterRequest, resources: ResourcesDep, caller: ToolsAdminDep) -> dict[str, Any]:
+    """Register or update a batch; bad tools are reported one by one and do not stop the others.
+
+    When every tool of the batch is refused the answer is a 422 problem listing each one."""
+    report = await catalog.register_tools(resources, request.tools, request.server)
+    body = report.as_dict()
+    if report.errors and not body["tools"]:
+        first = report.errors[0]
+        raise InvalidTool(
+            f"No tool of the batch was accepted; first problem: tool {first.tool!r}, {first.field}: {first.reason}",
+            errors=body["errors"],
+        )
+    return body
+
+
+@router.delete("/tools/{name}", status_code=204)
+async def delete(name: str, resources: ResourcesDep, caller: ToolsAdminDep) -> Response:
+    """Remove a tool from the catalog and the index."""
+    await catalog.delete_tool(resources, name)
+    return Response(status_code=204)

@@ -1,0 +1,329 @@
+"""The catalog of record: register, list, find and remove tools; keep the vector index in step with SQL.
+
+SQL is written first and committed, then the index is synced; start-up reconciles the two, so a crash in
+between loses nothing."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from indexer.documents import content_hash
+from indexer.pipeline import DenseVectors, SyncReport, index_tools
+from indexer.tools import ToolDefinition, ToolProblem, normalize_server_id, validate_batch
+from service.catalog.events import publish_tools_changed
+from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
+from service.cluster.state import announce, cluster_state
+from service.cluster.vectors import embedder_id, save_vectors, vectors_for
+from service.db.models import Server, Tool, utcnow
+from service.errors import NotFound
+from service.policy.callers import Caller
+from service.policy.service import visible_names
+from service.resources import Resources
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RegisterReport:
+    """Counts of a registration batch and the problems of the tools that were refused."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    errors: list[ToolProblem] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "created": len(self.created),
+            "updated": len(self.updated),
+            "unchanged": len(self.unchanged),
+            "removed": len(self.removed),
+            "tools": self.created + self.updated + self.unchanged,
+            "errors": [e.as_dict() for e in self.errors],
+        }
+
+
+def to_definition(row: Tool) -> ToolDefinition:
+    """The tool model of a catalog row."""
+    return ToolDefinition(
+        server=row.server_id, name=row.name, description=row.description, input_schema=row.input_schema,
+        annotations=row.annotations, tags=tuple(row.tags or ()),
+    )
+
+
+def tool_view(row: Tool) -> dict[str, Any]:
+    """The public shape of a tool (REST and MCP)."""
+    return {
+        "name": row.qualified_name,
+        "server": row.server_id,
+        "tool": row.name,
+        "description": row.description,
+        "input_schema": row.input_schema,
+        "annotations": row.annotations,
+        "tags": list(row.tags or ()),
+        "deprecated": row.deprecated,
+    }
+
+
+async def ensure_server(
+    session: AsyncSession, server_id: str, transport: str = "catalog", config: dict[str, Any] | None = None
+) -> Server:
+    """The server row, created if needed."""
+    server = await session.get(Server, server_id)
+    if server is None:
+        server = Server(id=server_id, transport=transport, config=config or {})
+        session.add(server)
+        await session.flush()
+    elif config is not None:
+        server.transport, server.config = transport, config
+    return server
+
+
+async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport) -> None:
+    names = [t.qualified_name for t in tools]
+    existing = {
+        row.qualified_name: row
+        for row in (await session.scalars(select(Tool).where(Tool.qualified_name.in_(names)))).all()
+    } if names else {}
+    now = utcnow()
+    for server_id in {t.server for t in tools}:
+        await ensure_server(session, server_id)
+    for tool in tools:
+        digest = content_hash(tool)
+        row = existing.get(tool.qualified_name)
+        if row is None:
+            session.add(Tool(
+                qualified_name=tool.qualified_name, server_id=tool.server, name=tool.name,
+                description=tool.description, input_schema=tool.input_schema, annotations=tool.annotations,
+                tags=list(tool.tags), content_hash=digest, first_seen_at=now, last_seen_at=now,
+            ))
+            report.created.append(tool.qualified_name)
+        elif row.content_hash != digest or row.deprecated:
+            row.server_id, row.name, row.description = tool.server, tool.name, tool.description
+            row.input_schema, row.annotations, row.tags = tool.input_schema, tool.annotations, list(tool.tags)
+            row.content_hash, row.deprecated, row.last_seen_at = digest, False, now
+            report.updated.append(tool.qualified_name)
+        else:
+            row.last_seen_at = now
+            report.unchanged.append(tool.qualified_name)
+
+
+def _server_ids(raw_tools: list[Any], default_server: str | None) -> list[Any]:
+    """Registrations may name servers freely; the catalog stores MCP-safe server ids."""
+    fixed = []
+    for raw in raw_tools:
+        if isinstance(raw, dict):
+            server = raw.get("server", default_server)
+            if isinstance(server, str) and server.strip():
+                raw = {**raw, "server": normalize_server_id(server)}
+        fixed.append(raw)
+    return fixed
+
+
+async def register_tools(
+    resources: Resources, raw_tools: list[Any], default_server: str | None = None
+) -> RegisterReport:
+    """Validate a batch, write the good tools to SQL, index the new and changed ones."""
+    default_id = normalize_server_id(default_server) if default_server else None
+    batch = validate_batch(_server_ids(raw_tools, default_server), default_id)
+    report = RegisterReport(errors=list(batch.problems))
+    async with resources.index_lock:
+        vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
+        async with resources.session() as session:
+            await _upsert_rows(session, batch.tools, report)
+            await save_vectors(session, new, embedder_id(resources.embedder))
+            changed = set(report.created) | set(report.updated)
+            _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed])
+            await session.commit()
+        await index_definitions(resources, batch.tools, vectors)
+    for server in sorted({t.server for t in batch.tools if t.qualified_name in changed}):
+        publish_tools_changed(resources, server)  # MCP front ends re-list (GET /events)
+    if changed:
+        await announce(resources)
+    return report
+
+
+async def _changed_tools(resources: Resources, tools: list[ToolDefinition]) -> list[ToolDefinition]:
+    """The tools whose catalog row is missing, deprecated or of another content."""
+    names = [t.qualified_name for t in tools]
+    if not names:
+        return []
+    async with resources.session() as session:
+        rows = await session.execute(
+            select(Tool.qualified_name, Tool.content_hash).where(
+                Tool.qualified_name.in_(names), Tool.deprecated.is_(False)
+            )
+        )
+        current = dict(rows.tuples().all())
+    return [t for t in tools if current.get(t.qualified_name) != content_hash(t)]
+
+
+def _record_tools(resources: Resources, session: AsyncSession, tools: list[ToolDefinition], *extra: str) -> None:
+    """One change row per server, in the session's transaction (`extra`: names removed)."""
+    by_server: dict[str, set[str]] = {}
+    for tool in tools:
+        by_server.setdefault(tool.server, set()).add(tool.qualified_name)
+    for name in extra:
+        by_server.setdefault(name.split("__", 1)[0], set()).add(name)
+    for server, names in sorted(by_server.items()):
+        record_change(session, TOOLS, names, server=server, origin=cluster_state(resources).replica_id)
+
+
+async def index_definitions(
+    resources: Resources,
+    tools: list[ToolDefinition],
+    vectors: dict[str, DenseVectors] | None = None,
+    known_hashes: dict[str, str] | None = None,
+) -> SyncReport:
+    """Index these tools (embedding only those without `vectors`) and add them to the name directory."""
+    index = resources.index
+    assert index is not None and resources.retriever is not None
+    report: SyncReport = await resources.run_index(
+        # Catalog texts bypass the query cache: they would only evict the queries it is there for.
+        lambda: index_tools(
+            index,
+            resources.embedder.inner,
+            resources.encoder,
+            tools,
+            progress=resources.progress,
+            known_hashes=known_hashes,
+            stored=vectors,
+        )
+    )
+    for tool in tools:
+        resources.retriever.directory.add(tool.qualified_name, tool.name, tool.server, tool.tags)
+    return report
+
+
+async def sync_server_tools(
+    resources: Resources, server_id: str, raw_tools: list[Any], *, transport: str, config: dict[str, Any]
+) -> RegisterReport:
+    """Make the catalog hold exactly this server's listed tools: new and changed ones indexed, the ones that
+    disappeared marked deprecated and removed from the index."""
+    raw = [{**t, "server": server_id} for t in raw_tools if isinstance(t, dict)]
+    batch = validate_batch(raw, server_id)
+    report = RegisterReport(errors=list(batch.problems))
+    listed = {t.qualified_name for t in batch.tools}
+    async with resources.index_lock:
+        vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
+        async with resources.session() as session:
+            server = await ensure_server(session, server_id, transport, config)
+            await _upsert_rows(session, batch.tools, report)
+            gone = (await session.scalars(
+                select(Tool).where(Tool.server_id == server_id, Tool.deprecated.is_(False))
+            )).all()
+            for row in gone:
+                if row.qualified_name not in listed:
+                    row.deprecated = True
+                    report.removed.append(row.qualified_name)
+            server.last_sync_at = utcnow()
+            await save_vectors(session, new, embedder_id(resources.embedder))
+            changed = set(report.created) | set(report.updated)
+            if changed or report.removed:
+                _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed],
+                              *report.removed)
+            await session.commit()
+        await index_definitions(resources, batch.tools, vectors)
+        if report.removed:
+            await unindex(resources, report.removed)
+    if changed or report.removed:
+        await announce(resources)
+    return report
+
+
+async def unindex(resources: Resources, names: list[str]) -> None:
+    """Remove these tools from the index and the name directory."""
+    index = resources.index
+    assert index is not None and resources.retriever is not None
+    await resources.run_index(index.delete, names)
+    for name in names:
+        resources.retriever.directory.remove(name)
+
+
+async def find_tool(session: AsyncSession, name: str, resources: Resources | None = None) -> Tool:
+    """The active tool with this qualified name; NotFound names the closest ones."""
+    row = await session.get(Tool, name)
+    if row is not None and not row.deprecated:
+        return row
+    closest: list[str] = []
+    if resources is not None and resources.retriever is not None:
+        closest = resources.retriever.directory.closest(name)
+    hint = f"; closest: {', '.join(closest)}" if closest else ""
+    raise NotFound(f"No tool named {name!r}{hint}", tool=name, closest=closest)
+
+
+async def list_tools(
+    session: AsyncSession, *, server: str | None = None, tag: str | None = None, limit: int = 100, offset: int = 0,
+    allowed: frozenset[str] | None = None,
+) -> tuple[list[Tool], int]:
+    """A page of active tools, ordered by qualified name, and the total."""
+    query = select(Tool).where(Tool.deprecated.is_(False))
+    if server:
+        query = query.where(Tool.server_id == server)
+    if allowed is not None:
+        query = query.where(Tool.qualified_name.in_(sorted(allowed)))
+    rows = (await session.scalars(query.order_by(Tool.qualified_name))).all()
+    if tag:
+        rows = [r for r in rows if tag in (r.tags or [])]
+    return list(rows[offset : offset + limit]), len(rows)
+
+
+async def list_visible_tools(
+    session: AsyncSession, resources: Resources, caller: Caller, **page: Any
+) -> tuple[list[Tool], int]:
+    """A page of the active tools this caller may use (see list_tools for the page arguments)."""
+    return await list_tools(session, allowed=visible_names(resources, caller), **page)
+
+
+async def find_visible_tool(session: AsyncSession, resources: Resources, caller: Caller, name: str) -> Tool:
+    """The active tool with this name if the caller may use it; a hidden tool is not found, without hints."""
+    visible = visible_names(resources, caller)
+    if visible is not None and name not in visible:
+        raise NotFound(f"No tool named {name!r}", tool=name, closest=[])
+    return await find_tool(session, name, resources)
+
+
+async def delete_tool(resources: Resources, name: str) -> None:
+    """Remove a tool from the catalog and the index."""
+    async with resources.index_lock:
+        async with resources.session() as session:
+            row = await find_tool(session, name, resources)
+            server_id = row.server_id
+            await session.delete(row)
+            record_change(session, TOOLS, [name], server=server_id, origin=cluster_state(resources).replica_id)
+            await session.commit()
+        await unindex(resources, [name])
+    publish_tools_changed(resources, server_id)
+    await announce(resources)
+
+
+async def remove_server(resources: Resources, server_id: str) -> list[str]:
+    """Remove a server and its tools from the catalog and the index."""
+    async with resources.index_lock:
+        async with resources.session() as session:
+            server = await session.get(Server, server_id)
+            if server is None:
+                raise NotFound(f"No server named {server_id!r}", server=server_id)
+            names = list((await session.scalars(select(Tool.qualified_name).where(Tool.server_id == server_id))).all())
+            await session.execute(delete(Tool).where(Tool.server_id == server_id))
+            await session.delete(server)
+            record_change(session, SERVER_REMOVED, names, server=server_id, origin=cluster_state(resources).replica_id)
+            await session.commit()
+        await unindex(resources, names)
+    publish_tools_changed(resources, server_id)
+    await announce(resources)
+    return names
+
+
+async def count_tools(session: AsyncSession) -> dict[str, int]:
+    """Active tools per server."""
+    rows = await session.execute(
+        select(Tool.server_id, func.count()).where(Tool.deprecated.is_(False)).group_by(Tool.server_id)
+    )
+    return {server: count for server, count in rows}

@@ -1,0 +1,1 @@
+"""Execution: argument validation, the execute path, batch, execution log, stored results, /execute, /results."""

@@ -1,0 +1,363 @@
+"""Executing a tool: resolve -> policy -> validate -> upstream call (with timeout) -> shape -> log.
+
+Every call leaves exactly one row in the execution log, whatever happens, with one of these statuses:
+ok, tool_error (the tool ran and reported an error), invalid_arguments, not_found, denied, timeout,
+upstream_error, cancelled (the caller went away) and internal_error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+
+from service.catalog.service import find_tool
+from service.db.models import Tool, utcnow
+from service.errors import (
+    InvalidArguments,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    ToolscoutError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from service.execution.log import ExecutionLog
+from service.execution.results import ResultStore, count_tokens_async, measure, render_text
+from service.policy.approvals import arguments_digest
+from service.policy.callers import Caller
+from service.policy.service import authorize_call
+from service.resources import Resources
+from service.upstream.pool import UpstreamPool
+
+logger = logging.getLogger(__name__)
+
+MAX_REPORTED_ERRORS = 20
+_VALIDATOR_CACHE_SIZE = 4096
+
+
+def status_of(error: BaseException) -> str:
+    """The execution-log status of an error."""
+    if isinstance(error, InvalidArguments):
+        return "invalid_arguments"
+    if isinstance(error, NotFound):
+        return "not_found"
+    if isinstance(error, PermissionDenied | RateLimited):
+        return "denied"
+    if isinstance(error, UpstreamTimeout):
+        return "timeout"
+    if isinstance(error, UpstreamError):
+        return "upstream_error"
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    return "internal_error"
+
+
+def _pointer(parts: Sequence[Any]) -> str:
+    """An RFC 6901 JSON pointer ("" is the whole document)."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+class ArgumentValidator:
+    """Input-schema validation with compiled validators cached per tool version."""
+
+    def __init__(self) -> None:
+        self._cache: OrderedDict[tuple[str, str], Validator | None] = OrderedDict()
+
+    def _validator(self, tool: Tool) -> Validator | None:
+        key = (tool.qualified_name, tool.content_hash)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        schema = tool.input_schema or {}
+        validator: Validator | None = None
+        if schema:
+            cls = validator_for(schema, default=Draft202012Validator)
+            try:
+                cls.check_schema(schema)
+                validator = cls(schema)
+            except SchemaError:
+                logger.warning(
+                    "tool %s has an invalid input schema; arguments are not validated", tool.qualified_name
+                )
+        self._cache[key] = validator
+        while len(self._cache) > _VALIDATOR_CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return validator
+
+    def errors(self, tool: Tool, arguments: dict[str, Any]) -> list[dict[str, str]]:
+        """Each error as {pointer, reason, keyword}; a missing required property points at that property."""
+        validator = self._validator(tool)
+        if validator is None:
+            return []
+        found = []
+        for error in validator.iter_errors(arguments):
+            path = list(error.absolute_path)
+            if error.validator == "required" and isinstance(error.instance, dict):
+                missing = [
+                    p for p in error.validator_value if p not in error.instance and repr(p) in error.message
+                ]
+                path += missing[:1]
+            found.append(
+                {"pointer": _pointer(path), "reason": error.message, "keyword": str(error.validator)}
+            )
+        found.sort(key=lambda e: (e["pointer"], e["reason"]))
+        return found[:MAX_REPORTED_ERRORS]
+
+    def check(self, tool: Tool, arguments: dict[str, Any]) -> None:
+        """Raise InvalidArguments with every error's JSON pointer and reason."""
+        errors = self.errors(tool, arguments)
+        if errors:
+            summary = "; ".join(f"{e['pointer'] or '(root)'}: {e['reason']}" for e in errors[:5])
+            raise InvalidArguments(
+                f"Arguments do not match the input schema of {tool.qualified_name}: {summary}",
+                tool=tool.qualified_name,
+                errors=errors,
+            )
+
+
+class ToolCache:
+    """Recently resolved catalog rows, so the hot path makes no query. Syncs of upstream servers invalidate
+    their entries at once; the TTL bounds how long a change made through another path (the /tools API) can
+    go unseen."""
+
+    def __init__(self, ttl_seconds: float) -> None:
+        self.ttl_seconds = ttl_seconds
+        self._entries: dict[str, tuple[float, Tool]] = {}
+
+    def get(self, name: str) -> Tool | None:
+        entry = self._entries.get(name)
+        if entry is None:
+            return None
+        if time.monotonic() - entry[0] > self.ttl_seconds:
+            self._entries.pop(name, None)
+            return None
+        return entry[1]
+
+    def put(self, tool: Tool) -> Tool:
+        if self.ttl_seconds > 0:
+            self._entries[tool.qualified_name] = (time.monotonic(), tool)
+        return tool
+
+    def invalidate_server(self, server_id: str) -> None:
+        for name in [n for n, (_, tool) in self._entries.items() if tool.server_id == server_id]:
+            self._entries.pop(name, None)
+
+
+@dataclass
+class ExecutionResult:
+    """What /execute returns for a call that reached the tool."""
+
+    execution_id: str
+    name: str
+    server: str
+    status: str
+    content: list[dict[str, Any]]
+    structured_content: dict[str, Any] | None
+    is_error: bool
+    result_id: str | None
+    truncated: bool
+    total_tokens: int
+    returned_tokens: int
+    duration_ms: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "execution_id": self.execution_id,
+            "name": self.name,
+            "server": self.server,
+            "status": self.status,
+            "content": self.content,
+            "structured_content": self.structured_content,
+            "is_error": self.is_error,
+            "result_id": self.result_id,
+            "truncated": self.truncated,
+            "total_tokens": self.total_tokens,
+            "returned_tokens": self.returned_tokens,
+            "duration_ms": self.duration_ms,
+        }
+
+
+class Executor:
+    """Runs calls on the upstream pool and logs each one; counts calls in flight so shutdown drains them."""
+
+    def __init__(
+        self, resources: Resources, pool: UpstreamPool, log: ExecutionLog, results: ResultStore
+    ) -> None:
+        self.resources = resources
+        self.pool = pool
+        self.log = log
+        self.results = results
+        self.validator = ArgumentValidator()
+        self.tools = ToolCache(resources.settings.execution.tool_cache_seconds)
+        self.in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def execute(
+        self,
+        caller: Caller,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        search_id: str | None = None,
+        approval_id: str | None = None,
+    ) -> ExecutionResult:
+        """Run one call; raises the service's errors (each logged first)."""
+        arguments = arguments or {}
+        settings = self.resources.settings.execution
+        execution_id = str(uuid.uuid4())
+        started_at, started = utcnow(), time.perf_counter()
+        row: dict[str, Any] = {
+            "id": execution_id,
+            "caller": caller.id,
+            "tool": name,
+            "server_id": None,
+            "search_id": search_id,
+            "arguments_digest": arguments_digest(arguments),
+            "arguments": arguments if settings.log_raw_arguments else None,
+            "status": "internal_error",
+            "error_class": None,
+            "error_detail": None,
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "result_id": None,
+            "started_at": started_at,
+        }
+        self.in_flight += 1
+        self._idle.clear()
+        try:
+            result = await self._run(caller, name, arguments, approval_id, execution_id, row)
+            result.duration_ms = round((time.perf_counter() - started) * 1000, 3)
+            row.update(status=result.status, output_tokens=result.total_tokens, result_id=result.result_id)
+            return result
+        except ToolscoutError as exc:
+            row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=exc.detail[:2000])
+            exc.extensions.setdefault("execution_id", execution_id)
+            raise
+        except BaseException as exc:
+            row.update(
+                status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None
+            )
+            raise
+        finally:
+            row["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            row["finished_at"] = utcnow()
+            self.log.record(row)
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+
+    async def _run(
+        self,
+        caller: Caller,
+        name: str,
+        arguments: dict[str, Any],
+        approval_id: str | None,
+        execution_id: str,
+        row: dict[str, Any],
+    ) -> ExecutionResult:
+        # The session connects only if used: a cached tool and a policy decided in memory cost no query.
+        async with self.resources.session() as session:
+            tool = self.tools.get(name)
+            if tool is None:
+                tool = self.tools.put(await find_tool(session, name, self.resources))
+            row["server_id"] = tool.server_id
+            await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
+            if session.in_transaction():
+                await session.commit()
+        row["input_tokens"] = await count_tokens_async(
+            json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        )
+        self.validator.check(tool, arguments)
+        connection = self.pool.get(tool.server_id)
+        if connection is None:
+            raise UpstreamError(
+                f"{tool.qualified_name} belongs to {tool.server_id!r}, a server registered without a "
+                "connection; add it as an upstream server (POST /servers) to execute its tools",
+                server=tool.server_id,
+            )
+        timeout = connection.spec.timeout_seconds or self.resources.settings.execution.timeout_seconds
+        result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
+        content = [
+            block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content
+        ]
+        structured = result.structured_content
+        text = render_text(content, structured)
+        budget = self.resources.settings.execution.result_token_budget
+        cut = await measure(text, budget)
+        result_id = None
+        if cut.truncated:
+            result_id = await self.results.save(caller.id, tool.qualified_name, text, cut.total_tokens)
+            content = [
+                {"type": "text", "text": cut.head},
+                {
+                    "type": "text",
+                    "text": f"[truncated: {cut.head_tokens} of {cut.total_tokens} tokens shown; "
+                    f"GET /results/{result_id}?offset={cut.head_tokens} returns the rest]",
+                },
+            ]
+            structured = None
+        return ExecutionResult(
+            execution_id=execution_id,
+            name=tool.qualified_name,
+            server=tool.server_id,
+            status="tool_error" if result.is_error else "ok",
+            content=content,
+            structured_content=structured,
+            is_error=bool(result.is_error),
+            result_id=result_id,
+            truncated=cut.truncated,
+            total_tokens=cut.total_tokens,
+            returned_tokens=cut.head_tokens,
+        )
+
+    async def execute_batch(
+        self, caller: Caller, calls: list[dict[str, Any]], concurrency: int
+    ) -> list[dict[str, Any]]:
+        """Run calls in parallel (at most `concurrency` at once); results in request order, each its own
+        success or problem, so one failure does not fail the others."""
+        limiter = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(index: int, call: dict[str, Any]) -> dict[str, Any]:
+            async with limiter:
+                try:
+                    result = await self.execute(
+                        caller,
+                        call["name"],
+                        call.get("arguments") or {},
+                        search_id=call.get("search_id"),
+                        approval_id=call.get("approval_id"),
+                    )
+                except ToolscoutError as exc:
+                    return {
+                        "index": index,
+                        "ok": False,
+                        "status": exc.status,
+                        "result": None,
+                        "error": exc.problem(),
+                    }
+                return {"index": index, "ok": True, "status": 200, "result": result.as_dict(), "error": None}
+
+        return list(await asyncio.gather(*(one(i, call) for i, call in enumerate(calls))))
+
+    async def drain(self, grace_seconds: float) -> bool:
+        """Wait for the calls in flight to finish; False if some still run after the grace period."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), grace_seconds)
+        except TimeoutError:
+            logger.warning("shutdown: %d calls still in flight after %g s", self.in_flight, grace_seconds)
+            return False
+        return True

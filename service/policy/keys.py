@@ -1,0 +1,194 @@
+"""Who is calling: API keys (stored as SHA-256 hashes, bound to a caller and roles) and the open local user.
+
+With no key in the database the service serves one local admin without authentication (and says so at
+start); once a key has been created every route that depends on the caller needs one, even after every key
+is revoked. Each resolved request also takes a token from its key's rate-limit bucket."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fastapi import Request
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.db.models import ApiKey, as_utc, utcnow
+from service.errors import NotFound, RateLimited, Unauthorized
+from service.policy.callers import OPEN_CALLER, Caller
+from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
+
+if TYPE_CHECKING:
+    from service.resources import Resources
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "tsk_"
+SHOWN_PREFIX_CHARS = 12
+
+
+def hash_key(key: str) -> str:
+    """Keys are 256-bit random strings, so one SHA-256 is enough to store them safely."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def generate_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    """A new key: the secret is shown once, only its hash is stored."""
+
+    id: str
+    key: str
+    prefix: str
+    caller: str
+    roles: tuple[str, ...]
+
+
+async def create_key(session: AsyncSession, caller: str, roles: Sequence[str]) -> CreatedKey:
+    """Store a new key for a caller (the session's owner commits)."""
+    if not caller.strip() or len(caller) > 128:
+        raise ValueError("caller must be 1-128 characters")
+    key = generate_key()
+    row = ApiKey(
+        id=str(uuid.uuid4()),
+        key_hash=hash_key(key),
+        prefix=key[:SHOWN_PREFIX_CHARS],
+        caller=caller.strip(),
+        roles=sorted(set(roles)),
+    )
+    session.add(row)
+    await session.flush()
+    return CreatedKey(row.id, key, row.prefix, row.caller, tuple(row.roles))
+
+
+async def list_keys(session: AsyncSession, include_revoked: bool = False) -> list[ApiKey]:
+    query = select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)
+    if not include_revoked:
+        query = query.where(ApiKey.revoked_at.is_(None))
+    return list((await session.scalars(query)).all())
+
+
+async def revoke_key(session: AsyncSession, key_id_or_prefix: str) -> ApiKey:
+    """Revoke a key by id or by its shown prefix (which must be unambiguous)."""
+    row = await session.get(ApiKey, key_id_or_prefix)
+    if row is None:
+        rows = (
+            await session.scalars(select(ApiKey).where(ApiKey.prefix == key_id_or_prefix, ApiKey.revoked_at.is_(None)))
+        ).all()
+        if len(rows) != 1:
+            raise NotFound(f"No single active key with id or prefix {key_id_or_prefix!r}", key=key_id_or_prefix)
+        row = rows[0]
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+    return row
+
+
+def key_view(row: ApiKey) -> dict[str, object]:
+    """The public shape of a stored key (never the hash)."""
+    return {
+        "id": row.id,
+        "prefix": row.prefix,
+        "caller": row.caller,
+        "roles": list(row.roles),
+        "created_at": as_utc(row.created_at).isoformat() if row.created_at else None,
+        "revoked_at": as_utc(row.revoked_at).isoformat() if row.revoked_at else None,
+    }
+
+
+class KeyResolver:
+    """Resolves presented keys against the database through a small in-process cache."""
+
+    def __init__(self, resources: Resources) -> None:
+        policy = resources.settings.policy
+        self.resources = resources
+        self.ttl = policy.key_cache_seconds
+        self.open_allowed = policy.open_without_keys
+        # With several replicas cluster.runtime.start_cluster swaps in the shared Redis buckets and `on_change`.
+        self.limiter: RateLimiter = TokenBucketLimiter(policy.rate_limit_per_minute, policy.rate_limit_burst)
+        self.on_change: Callable[[], Awaitable[None]] | None = None
+        self._cache: OrderedDict[str, tuple[Caller | None, float]] = OrderedDict()
+        self._keys_exist: tuple[bool, float] | None = None
+
+    def invalidate(self) -> None:
+        """Forget cached keys (after a key is created or revoked in this process)."""
+        self._cache.clear()
+        self._keys_exist = None
+
+    async def changed(self) -> None:
+        """A key was created or revoked here: forget cached keys in this process and, through `on_change`, on
+        every other replica."""
+        self.invalidate()
+        if self.on_change is not None:
+            await self.on_change()
+
+    async def keys_exist(self) -> bool:
+        """Whether any key was ever created: revoking every key must not reopen the service to anyone."""
+        now = time.monotonic()
+        if self._keys_exist is not None and self._keys_exist[1] > now:
+            return self._keys_exist[0]
+        async with self.resources.session() as session:
+            found = (await session.scalars(select(ApiKey.id).limit(1))).first()
+        self._keys_exist = (found is not None, now + self.ttl)
+        return found is not None
+
+    async def lookup(self, key: str) -> Caller | None:
+        digest = hash_key(key)
+        now = time.monotonic()
+        cached = self._cache.get(digest)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        async with self.resources.session() as session:
+            row = (
+                await session.scalars(select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)))
+            ).first()
+        caller = Caller(row.caller, frozenset(row.roles or ()), row.id) if row is not None else None
+        self._cache[digest] = (caller, now + self.ttl)
+        while len(self._cache) > 10_000:
+            self._cache.popitem(last=False)
+        return caller
+
+    async def resolve(self, presented: str | None) -> Caller:
+        if presented:
+            caller = await self.lookup(presented)
+            if caller is None:
+                raise Unauthorized("The API key is unknown or revoked")
+        elif await self.keys_exist():
+            raise Unauthorized("An API key is required: send `Authorization: Bearer <key>` or `X-API-Key`")
+        elif self.open_allowed:
+            caller = OPEN_CALLER
+        else:
+            raise Unauthorized("No API key exists and open mode is off; create one with `toolscout keys create`")
+        wait = await self.limiter.acquire_async(caller.key_id or caller.id)
+        if wait > 0:
+            raise RateLimited(
+                f"Rate limit of {self.limiter.rate * 60:g} requests per minute exceeded", retry_after=wait
+            )
+        return caller
+
+
+def key_resolver(resources: Resources) -> KeyResolver:
+    """The app's resolver, created on first use."""
+    if resources.keys is None:
+        resources.keys = KeyResolver(resources)
+    return resources.keys
+
+
+def presented_key(request: Request) -> str | None:
+    """The key of `Authorization: Bearer <key>` or of `X-API-Key`."""
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    key = request.headers.get("x-api-key")
+    return key.strip() if key and key.strip() else None

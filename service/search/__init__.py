@@ -1,0 +1,1 @@
+"""Search: retrieval, pure ranking, evaluation, and POST /search."""

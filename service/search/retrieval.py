@@ -1,0 +1,199 @@
+"""Query -> candidates -> ranked tools: the async orchestration of the search pipeline of DESIGN.md."""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from indexer.documents import normalize_name_key
+from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery
+from service.db.models import Tool
+from service.search.ranking import SIGNALS, Candidate, apply_boosts, from_fused, fuse, max_merge, rank, split_intents
+
+if TYPE_CHECKING:
+    from service.resources import Resources
+
+Boosts = Callable[[str, list[str]], dict[str, dict[str, float]]]
+
+
+@dataclass
+class RankedTool:
+    """One search result."""
+
+    name: str
+    score: float
+    payload: dict[str, Any]
+    explain: dict[str, Any] | None = None
+
+
+@dataclass
+class SearchOutcome:
+    """The ranked tools of one search and how long it took."""
+
+    results: list[RankedTool]
+    latency_ms: float
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _NameEntry:
+    server: str
+    tags: tuple[str, ...]
+
+
+class NameDirectory:
+    """In-memory map from normalised tool names (qualified and original) to qualified names."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, set[str]] = defaultdict(set)
+        self._entries: dict[str, _NameEntry] = {}
+        self._original: dict[str, str] = {}
+
+    def add(self, qualified: str, name: str, server: str, tags: Iterable[str]) -> None:
+        self.remove(qualified)
+        self._entries[qualified] = _NameEntry(server, tuple(tags))
+        self._original[qualified] = name
+        for key in {normalize_name_key(qualified), normalize_name_key(name)}:
+            self._by_key[key].add(qualified)
+
+    def remove(self, qualified: str) -> None:
+        name = self._original.pop(qualified, None)
+        if name is None:
+            return
+        self._entries.pop(qualified, None)
+        for key in {normalize_name_key(qualified), normalize_name_key(name)}:
+            self._by_key[key].discard(qualified)
+            if not self._by_key[key]:
+                del self._by_key[key]
+
+    def exact(self, query: str, where: SearchFilter) -> list[str]:
+        """Tools whose name equals the query (ignoring case, `_`, `-`, `.` and spaces) inside the filter."""
+        found = self._by_key.get(normalize_name_key(query), set())
+        return sorted(q for q in found if self._passes(q, where))
+
+    def _passes(self, qualified: str, where: SearchFilter) -> bool:
+        entry = self._entries[qualified]
+        if where.servers and entry.server not in where.servers:
+            return False
+        if where.tags and not set(where.tags) & set(entry.tags):
+            return False
+        if where.allowed is not None and qualified not in where.allowed:
+            return False
+        return qualified not in where.denied
+
+    def closest(self, name: str, n: int = 5, allowed: frozenset[str] | None = None) -> list[str]:
+        """The registered names nearest to a misspelt one."""
+        pool = [q for q in self._entries if allowed is None or q in allowed]
+        by_original = {self._original[q].lower(): q for q in pool}
+        near = difflib.get_close_matches(name.lower(), [q.lower() for q in pool], n=n, cutoff=0.4)
+        near_original = difflib.get_close_matches(name.lower(), list(by_original), n=n, cutoff=0.4)
+        lowered = {q.lower(): q for q in pool}
+        out = [lowered[x] for x in near] + [by_original[x] for x in near_original]
+        return list(dict.fromkeys(out))[:n]
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class Retriever:
+    """Hybrid search over the index: exact names, per-field candidates, fusion, multi-intent merge, priors."""
+
+    def __init__(self, resources: Resources) -> None:
+        self.resources = resources
+        self.directory = NameDirectory()
+
+    async def load_names(self, session: AsyncSession) -> None:
+        """Fill the name directory from the catalog of record."""
+        rows = await session.execute(
+            select(Tool.qualified_name, Tool.name, Tool.server_id, Tool.tags).where(Tool.deprecated.is_(False))
+        )
+        for qualified, name, server, tags in rows:
+            self.directory.add(qualified, name, server, tags or ())
+
+    def weights(self) -> dict[str, float]:
+        s = self.resources.settings.search
+        return {"name": s.weight_name, "description": s.weight_description, "params": s.weight_params,
+                "lexical": s.weight_lexical}
+
+    async def search(
+        self,
+        query: str,
+        k: int,
+        where: SearchFilter,
+        *,
+        caller_id: str | None = None,
+        boosts: Boosts | None = None,
+        explain: bool = False,
+    ) -> SearchOutcome:
+        """Top k tools for a request, inside the filter."""
+        started = time.perf_counter()
+        settings = self.resources.settings.search
+        if where.matches_nothing:
+            return SearchOutcome([], 0.0)
+        texts = [query]
+        parts = split_intents(query) if settings.split_multi_intent else []
+        texts.extend(parts)
+        vectors = await self.resources.embed(texts)
+        queries: list[SignalQuery] = []
+        for text, vector in zip(texts, vectors, strict=True):
+            queries.extend(SignalQuery(f, settings.candidates, dense=vector) for f in DENSE_FIELDS)  # type: ignore[arg-type]
+            sparse = self.resources.encoder.encode_query(text)
+            queries.append(SignalQuery("lexical", settings.candidates, sparse=sparse))
+        index = self.resources.index
+        assert index is not None
+        per_text = await self._candidates(index, queries, len(texts), where)
+        candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
+        exact = self.directory.exact(query, where)
+        if boosts is not None and caller_id is not None and candidates:
+            apply_boosts(candidates, boosts(caller_id, list(candidates)))
+        ranked = rank(candidates, exact, k)
+        # Payloads only for the winners: converting a hundred payloads per signal costs more than the search.
+        payloads = await self.resources.run_index(index.payloads, [c.name for c in ranked])
+        results = [
+            RankedTool(c.name, round(c.score, 6), payloads[c.name], self._explain(c) if explain else None)
+            for c in ranked
+            if c.name in payloads
+        ]
+        return SearchOutcome(results, (time.perf_counter() - started) * 1000, parts)
+
+    async def _candidates(
+        self, index: Any, queries: list[SignalQuery], texts: int, where: SearchFilter
+    ) -> list[dict[str, Candidate]]:
+        """Fused candidates per text: fused by the index when it can (a Qdrant server), else here."""
+        weights = self.weights()
+        width = len(SIGNALS)
+        fused_search = getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
+        if fused_search is not None:
+            groups = [queries[t * width : (t + 1) * width] for t in range(texts)]
+            limit = self.resources.settings.search.candidates
+            fused: list[list[Hit]] = await self.resources.run_index(fused_search, groups, weights, limit, where)
+            return [from_fused({h.qualified_name: h.score for h in hits}) for hits in fused]
+        hit_lists: list[list[Hit]] = await self.resources.run_index(index.search, queries, where)
+        per_text: list[dict[str, Candidate]] = []
+        for t in range(texts):
+            signal_scores = {
+                signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
+                for s, signal in enumerate(SIGNALS)
+            }
+            per_text.append(fuse(signal_scores, weights))
+        return per_text
+
+    @staticmethod
+    def _explain(candidate: Candidate) -> dict[str, Any]:
+        return {
+            "exact_name": candidate.exact,
+            "signals": {k: round(v, 4) for k, v in candidate.signals.items()},
+            "similarity": {k: round(v, 4) for k, v in candidate.raw.items()},
+            "boosts": {k: round(v, 4) for k, v in candidate.boosts.items()},
+            "matched_part": candidate.matched_part,
+        }

@@ -1,0 +1,86 @@
+"""Search as a service function: filter by caller and scope, rank, log. REST and MCP both call this."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from indexer.index.base import SearchFilter
+from service.cluster.changes import last_seq
+from service.cluster.state import cluster_state
+from service.db.models import Search
+from service.errors import BadRequest
+from service.policy.callers import Caller
+from service.policy.service import permission_filter
+from service.resources import Resources
+from service.search.retrieval import Retriever, SearchOutcome
+
+logger = logging.getLogger(__name__)
+
+
+async def start_search(resources: Resources) -> Retriever:
+    """Build the retriever of started resources and load the catalog's names into it."""
+    resources.retriever = Retriever(resources)
+    async with resources.session() as session:
+        # Read before the names: a change committed while they load is followed again (harmlessly).
+        cluster_state(resources).start_seq = await last_seq(session)
+        await resources.retriever.load_names(session)
+    return resources.retriever
+
+
+def result_view(tool: Any) -> dict[str, Any]:
+    """The public shape of one ranked tool."""
+    payload = tool.payload
+    view = {
+        "name": tool.name,
+        "server": payload.get("server"),
+        "tool": payload.get("name"),
+        "description": payload.get("description", ""),
+        "input_schema": payload.get("input_schema", {}),
+        "annotations": payload.get("annotations", {}),
+        "tags": payload.get("tags", []),
+        "score": tool.score,
+    }
+    if tool.explain is not None:
+        view["explain"] = tool.explain
+    return view
+
+
+async def search_tools(
+    resources: Resources,
+    caller: Caller,
+    query: str,
+    *,
+    k: int | None = None,
+    servers: list[str] | None = None,
+    tags: list[str] | None = None,
+    explain: bool = False,
+) -> tuple[str, SearchOutcome]:
+    """Rank tools for a request inside the caller's permissions; returns the search id and the outcome."""
+    settings = resources.settings.search
+    k = settings.default_k if k is None else k
+    if not 1 <= k <= settings.max_k:
+        raise BadRequest(f"k must be between 1 and {settings.max_k}", pointer="/k")
+    if not query.strip():
+        raise BadRequest("query must not be empty", pointer="/query")
+    if len(query) > settings.max_query_chars:
+        raise BadRequest(f"query is longer than {settings.max_query_chars} characters", pointer="/query")
+    where = permission_filter(resources, caller, SearchFilter(servers=tuple(servers or ()), tags=tuple(tags or ())))
+    assert resources.retriever is not None
+    outcome = await resources.retriever.search(
+        query, k, where, caller_id=caller.id, boosts=resources.boosts, explain=explain
+    )
+    return str(uuid.uuid4()), outcome
+
+
+async def log_search(resources: Resources, search_id: str, caller: Caller, query: str, k: int,
+                     outcome: SearchOutcome) -> None:
+    """Write the search log row (runs after the response is sent)."""
+    async with resources.session() as session:
+        session.add(Search(
+            id=search_id, caller=caller.id, query=query[:4000], k=k,
+            results=[{"name": r.name, "score": r.score} for r in outcome.results],
+            result_count=len(outcome.results), latency_ms=round(outcome.latency_ms, 3),
+        ))
+        await session.commit()

@@ -1,0 +1,1 @@
+"""Upstream MCP servers: configuration, transports, sessions and pool, health, demo servers, /servers."""

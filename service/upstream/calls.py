@@ -1,0 +1,131 @@
+"""Tool calls on an upstream session, and the translation of their failures into the service's errors.
+
+A call waits for a ready session, carries its own timeout (sent upstream as a cancellation) and maps what
+goes wrong to UpstreamTimeout (504) or UpstreamError (502), marking the session lost where it is broken."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from pydantic import ValidationError
+
+from service.errors import UpstreamError, UpstreamTimeout
+from service.upstream.config import ServerSpec
+from service.upstream.health import ServerHealth, describe
+
+
+class ToolCalls:
+    """The call half of an UpstreamConnection (which provides the session state declared here)."""
+
+    spec: ServerSpec
+    health: ServerHealth
+    _client: Client | None
+    _ready: asyncio.Event
+    _lost: asyncio.Event
+    _lost_reason: str | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def id(self) -> str: ...
+
+        def _mark_lost(self, reason: str) -> None: ...
+
+        async def wait_ready(self, wait_seconds: float) -> bool: ...
+
+    def _not_connected(self) -> UpstreamError:
+        reason = f"; last error: {self.health.last_error}" if self.health.last_error else ""
+        return UpstreamError(
+            f"MCP server {self.id!r} is not connected ({self.health.state}){reason}",
+            server=self.id,
+            state=self.health.state,
+        )
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], *, timeout_seconds: float) -> types.CallToolResult:
+        """Call a tool on the session; the upstream call is cancelled when `timeout_seconds` run out."""
+        deadline = anyio.current_time() + timeout_seconds
+        self.health.in_flight += 1
+        started = time.perf_counter()
+        ok = False
+        try:
+            client = self._client if self._ready.is_set() else None
+            if client is None:
+                await self.wait_ready(timeout_seconds)
+                client = self._client
+                if client is None:
+                    raise self._not_connected()
+            remaining = max(0.001, deadline - anyio.current_time())
+            result = await self._send(client, name, arguments, remaining, timeout_seconds)
+            ok = True
+            return result
+        finally:
+            self.health.in_flight -= 1
+            self.health.calls += 1
+            if ok:
+                self.health.latencies_ms.append((time.perf_counter() - started) * 1000)
+            else:
+                self.health.failures += 1
+
+    async def _send(
+        self, client: Client, name: str, arguments: dict[str, Any], remaining: float, limit: float
+    ) -> types.CallToolResult:
+        where = f"{self.id}/{name}"
+        try:
+            # The request's read timeout sends notifications/cancelled upstream; fail_after is a backstop.
+            with anyio.fail_after(remaining + 1.0):
+                return await client.call_tool(name, arguments, read_timeout_seconds=remaining)
+        except TimeoutError as exc:
+            raise self._timeout(where, limit) from exc
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise self._timeout(where, limit) from exc
+            if exc.code == CONNECTION_CLOSED:
+                if self.spec.transport == "stdio":
+                    # The closed pipe is usually the first sign of a dead child; let the exit watcher name it.
+                    with anyio.move_on_after(0.5):
+                        await self._lost.wait()
+                reason = self._lost_reason or "the connection closed"
+                self._mark_lost(reason)
+                raise UpstreamError(
+                    f"MCP server {self.id!r} failed during {name}: {reason}; it is being restarted",
+                    server=self.id,
+                    restarting=True,
+                ) from exc
+            raise UpstreamError(
+                f"MCP server {self.id!r} answered {name} with error {exc.code}: {exc.message}",
+                server=self.id,
+                upstream_code=exc.code,
+            ) from exc
+        except ValidationError as exc:
+            self._mark_lost(f"protocol error in the result of {name}")
+            raise UpstreamError(
+                f"MCP server {self.id!r} sent a malformed result for {name}; it is being restarted: "
+                f"{describe(exc)[:300]}",
+                server=self.id,
+                restarting=True,
+            ) from exc
+        except RuntimeError as exc:  # invalid structured content, an unexpected input_required or claim
+            raise UpstreamError(f"MCP server {self.id!r}: {name} failed: {describe(exc)}", server=self.id) from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, httpx2.HTTPError) as exc:
+            self._mark_lost(f"transport failure: {describe(exc)}")
+            raise UpstreamError(
+                f"MCP server {self.id!r} failed during {name}: {describe(exc)}; it is being restarted",
+                server=self.id,
+                restarting=True,
+            ) from exc
+
+    def _timeout(self, where: str, timeout: float) -> UpstreamTimeout:
+        self.health.timeouts += 1
+        return UpstreamTimeout(
+            f"{where} did not answer within {timeout:g} s; the upstream call was cancelled",
+            server=self.id,
+            timeout_seconds=timeout,
+        )

@@ -1,0 +1,76 @@
+"""Every upstream connection of the service, by server id."""
+
+from __future__ import annotations
+
+import asyncio
+
+from service.errors import Conflict, NotFound
+from service.upstream.config import ServerSpec
+from service.upstream.connection import PrepareCallback, ToolsCallback, UpstreamConnection
+from service.upstream.health import Backoff
+
+
+class UpstreamPool:
+    """Every upstream connection of the service, by server id."""
+
+    def __init__(
+        self,
+        *,
+        on_tools: ToolsCallback,
+        prepare: PrepareCallback | None = None,
+        backoff: Backoff | None = None,
+        heartbeat_seconds: float = 30.0,
+    ) -> None:
+        self._on_tools = on_tools
+        self._prepare = prepare
+        self._backoff = backoff or Backoff()
+        self._heartbeat_seconds = heartbeat_seconds
+        self._connections: dict[str, UpstreamConnection] = {}
+        self.adding: set[str] = set()  # servers being added over the API on this replica (upstream.service)
+
+    def __contains__(self, server_id: str) -> bool:
+        return server_id in self._connections
+
+    def get(self, server_id: str) -> UpstreamConnection | None:
+        return self._connections.get(server_id)
+
+    def require(self, server_id: str) -> UpstreamConnection:
+        connection = self._connections.get(server_id)
+        if connection is None:
+            raise NotFound(f"No upstream MCP server named {server_id!r}", server=server_id)
+        return connection
+
+    def connections(self) -> list[UpstreamConnection]:
+        return sorted(self._connections.values(), key=lambda c: c.id)
+
+    def add(self, spec: ServerSpec) -> UpstreamConnection:
+        """Start a connection to a new server."""
+        if spec.id in self._connections:
+            raise Conflict(f"An upstream MCP server named {spec.id!r} already exists", server=spec.id)
+        connection = UpstreamConnection(
+            spec,
+            on_tools=self._on_tools,
+            prepare=self._prepare,
+            backoff=self._backoff,
+            heartbeat_seconds=self._heartbeat_seconds,
+        )
+        self._connections[spec.id] = connection
+        connection.start()
+        return connection
+
+    async def remove(self, server_id: str) -> None:
+        """Stop a server's connection and forget it."""
+        connection = self._connections.pop(server_id, None)
+        if connection is not None:
+            await connection.stop()
+
+    async def wait_started(self, wait_seconds: float) -> None:
+        """Wait (up to wait_seconds) for every connection's first attempt."""
+        connections = list(self._connections.values())
+        if connections:
+            await asyncio.gather(*(c.wait_started(wait_seconds) for c in connections))
+
+    async def close(self) -> None:
+        """Stop every connection."""
+        connections, self._connections = list(self._connections.values()), {}
+        await asyncio.gather(*(c.stop() for c in connections), return_exceptions=True)

@@ -1,0 +1,88 @@
+"""Upstream MCP servers: GET/POST/DELETE /servers and POST /servers/{id}/refresh."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.deps import GatewayDep, ResourcesDep, ServersAdminDep
+from service.errors import InvalidRequest
+from service.upstream.config import ServerSpec, parse_server_entry, parse_servers_document
+from service.upstream.service import add_server, delete_server, get_server, list_servers, refresh_server
+
+router = APIRouter(tags=["servers"])
+
+
+class ServerCreateRequest(BaseModel):
+    """One server, as an `mcpServers` entry with its id, or a whole `{"mcpServers": {...}}` with one entry."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    id: str | None = Field(default=None, description="Server id (prefix of its tools' qualified names)")
+    command: str | None = Field(default=None, description="stdio: the executable")
+    args: list[str] | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    url: str | None = Field(default=None, description="streamable HTTP: the endpoint URL")
+    headers: dict[str, str] | None = None
+    type: str | None = Field(default=None, description="stdio | http (inferred when omitted)")
+    timeout: float | None = Field(default=None, gt=0, description="Call timeout of this server, in seconds")
+    mcp_servers: dict[str, Any] | None = Field(default=None, alias="mcpServers")
+
+
+class ServersResponse(BaseModel):
+    servers: list[dict[str, Any]]
+
+
+def _spec(request: ServerCreateRequest) -> ServerSpec:
+    if request.mcp_servers is not None:
+        specs = parse_servers_document({"mcpServers": request.mcp_servers}, source="api")
+        if len(specs) != 1:
+            raise InvalidRequest(
+                "POST /servers takes one server at a time",
+                errors=[{"pointer": "/mcpServers", "reason": "exactly one server"}],
+            )
+        return specs[0]
+    if not request.id:
+        raise InvalidRequest("The server needs an id", errors=[{"pointer": "/id", "reason": "missing"}])
+    entry = request.model_dump(exclude_none=True, exclude={"id", "mcp_servers"})
+    return parse_server_entry(request.id, entry, source="api", where="")
+
+
+@router.get("/servers", response_model=ServersResponse)
+async def get_servers(resources: ResourcesDep, gateway: GatewayDep) -> dict[str, Any]:
+    """Every server with its health: state, last error, restarts, pid, tools, calls and latency."""
+    return {"servers": await list_servers(resources, gateway.pool)}
+
+
+@router.get("/servers/{server_id}")
+async def get_one_server(server_id: str, resources: ResourcesDep, gateway: GatewayDep) -> dict[str, Any]:
+    """One server with its health."""
+    return await get_server(resources, gateway.pool, server_id)
+
+
+@router.post("/servers", status_code=201)
+async def create_server(
+    request: ServerCreateRequest, resources: ResourcesDep, gateway: GatewayDep, caller: ServersAdminDep
+) -> dict[str, Any]:
+    """Connect a new upstream server and index its tools (admin). 502 when it cannot be reached."""
+    settings = resources.settings.execution
+    return await add_server(resources, gateway.pool, _spec(request), settings.startup_wait_seconds)
+
+
+@router.delete("/servers/{server_id}")
+async def remove_one_server(
+    server_id: str, resources: ResourcesDep, gateway: GatewayDep, caller: ServersAdminDep
+) -> dict[str, Any]:
+    """Stop a server and remove it and its tools from the catalog (admin)."""
+    return await delete_server(resources, gateway.pool, server_id, gateway.executor.tools.invalidate_server)
+
+
+@router.post("/servers/{server_id}/refresh")
+async def refresh_one_server(
+    server_id: str, resources: ResourcesDep, gateway: GatewayDep, caller: ServersAdminDep
+) -> dict[str, Any]:
+    """List the server's tools again and sync the catalog: new and changed tools indexed, gone ones out."""
+    return await refresh_server(resources, gateway.pool, server_id, resources.settings.execution.timeout_seconds)

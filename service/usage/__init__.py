@@ -1,0 +1,1 @@
+"""Usage: statistics, rollups, learning from use, analytics and /analytics."""

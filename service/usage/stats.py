@@ -1,0 +1,317 @@
+"""Usage statistics kept in SQL and refreshed incrementally from the logs.
+
+`executions` feed `tool_stats` (decayed calls, successes and failures, latency) and `caller_tool_stats`
+(per-caller reuse) that ranking reads, and the analytics rollups (usage/rollups.py); `searches` feed
+`tool_search_stats` (how often each tool came back) and the rollups. Each log has a
+cursor row in `stats_cursor` at the last consumed (timestamp, id); rows that finished less than
+`refresh_lag_seconds` ago wait for the next refresh, because concurrent requests commit out of order.
+The cursor update is conditional on the row count it started from, so two replicas never both consume
+the same rows."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, or_, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.db.models import (
+    CallerToolStats,
+    Execution,
+    Search,
+    StatsCursor,
+    ToolSearchStats,
+    ToolStats,
+    utcnow,
+)
+from service.settings import LearningSettings
+from service.usage.rollups import (
+    FAILURE,
+    IGNORED,
+    REACHED_SERVER,
+    SUCCESS,
+    as_utc,
+    fold_executions,
+    fold_searches,
+    upsert_replace,
+)
+
+EXECUTIONS_CURSOR = "executions"
+SEARCHES_CURSOR = "searches"
+PAIRS_PER_QUERY = 500
+# For ranking, arguments that do not fit are a failure too: the tool did not do the job it was chosen for
+# (agents mostly get them wrong on tools surfaced for the wrong request).
+LEARNED_FAILURE = FAILURE | {"invalid_arguments"}
+
+
+def decay_factor(elapsed_seconds: float, half_life_days: float) -> float:
+    """2^(-elapsed / half-life); 1 for a non-positive elapsed time."""
+    if elapsed_seconds <= 0:
+        return 1.0
+    return math.pow(2.0, -elapsed_seconds / (half_life_days * 86400.0))
+
+
+@dataclass
+class Decayed:
+    """Values that all decay with the same half-life, stored as of `ref` (the latest event time)."""
+
+    values: list[float]
+    ref: datetime | None = None
+
+    def add(self, at: datetime, weights: Iterable[float], half_life_days: float) -> None:
+        """Count an event of time `at` (events may arrive slightly out of order)."""
+        weights = list(weights)
+        if self.ref is None:
+            self.values, self.ref = [v + w for v, w in zip(self.values, weights, strict=True)], at
+        elif at >= self.ref:
+            factor = decay_factor((at - self.ref).total_seconds(), half_life_days)
+            self.values = [v * factor + w for v, w in zip(self.values, weights, strict=True)]
+            self.ref = at
+        else:
+            factor = decay_factor((self.ref - at).total_seconds(), half_life_days)
+            self.values = [v + w * factor for v, w in zip(self.values, weights, strict=True)]
+
+    def at(self, now: datetime, half_life_days: float) -> list[float]:
+        """The values decayed to `now`."""
+        if self.ref is None:
+            return [0.0 for _ in self.values]
+        factor = decay_factor((now - self.ref).total_seconds(), half_life_days)
+        return [v * factor for v in self.values]
+
+
+@dataclass
+class ToolRow:
+    """A `tool_stats` row as plain data (folding thousands of calls through ORM objects is too slow)."""
+
+    tool: str
+    calls: int = 0
+    successes: int = 0
+    failures: int = 0
+    decayed_calls: float = 0.0
+    decayed_successes: float = 0.0
+    decayed_failures: float = 0.0
+    latency_ms_avg: float = 0.0
+    last_called_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass
+class HabitRow:
+    """A `caller_tool_stats` row as plain data."""
+
+    caller: str
+    tool: str
+    calls: int = 0
+    successes: int = 0
+    decayed_calls: float = 0.0
+    decayed_successes: float = 0.0
+    last_called_at: datetime | None = None
+
+
+@dataclass
+class ConsumeReport:
+    """What one refresh consumed and which statistics rows it changed."""
+
+    executions: int = 0
+    searches: int = 0
+    tools: list[ToolRow] = field(default_factory=list)
+    habits: list[HabitRow] = field(default_factory=list)
+    lost_race: bool = False
+
+
+async def load_tool_rows(session: AsyncSession, names: Iterable[str] | None = None) -> list[ToolRow]:
+    """tool_stats rows (of these tools, or all)."""
+    table = ToolStats.__table__
+    query = select(table) if names is None else select(table).where(table.c.tool.in_(sorted(names)))
+    return [ToolRow(**row._mapping) for row in (await session.execute(query)).all()]
+
+
+async def load_habit_rows(session: AsyncSession, pairs: Iterable[tuple[str, str]] | None = None) -> list[HabitRow]:
+    """caller_tool_stats rows (of these (caller, tool) pairs, or all)."""
+    table = CallerToolStats.__table__
+    if pairs is None:
+        return [HabitRow(**row._mapping) for row in (await session.execute(select(table))).all()]
+    wanted = sorted(pairs)
+    rows: list[HabitRow] = []
+    # PostgreSQL plans a row-value IN list as nested ORs: thousands of pairs overflow its stack.
+    for start in range(0, len(wanted), PAIRS_PER_QUERY):
+        chunk = wanted[start : start + PAIRS_PER_QUERY]
+        query = select(table).where(tuple_(table.c.caller, table.c.tool).in_(chunk))
+        rows.extend(HabitRow(**row._mapping) for row in (await session.execute(query)).all())
+    return rows
+
+
+async def cursor_row(session: AsyncSession, name: str) -> StatsCursor:
+    """The cursor of a log, created at the start of the log if missing."""
+    row = await session.get(StatsCursor, name)
+    if row is None:
+        row = StatsCursor(name=name, last_started_at=None, last_execution_id=None, rows_seen=0)
+        session.add(row)
+        await session.flush()
+    return row
+
+
+def _after(column_at: Any, column_id: Any, cursor: StatsCursor) -> Any:
+    if cursor.last_started_at is None:
+        return True
+    return or_(
+        column_at > cursor.last_started_at,
+        and_(column_at == cursor.last_started_at, column_id > (cursor.last_execution_id or "")),
+    )
+
+
+async def _advance(session: AsyncSession, cursor: StatsCursor, at: datetime, row_id: str, seen: int) -> bool:
+    """Move the cursor, unless another process moved it since we read it."""
+    result = await session.execute(
+        update(StatsCursor)
+        .where(StatsCursor.name == cursor.name, StatsCursor.rows_seen == cursor.rows_seen)
+        .values(last_started_at=at, last_execution_id=row_id, rows_seen=cursor.rows_seen + seen)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def _apply_execution(tool: ToolRow, habit: HabitRow, row: Any, settings: LearningSettings) -> None:
+    at = as_utc(row.started_at)
+    ok = row.status in SUCCESS
+    failed = row.status in LEARNED_FAILURE
+    tool.calls += 1
+    tool.successes += int(ok)
+    tool.failures += int(failed)
+    decayed = Decayed(
+        [tool.decayed_calls, tool.decayed_successes, tool.decayed_failures],
+        as_utc(tool.last_called_at) if tool.last_called_at else None,
+    )
+    decayed.add(at, (1.0, float(ok), float(failed)), settings.half_life_days)
+    tool.decayed_calls, tool.decayed_successes, tool.decayed_failures = decayed.values
+    tool.last_called_at = decayed.ref
+    if row.status in REACHED_SERVER:
+        if tool.calls == 1 or tool.latency_ms_avg == 0.0:
+            tool.latency_ms_avg = row.duration_ms
+        else:
+            tool.latency_ms_avg += settings.latency_smoothing * (row.duration_ms - tool.latency_ms_avg)
+    habit.calls += 1
+    habit.successes += int(ok)
+    reuse = Decayed(
+        [habit.decayed_calls, habit.decayed_successes],
+        as_utc(habit.last_called_at) if habit.last_called_at else None,
+    )
+    reuse.add(at, (1.0, float(ok)), settings.half_life_days)
+    habit.decayed_calls, habit.decayed_successes = reuse.values
+    habit.last_called_at = reuse.ref
+
+
+async def consume_executions(session: AsyncSession, settings: LearningSettings, report: ConsumeReport) -> bool:
+    """Fold one batch of new executions into the statistics; False when there was nothing new.
+
+    The caller commits (or rolls back when `report.lost_race`)."""
+    cursor = await cursor_row(session, EXECUTIONS_CURSOR)
+    horizon = utcnow() - timedelta(seconds=settings.refresh_lag_seconds)
+    e = Execution.__table__.c
+    rows = (
+        await session.execute(
+            select(
+                e.id,
+                e.caller,
+                e.tool,
+                e.status,
+                e.error_class,
+                e.duration_ms,
+                e.input_tokens,
+                e.output_tokens,
+                e.search_id,
+                e.started_at,
+                e.finished_at,
+            )
+            .where(_after(e.finished_at, e.id, cursor), e.finished_at <= horizon)
+            .order_by(e.finished_at, e.id)
+            .limit(settings.refresh_batch)
+        )
+    ).all()
+    if not rows:
+        return False
+    counted = [r for r in rows if r.status not in IGNORED]
+    tools = {t.tool: t for t in await load_tool_rows(session, {r.tool for r in counted})} if counted else {}
+    pairs = {(r.caller, r.tool) for r in counted}
+    habits = {(h.caller, h.tool): h for h in await load_habit_rows(session, pairs)} if counted else {}
+    now = utcnow()
+    for row in counted:
+        tool = tools.get(row.tool) or tools.setdefault(row.tool, ToolRow(row.tool))
+        habit = habits.get((row.caller, row.tool)) or habits.setdefault(
+            (row.caller, row.tool), HabitRow(row.caller, row.tool)
+        )
+        _apply_execution(tool, habit, row, settings)
+        tool.updated_at = now
+    await upsert_replace(session, ToolStats.__table__, ["tool"], [dict(vars(t)) for t in tools.values()])
+    await upsert_replace(
+        session, CallerToolStats.__table__, ["caller", "tool"], [dict(vars(h)) for h in habits.values()]
+    )
+    await fold_executions(session, rows, settings)
+    last = rows[-1]
+    if not await _advance(session, cursor, as_utc(last.finished_at), last.id, len(rows)):
+        report.lost_race = True
+        return False
+    report.executions += len(rows)
+    report.tools.extend(tools.values())
+    report.habits.extend(habits.values())
+    return len(rows) == settings.refresh_batch
+
+
+async def consume_searches(session: AsyncSession, settings: LearningSettings, report: ConsumeReport) -> bool:
+    """Fold one batch of new searches into `tool_search_stats`; False when there was nothing more."""
+    cursor = await cursor_row(session, SEARCHES_CURSOR)
+    horizon = utcnow() - timedelta(seconds=settings.refresh_lag_seconds)
+    rows = (
+        await session.execute(
+            select(Search.id, Search.created_at, Search.results, Search.caller, Search.result_count)
+            .where(_after(Search.created_at, Search.id, cursor), Search.created_at <= horizon)
+            .order_by(Search.created_at, Search.id)
+            .limit(settings.refresh_batch)
+        )
+    ).all()
+    if not rows:
+        return False
+    appearances: dict[str, int] = defaultdict(int)
+    top1: dict[str, int] = defaultdict(int)
+    last_at: dict[str, datetime] = {}
+    for _id, created_at, results, _caller, _count in rows:
+        for rank, item in enumerate(results or []):
+            name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                continue
+            appearances[name] += 1
+            top1[name] += int(rank == 0)
+            at = as_utc(created_at)
+            if name not in last_at or at > last_at[name]:
+                last_at[name] = at
+    existing = (
+        {
+            s.tool: s
+            for s in (
+                await session.scalars(select(ToolSearchStats).where(ToolSearchStats.tool.in_(sorted(appearances))))
+            ).all()
+        }
+        if appearances
+        else {}
+    )
+    for name, count in appearances.items():
+        stats = existing.get(name)
+        if stats is None:
+            stats = ToolSearchStats(tool=name, appearances=0, top1=0, last_returned_at=None)
+            session.add(stats)
+        stats.appearances += count
+        stats.top1 += top1[name]
+        previous = as_utc(stats.last_returned_at) if stats.last_returned_at else None
+        stats.last_returned_at = last_at[name] if previous is None or last_at[name] > previous else previous
+    await fold_searches(session, [(caller, created_at, count) for _id, created_at, _r, caller, count in rows])
+    last_id, last_at = rows[-1][0], rows[-1][1]
+    if not await _advance(session, cursor, as_utc(last_at), last_id, len(rows)):
+        report.lost_race = True
+        return False
+    report.searches += len(rows)
+    return len(rows) == settings.refresh_batch

@@ -1,0 +1,94 @@
+"""Migrations and the catalog of record on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, inspect, select
+
+from indexer.embedding import HashingEmbedder
+from service.catalog.service import register_tools, sync_server_tools
+from service.db.engine import downgrade_database, sync_url, upgrade_database
+from service.db.models import Base, Server, Tool
+from service.main import create_app
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.postgres
+
+
+def test_migrations_create_every_table_and_revert(database_url: str) -> None:
+    upgrade_database(database_url)
+    engine = create_engine(sync_url(database_url))
+    tables = set(inspect(engine).get_table_names())
+    assert set(Base.metadata.tables) <= tables and "alembic_version" in tables
+    columns = {c["name"] for c in inspect(engine).get_columns("executions")}
+    assert {"caller", "tool", "search_id", "arguments_digest", "status", "duration_ms", "input_tokens"} <= columns
+    downgrade_database(database_url)
+    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    upgrade_database(database_url)
+    assert set(Base.metadata.tables) <= set(inspect(engine).get_table_names())
+    engine.dispose()
+
+
+async def test_catalog_registers_syncs_and_deprecates(database_url: str, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    settings.db.url = database_url
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with app.router.lifespan_context(app):
+        resources = app.state.resources
+        report = await register_tools(resources, [
+            {"server": "Chemical Engineering/Forensics", "name": "analyzeEvidence", "description": "Analyze evidence"},
+            {"server": "git", "name": "git_status", "description": "Show the working tree status",
+             "annotations": {"readOnlyHint": True}},
+        ])
+        assert report.created == ["Chemical_Engineering_Forensics__analyzeEvidence", "git__git_status"]
+        listed = [{"name": "git_status", "description": "Show the working tree status",
+                   "annotations": {"readOnlyHint": True}},
+                  {"name": "git_log", "description": "Show commit logs"}]
+        synced = await sync_server_tools(resources, "git", listed, transport="stdio", config={"command": "git-mcp"})
+        assert (synced.created, synced.unchanged, synced.removed) == (["git__git_log"], ["git__git_status"], [])
+        synced = await sync_server_tools(resources, "git", listed[1:], transport="stdio", config={"command": "x"})
+        assert synced.removed == ["git__git_status"]
+        async with resources.session() as session:
+            gone = await session.get(Tool, "git__git_status")
+            assert gone is not None and gone.deprecated and gone.annotations == {"readOnlyHint": True}
+            server = await session.get(Server, "git")
+            assert server.transport == "stdio" and server.config == {"command": "x"} and server.last_sync_at
+            active = (await session.scalars(select(Tool.qualified_name).where(Tool.deprecated.is_(False)))).all()
+        assert sorted(active) == ["Chemical_Engineering_Forensics__analyzeEvidence", "git__git_log"]
+        assert sorted(resources.index.content_hashes()) == sorted(active)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            assert (await client.get("/tools/git__git_status")).status_code == 404
+            results = (await client.post("/search", json={"query": "git status"})).json()["results"]
+            assert "git__git_status" not in [r["name"] for r in results]
+
+
+class CountingEmbedder(HashingEmbedder):
+    """The fake embedder, counting the texts it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts = 0
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        self.texts += len(texts)
+        return super().embed(texts)
+
+
+async def test_restart_reconciles_without_embedding_again(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    embedder = CountingEmbedder()
+    app = create_app(settings, embedder=embedder)
+    async with app.router.lifespan_context(app):
+        await register_tools(app.state.resources, [{"server": "s", "name": f"t{i}"} for i in range(20)])
+    # A tool with only a name indexes the same text in all three dense fields; it is embedded once.
+    assert embedder.texts == 20
+    app = create_app(settings, embedder=embedder)
+    async with app.router.lifespan_context(app):
+        resources = app.state.resources
+        assert embedder.texts == 20
+        assert resources.index.count() == 20
+        assert len(resources.retriever.directory) == 20

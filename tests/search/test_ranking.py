@@ -1,0 +1,53 @@
+"""Fusion, multi-intent splitting and the exact-name ladder."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.search.ranking import Candidate, apply_boosts, fuse, max_merge, rank, split_intents, zscores
+
+
+def test_zscores_are_centred_and_missing_candidates_get_the_floor() -> None:
+    normalised, floor = zscores({"a": 3.0, "b": 1.0})
+    assert normalised == {"a": 1.0, "b": -1.0}
+    assert floor == -1.0
+    assert zscores({"a": 0.5, "b": 0.5}) == ({"a": 0.0, "b": 0.0}, 0.0)
+    assert zscores({}) == ({}, 0.0)
+
+
+def test_fuse_is_a_weighted_sum_over_the_union_of_candidates() -> None:
+    fused = fuse({"name": {"a": 0.9, "b": 0.1}, "lexical": {"b": 5.0, "c": 1.0}}, {"name": 0.5, "lexical": 0.5})
+    assert set(fused) == {"a", "b", "c"}
+    assert fused["a"].signals == {"name": 0.5, "lexical": -0.5}
+    assert fused["b"].score == pytest.approx(0.0)
+    assert fused["a"].raw == {"name": 0.9}
+
+
+def test_split_intents_finds_sentences_steps_and_then() -> None:
+    assert split_intents("what time is it in tokyo") == []
+    assert split_intents("Convert 100 USD to EUR and then post the result to Slack") == [
+        "Convert 100 USD to EUR", "post the result to Slack"]
+    assert len(split_intents("1. find papers 2. summarise them 3. email the summary")) == 3
+    assert split_intents("Get the weather. Book a flight; send an email to Bob") == [
+        "Get the weather", "Book a flight", "send an email to Bob"]
+
+
+def test_max_merge_keeps_each_tools_best_score_and_the_part_that_found_it() -> None:
+    whole = {"a": Candidate("a", 1.0), "b": Candidate("b", 0.2)}
+    merged = max_merge(whole, [("part two", {"b": Candidate("b", 0.9), "c": Candidate("c", 0.5)})])
+    assert {n: c.score for n, c in merged.items()} == {"a": 1.0, "b": 0.9, "c": 0.5}
+    assert merged["b"].matched_part == "part two" and merged["a"].matched_part is None
+
+
+def test_exact_names_rank_first_whatever_their_score() -> None:
+    candidates = {"a": Candidate("a", 3.0), "b": Candidate("b", -2.0)}
+    # Among exact matches the fused score decides; "z" had no candidate score (0.0) and "b" had -2.0.
+    assert [c.name for c in rank(candidates, ["b", "z"], 3)] == ["z", "b", "a"]
+
+
+def test_boosts_add_to_the_score_and_are_recorded() -> None:
+    candidates = {"a": Candidate("a", 1.0), "b": Candidate("b", 0.9)}
+    apply_boosts(candidates, {"b": {"caller_habit": 0.2, "reliability": 0.0}, "x": {"popularity": 1.0}})
+    assert candidates["b"].score == pytest.approx(1.1)
+    assert candidates["b"].boosts == {"caller_habit": 0.2}
+    assert [c.name for c in rank(candidates, [], 2)] == ["b", "a"]

@@ -1,0 +1,111 @@
+"""A small real MCP server for the upstream tests, run as a child process over stdio or streamable HTTP.
+
+    python tests/upstream/mcp_test_server.py stdio
+    python tests/upstream/mcp_test_server.py http PORT
+    python tests/upstream/mcp_test_server.py paged N      (low-level server listing N tools, 2 per page)
+
+Tools: `echo`, `sleep` (outlives timeouts), `big` (a result of many tokens), `pid`, `fail` (a tool error),
+`add_tool` (adds a tool and sends notifications/tools/list_changed) and `crash` (the process exits mid-call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("toolscout-test", version="1.0.0", log_level="WARNING")
+
+
+@server.tool(description="Echo the text back, repeated `times` times.")
+def echo(text: str, times: int = 1) -> str:
+    return " ".join([text] * times)
+
+
+@server.tool(description="Sleep for some seconds, then answer.")
+async def sleep(seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool(description="Return a long text of numbered lines.")
+def big(lines: int) -> str:
+    return "\n".join(f"line {i}: the quick brown fox jumps over the lazy dog" for i in range(lines))
+
+
+@server.tool(description="The process id of this server.")
+def pid() -> int:
+    return os.getpid()
+
+
+@server.tool(description="Always fails with a tool error.")
+def fail(reason: str = "it failed") -> str:
+    raise ToolError(reason)
+
+
+@server.tool(description="Register a new tool named NAME and tell the client that the tool list changed.")
+async def add_tool(name: str, ctx: Context) -> str:
+    def added(value: str = "") -> str:
+        return f"{name}: {value}"
+
+    server.add_tool(added, name=name, description=f"A tool added at run time called {name}.")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
+
+
+@server.tool(description="Exit the server process in the middle of the call.")
+async def crash() -> str:
+    await asyncio.sleep(0.05)
+    os._exit(3)
+
+
+def run_paged(count: int) -> None:
+    """A low-level server whose tools/list answers two tools a page, with cursors."""
+    import anyio
+    import mcp_types as types
+    from mcp.server import Server
+    from mcp.server.stdio import stdio_server
+
+    tools = [
+        types.Tool(
+            name=f"tool_{i}",
+            description=f"Paged tool number {i}.",
+            input_schema={"type": "object", "properties": {"x": {"type": "integer"}}},
+        )
+        for i in range(count)
+    ]
+
+    async def list_tools(ctx: object, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        start = int(params.cursor) if params and params.cursor else 0
+        end = start + 2
+        return types.ListToolsResult(tools=tools[start:end], next_cursor=str(end) if end < count else None)
+
+    async def call_tool(ctx: object, params: types.CallToolRequestParams) -> types.CallToolResult:
+        x = (params.arguments or {}).get("x", 0)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"{params.name}:{x}")])
+
+    low = Server("toolscout-paged", on_list_tools=list_tools, on_call_tool=call_tool)
+
+    async def serve() -> None:
+        async with stdio_server() as (read, write):
+            await low.run(read, write, low.create_initialization_options())
+
+    anyio.run(serve)
+
+
+def main() -> None:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
+    if mode == "paged":
+        run_paged(int(sys.argv[2]))
+    elif mode == "stdio":
+        server.run("stdio")
+    else:
+        port = int(sys.argv[2])
+        asyncio.run(server.run_streamable_http_async(host="127.0.0.1", port=port))
+
+
+if __name__ == "__main__":
+    main()

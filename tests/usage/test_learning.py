@@ -1,0 +1,275 @@
+"""Learning from use: bounded boosts, a failing tool sinks, a caller's habit rises, no history no boost,
+and the incremental refresh of the statistics from the execution log."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from indexer.embedding import HashingEmbedder
+from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
+from service.db.models import CallerToolStats, Execution, Search, StatsCursor, ToolSearchStats, ToolStats
+from service.resources import Resources, build_resources
+from service.search.ranking import Candidate, apply_boosts, rank
+from service.settings import LearningSettings, Settings
+from service.usage.learning import (
+    Snapshot,
+    ToolHistory,
+    boosts_for,
+    compute_boosts,
+    habit_boost,
+    learning_state,
+    popularity_boost,
+    refresh_stats,
+    reliability_penalty,
+)
+from service.usage.stats import Decayed, decay_factor
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+SETTINGS = LearningSettings()
+
+
+def history(calls: float, successes: float, failures: float, at: datetime = NOW) -> Decayed:
+    return Decayed([calls, successes, failures], at)
+
+
+def test_each_boost_is_bounded_and_saturates() -> None:
+    for n in (0.5, 1, 10, 1e3, 1e9):
+        assert 0 < popularity_boost(n, SETTINGS) < SETTINGS.max_popularity_boost
+        assert 0 < habit_boost(n, SETTINGS) < SETTINGS.max_caller_boost
+        if n >= 1:
+            assert -SETTINGS.max_reliability_penalty <= reliability_penalty(0, n, SETTINGS) < 0
+    assert popularity_boost(20, SETTINGS) == pytest.approx(SETTINGS.max_popularity_boost / 2)
+    assert habit_boost(3, SETTINGS) == pytest.approx(SETTINGS.max_caller_boost / 2)
+    assert popularity_boost(0, SETTINGS) == habit_boost(0, SETTINGS) == 0.0
+    # All failures, many calls: close to the full penalty; the prior keeps one failure mild.
+    assert reliability_penalty(0, 1e6, SETTINGS) == pytest.approx(-SETTINGS.max_reliability_penalty, rel=1e-3)
+    assert reliability_penalty(0, 1, SETTINGS) == pytest.approx(
+        -SETTINGS.max_reliability_penalty * ((1.25 / 6) - 0.2) / 0.8
+    )
+    # A reliable tool, one failing within the tolerance, or a single decayed failure, pays nothing.
+    assert reliability_penalty(0, 0.5, SETTINGS) == 0.0
+    assert reliability_penalty(1000, 0, SETTINGS) == 0.0
+    assert reliability_penalty(95, 5, SETTINGS) == 0.0
+
+
+def test_no_history_gets_no_boost_and_the_best_text_match_stays_first() -> None:
+    snapshot = Snapshot()
+    snapshot.tools["busy"] = ToolHistory(history(1e6, 1e6, 0), 5.0)
+    snapshot.habits["alice"]["busy"] = Decayed([1e6, 1e6], NOW)
+    boosts = compute_boosts(snapshot, "alice", ["new", "busy"], SETTINGS, NOW)
+    assert boosts["new"] == {}
+    assert set(boosts["busy"]) == {"popularity", "caller_habit"}
+    total = sum(boosts["busy"].values())
+    assert total < SETTINGS.max_popularity_boost + SETTINGS.max_caller_boost
+    # The new tool leads the text match by more than the largest possible boost: it stays first.
+    lead = SETTINGS.max_popularity_boost + SETTINGS.max_caller_boost + 0.01
+    candidates = {"new": Candidate("new", 1.0), "busy": Candidate("busy", 1.0 - lead)}
+    apply_boosts(candidates, boosts)
+    assert [c.name for c in rank(candidates, [], 2)] == ["new", "busy"]
+    assert candidates["new"].boosts == {} and candidates["new"].score == 1.0
+
+
+def test_a_tool_that_keeps_failing_sinks_below_a_close_competitor() -> None:
+    snapshot = Snapshot()
+    snapshot.tools["flaky"] = ToolHistory(history(40, 4, 36), 900.0)
+    snapshot.tools["steady"] = ToolHistory(history(40, 40, 0), 50.0)
+    boosts = compute_boosts(snapshot, "bob", ["flaky", "steady"], SETTINGS, NOW)
+    assert boosts["flaky"]["reliability"] == pytest.approx(reliability_penalty(4, 36, SETTINGS), abs=1e-6)
+    assert boosts["flaky"]["reliability"] < -0.07
+    assert "reliability" not in boosts["steady"]
+    candidates = {"flaky": Candidate("flaky", 1.00), "steady": Candidate("steady", 0.95)}
+    apply_boosts(candidates, boosts)
+    assert [c.name for c in rank(candidates, [], 2)] == ["steady", "flaky"]
+
+
+def test_a_callers_habit_rises_for_that_caller_only() -> None:
+    snapshot = Snapshot()
+    snapshot.habits["alice"]["mine"] = Decayed([12, 12], NOW)
+    alice = compute_boosts(snapshot, "alice", ["mine", "other"], SETTINGS, NOW)
+    bob = compute_boosts(snapshot, "bob", ["mine", "other"], SETTINGS, NOW)
+    assert alice["mine"] == {"caller_habit": pytest.approx(SETTINGS.max_caller_boost * 12 / 15, abs=1e-6)}
+    assert alice["other"] == {} and bob["mine"] == {} and bob["other"] == {}
+    candidates = {"other": Candidate("other", 0.50), "mine": Candidate("mine", 0.47)}
+    apply_boosts(candidates, alice)
+    assert [c.name for c in rank(candidates, [], 2)] == ["mine", "other"]
+
+
+def test_history_decays_with_the_half_life() -> None:
+    snapshot = Snapshot()
+    snapshot.habits["alice"]["old"] = Decayed([8, 8], NOW - timedelta(days=SETTINGS.half_life_days))
+    boosts = compute_boosts(snapshot, "alice", ["old"], SETTINGS, NOW)
+    assert boosts["old"]["caller_habit"] == pytest.approx(habit_boost(4, SETTINGS), abs=1e-6)
+    assert decay_factor(14 * 86400, 14) == pytest.approx(0.5)
+    decayed = Decayed([0.0], None)
+    decayed.add(NOW, [1.0], 14)
+    decayed.add(NOW - timedelta(days=14), [1.0], 14)  # out of order: counts half
+    assert decayed.values == [pytest.approx(1.5)] and decayed.ref == NOW
+    decayed.add(NOW + timedelta(days=14), [1.0], 14)
+    assert decayed.values == [pytest.approx(1.75)] and decayed.ref == NOW + timedelta(days=14)
+
+
+# --- the incremental refresh against a real SQLite database -------------------------------------------
+
+
+@pytest.fixture
+async def resources(tmp_path: Path) -> AsyncIterator[Resources]:
+    settings = Settings(data_dir=tmp_path)
+    settings.learning.refresh_lag_seconds = 0.0
+    res = build_resources(settings, HashingEmbedder())
+    upgrade_database(settings.database_url)
+    res.engine = create_engine_for(settings.database_url)
+    res.sessionmaker = create_sessionmaker(res.engine)
+    yield res
+    await res.engine.dispose()
+
+
+def execution(
+    tool: str,
+    status: str = "ok",
+    caller: str = "alice",
+    at: datetime | None = None,
+    duration_ms: float = 100.0,
+    **extra: object,
+) -> Execution:
+    at = at or datetime.now(UTC) - timedelta(minutes=5)
+    return Execution(
+        id=str(uuid.uuid4()),
+        caller=caller,
+        tool=tool,
+        server_id=tool.split("__")[0],
+        arguments_digest="0" * 64,
+        status=status,
+        duration_ms=duration_ms,
+        started_at=at,
+        finished_at=at + timedelta(milliseconds=duration_ms),
+        **extra,
+    )
+
+
+async def add(resources: Resources, *rows: object) -> None:
+    async with resources.session() as session:
+        session.add_all(rows)
+        await session.commit()
+
+
+async def test_refresh_consumes_only_new_executions(resources: Resources) -> None:
+    start = datetime.now(UTC) - timedelta(hours=1)
+    rows = [execution("a__x", at=start + timedelta(seconds=i), duration_ms=100 + i) for i in range(6)]
+    rows += [
+        execution("a__x", "tool_error", at=start + timedelta(seconds=10), duration_ms=50),
+        execution("a__x", "invalid_arguments", at=start + timedelta(seconds=11)),
+        execution("a__x", "denied", caller="mallory", at=start + timedelta(seconds=12)),
+        execution("b__y", "timeout", caller="bob", at=start + timedelta(seconds=13), duration_ms=30_000),
+    ]
+    await add(resources, *rows)
+    assert await refresh_stats(resources) == 10
+    assert await refresh_stats(resources) == 0  # nothing new: nothing consumed
+    async with resources.session() as session:
+        a = await session.get(ToolStats, "a__x")
+        b = await session.get(ToolStats, "b__y")
+        habits = {(h.caller, h.tool): h for h in (await session.scalars(select(CallerToolStats))).all()}
+        cursor = await session.get(StatsCursor, "executions")
+    assert a is not None and b is not None and cursor is not None
+    # The denied call says nothing about the tool; for ranking, invalid arguments are a failure too.
+    assert (a.calls, a.successes, a.failures) == (8, 6, 2)
+    assert (b.calls, b.successes, b.failures) == (1, 0, 1)
+    assert a.decayed_calls == pytest.approx(8, rel=1e-4)
+    assert a.decayed_successes == pytest.approx(6, rel=1e-4) and a.decayed_failures == pytest.approx(2, rel=1e-4)
+    # Latency: the first call, then a moving average with weight 0.1 over the calls that reached the server.
+    expected = 100.0
+    for duration in (101, 102, 103, 104, 105, 50):
+        expected += 0.1 * (duration - expected)
+    assert a.latency_ms_avg == pytest.approx(expected)
+    assert set(habits) == {("alice", "a__x"), ("bob", "b__y")}
+    assert habits[("alice", "a__x")].calls == 8 and habits[("alice", "a__x")].successes == 6
+    assert habits[("alice", "a__x")].decayed_successes == pytest.approx(6, rel=1e-4)
+    assert cursor.rows_seen == 10
+    # New rows are folded in on top of the old ones, and the in-memory snapshot follows.
+    await add(resources, *[execution("a__x", "tool_error") for _ in range(30)])
+    assert await refresh_stats(resources) == 30
+    async with resources.session() as session:
+        a = await session.get(ToolStats, "a__x")
+    assert a is not None and (a.calls, a.failures) == (38, 32)
+    boosts = boosts_for(resources, "alice", ["a__x", "b__y", "c__z"])
+    assert boosts["a__x"]["reliability"] < -0.05 and boosts["a__x"]["caller_habit"] > 0
+    assert "caller_habit" not in boosts["b__y"] and boosts["c__z"] == {}
+    assert learning_state(resources).snapshot.rows_seen == 40
+
+
+async def test_rows_finished_within_the_lag_wait_and_batches_continue(resources: Resources) -> None:
+    resources.settings.learning.refresh_lag_seconds = 60.0
+    resources.settings.learning.refresh_batch = 7
+    await add(resources, *[execution("a__x") for _ in range(20)])
+    await add(resources, execution("a__x", at=datetime.now(UTC) - timedelta(seconds=1)))  # finished just now
+    assert await refresh_stats(resources) == 20
+    resources.settings.learning.refresh_lag_seconds = 0.0
+    assert await refresh_stats(resources) == 1
+
+
+async def test_a_second_process_reads_what_the_first_consumed(resources: Resources, tmp_path: Path) -> None:
+    await add(resources, *[execution("a__x", caller="alice") for _ in range(5)])
+    assert await refresh_stats(resources) == 5
+    other = build_resources(resources.settings, HashingEmbedder())
+    other.engine = create_engine_for(resources.settings.database_url)
+    other.sessionmaker = create_sessionmaker(other.engine)
+    try:
+        assert await refresh_stats(other) == 0  # already consumed by the first "replica"
+        assert boosts_for(other, "alice", ["a__x"]) == boosts_for(resources, "alice", ["a__x"])
+        assert "caller_habit" in boosts_for(other, "alice", ["a__x"])["a__x"]
+    finally:
+        await other.engine.dispose()
+    async with resources.session() as session:
+        assert (await session.get(ToolStats, "a__x")).calls == 5  # type: ignore[union-attr]
+
+
+async def test_search_log_feeds_tool_search_stats(resources: Resources) -> None:
+    at = datetime.now(UTC) - timedelta(minutes=1)
+    searches = [
+        Search(
+            id=str(uuid.uuid4()),
+            caller="alice",
+            query="q1",
+            k=2,
+            created_at=at,
+            results=[{"name": "a__x", "score": 1.0}, {"name": "b__y", "score": 0.5}],
+            result_count=2,
+        ),
+        Search(
+            id=str(uuid.uuid4()),
+            caller="bob",
+            query="q2",
+            k=2,
+            created_at=at + timedelta(seconds=1),
+            results=[{"name": "b__y", "score": 0.9}],
+            result_count=1,
+        ),
+        Search(
+            id=str(uuid.uuid4()),
+            caller="bob",
+            query="q3",
+            k=2,
+            created_at=at + timedelta(seconds=2),
+            results=[],
+            result_count=0,
+        ),
+    ]
+    await add(resources, *searches)
+    await refresh_stats(resources)
+    await refresh_stats(resources)
+    async with resources.session() as session:
+        stats = {s.tool: s for s in (await session.scalars(select(ToolSearchStats))).all()}
+    assert {name: (s.appearances, s.top1) for name, s in stats.items()} == {"a__x": (1, 1), "b__y": (2, 1)}
+    assert stats["b__y"].last_returned_at.replace(tzinfo=UTC) == (at + timedelta(seconds=1))  # type: ignore[union-attr]
+
+
+async def test_learning_can_be_switched_off(resources: Resources) -> None:
+    await add(resources, *[execution("a__x") for _ in range(5)])
+    await refresh_stats(resources)
+    resources.settings.learning.enabled = False
+    assert boosts_for(resources, "alice", ["a__x"]) == {"a__x": {}}
