@@ -19,6 +19,7 @@ MAX_NAME_CHARS = 256
 MAX_SERVER_CHARS = 128
 MAX_DESCRIPTION_CHARS = 16_000
 MAX_SCHEMA_BYTES = 128_000
+MAX_SCHEMA_DEPTH = 32  # nesting of objects and arrays; deeper schemas are refused before any recursion
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
@@ -96,15 +97,31 @@ class ValidatedBatch:
     problems: list[ToolProblem] = field(default_factory=list)
 
 
+def _depth(value: Any) -> int:
+    """How deeply objects and arrays nest (iterative, so a hostile schema cannot exhaust the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if deepest > MAX_SCHEMA_DEPTH:
+                return deepest
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def _check_schema(schema: Any) -> str | None:
     if not isinstance(schema, dict):
         return "input_schema must be a JSON object"
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        return f"input_schema nests deeper than {MAX_SCHEMA_DEPTH} levels (MAX_SCHEMA_DEPTH)"
     try:
         canonical = json.dumps(schema, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError):
         return "input_schema must be plain JSON"
     if len(canonical) > MAX_SCHEMA_BYTES:
-        return f"input_schema is larger than {MAX_SCHEMA_BYTES} bytes"
+        return f"input_schema is larger than {MAX_SCHEMA_BYTES} bytes (MAX_SCHEMA_BYTES)"
     if schema == {}:
         return None
     return _check_schema_text(canonical)

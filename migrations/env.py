@@ -17,6 +17,12 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
+    given = config.attributes.get("connection")
+    if given is not None:  # upgrade_database's connection, which holds the migration lock
+        context.configure(connection=given, target_metadata=target_metadata, render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
     connectable = engine_from_config(config.get_section(config.config_ini_section, {}),
                                      prefix="sqlalchemy.", poolclass=pool.NullPool)
     with connectable.connect() as connection:

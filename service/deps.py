@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.execution.code_mode.runner import CodeMode, code_mode
 from service.execution.runtime import Gateway, get_gateway
 from service.policy.callers import Caller
 from service.policy.service import require_admin, require_approver, resolve_caller
@@ -49,3 +50,10 @@ async def gateway_dep(resources: ResourcesDep) -> Gateway:
 
 
 GatewayDep = Annotated[Gateway, Depends(gateway_dep)]
+
+
+async def code_mode_dep(resources: ResourcesDep) -> CodeMode:
+    return code_mode(resources)
+
+
+CodeModeDep = Annotated[CodeMode, Depends(code_mode_dep)]

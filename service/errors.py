@@ -9,24 +9,40 @@
     ├── PermissionDenied (403, permission-denied)
     │   └── ApprovalRequired (403, approval-required)
     ├── NotFound (404, not-found)
+    │   └── HiddenTool (404, not-found)                  a tool the caller may not use: the same answer
     ├── Conflict (409, conflict)
+    ├── PayloadTooLarge (413, payload-too-large)         a body, batch or registration over a configured limit
     ├── RateLimited (429, rate-limited)
     ├── UpstreamError (502, upstream-error)              crash or protocol error of an upstream server
-    ├── IndexUnavailable (503, index-unavailable)
+    ├── Unavailable (503, unavailable)                   answered with Retry-After
+    │   ├── IndexUnavailable (503, index-unavailable)
+    │   └── DatabaseUnavailable (503, database-unavailable)
     └── UpstreamTimeout (504, upstream-timeout)
+
+Anything else that escapes a route is caught by `CatchAllMiddleware`: a 500 problem+json carrying an error id
+that is also in the log with the stack trace (the body never shows one). Index and database errors that were
+not translated where they entered become a 503 there too.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+logger = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://toolscout.dev/problems/"
+RETRY_AFTER_SECONDS = 5
 
 
 class ToolscoutError(Exception):
@@ -87,8 +103,16 @@ class NotFound(ToolscoutError):
     status, slug, title = 404, "not-found", "Not found"
 
 
+class HiddenTool(NotFound):
+    """A tool the caller may not use, answered exactly like a missing one (the execution log says denied)."""
+
+
 class Conflict(ToolscoutError):
     status, slug, title = 409, "conflict", "Conflict"
+
+
+class PayloadTooLarge(ToolscoutError):
+    status, slug, title = 413, "payload-too-large", "Request over a configured limit"
 
 
 class RateLimited(ToolscoutError):
@@ -103,18 +127,66 @@ class UpstreamError(ToolscoutError):
     status, slug, title = 502, "upstream-error", "Upstream MCP server failed"
 
 
-class IndexUnavailable(ToolscoutError):
+class Unavailable(ToolscoutError):
+    status, slug, title = 503, "unavailable", "Service unavailable"
+
+    def __init__(self, detail: str, retry_after: float = RETRY_AFTER_SECONDS, **extensions: Any) -> None:
+        super().__init__(detail, **extensions)
+        self.retry_after = retry_after
+
+
+class IndexUnavailable(Unavailable):
     status, slug, title = 503, "index-unavailable", "Vector index unavailable"
+
+
+class DatabaseUnavailable(Unavailable):
+    status, slug, title = 503, "database-unavailable", "Database unavailable"
 
 
 class UpstreamTimeout(ToolscoutError):
     status, slug, title = 504, "upstream-timeout", "Upstream MCP call timed out"
 
 
+class Problem(BaseModel):
+    """An RFC 9457 problem: the body of every error answer (extensions such as `errors` or `limit` beside)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+
+
+_DOCUMENTED = {
+    400: "Bad request",
+    401: "Missing or invalid API key",
+    403: "Not allowed (permission, approval required, or a foreign Origin)",
+    404: "Not found (or not visible to this caller)",
+    409: "Conflict",
+    413: "Over a configured limit",
+    421: "Host not served here (DNS rebinding protection)",
+    422: "Invalid request, arguments or tool",
+    429: "Rate limited (Retry-After)",
+    502: "The upstream MCP server failed",
+    503: "Index or database unavailable (Retry-After)",
+    504: "The upstream MCP call timed out",
+}
+
+
+def problem_responses() -> dict[int | str, dict[str, Any]]:
+    """The error answers of every route, for the OpenAPI document."""
+    content = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    return {
+        status: {"model": Problem, "description": text, "content": content} for status, text in _DOCUMENTED.items()
+    }
+
+
 def problem_response(error: ToolscoutError, request: Request | None = None) -> JSONResponse:
     """Render an error as application/problem+json."""
     headers = {}
-    if isinstance(error, RateLimited):
+    if isinstance(error, RateLimited | Unavailable):
         headers["Retry-After"] = str(max(1, int(error.retry_after + 0.999)))
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
@@ -149,10 +221,81 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         error = ToolscoutError(str(exc.detail))
         error.status = exc.status_code
-        error.slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-        error.title = "Not found" if exc.status_code == 404 else "HTTP error"
+        error.slug = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}.get(
+            exc.status_code, "http-error"
+        )
+        error.title = {404: "Not found", 413: "Request over a configured limit"}.get(exc.status_code, "HTTP error")
         return problem_response(error, request)
 
     app.add_exception_handler(ToolscoutError, on_toolscout_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_middleware(CatchAllMiddleware)
+
+
+_INDEX_MODULES = ("qdrant_client", "qdrant_edge", "indexer.index")
+_DATABASE_MODULES = ("sqlalchemy", "psycopg", "sqlite3", "asyncpg", "aiosqlite")
+# Connection-level failures only: a ProgrammingError or IntegrityError is a bug, and stays a 500.
+_DATABASE_DOWN = {"OperationalError", "InterfaceError", "DisconnectionError", "TimeoutError"}
+
+
+def translate_unexpected(exc: BaseException) -> ToolscoutError | None:
+    """An index or database error that was not translated where it entered, as the 503 it means."""
+    for kind in type(exc).__mro__:
+        module = kind.__module__ or ""
+        if module.startswith(_INDEX_MODULES):
+            return IndexUnavailable(f"The vector index failed: {type(exc).__name__}")
+        if module.startswith(_DATABASE_MODULES) and kind.__name__ in _DATABASE_DOWN:
+            return DatabaseUnavailable(f"The database failed: {type(exc).__name__}")
+    return None
+
+
+def unexpected_error(exc: Exception, where: str) -> ToolscoutError:
+    """An exception no handler knows, logged with a new error id and turned into the problem to answer."""
+    error_id = uuid.uuid4().hex
+    error = translate_unexpected(exc)
+    if error is None:
+        logger.error("unexpected error %s in %s", error_id, where, exc_info=exc)
+        error = ToolscoutError(f"An unexpected error occurred; quote error id {error_id} to the operator")
+    else:
+        logger.warning("error %s in %s: %s", error_id, where, error.detail, exc_info=exc)
+    error.extensions["error_id"] = error_id
+    return error
+
+
+def _problem_bytes(error: ToolscoutError, path: str) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    body = json.dumps(error.problem(path)).encode()
+    headers = [(b"content-type", PROBLEM_JSON.encode()), (b"content-length", str(len(body)).encode())]
+    if isinstance(error, Unavailable):
+        headers.append((b"retry-after", str(max(1, int(error.retry_after + 0.999))).encode()))
+    return body, headers
+
+
+class CatchAllMiddleware:
+    """Whatever escapes the routes and their handlers becomes a problem+json, never a text/plain 500."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:  # noqa: BLE001 - the last boundary: every error leaves as problem+json
+            path = scope.get("path", "")
+            error = unexpected_error(exc, f"{scope.get('method')} {path}")
+            if started:
+                return  # the response is on its way; the log has the error
+            body, headers = _problem_bytes(error, path)
+            await send({"type": "http.response.start", "status": error.status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})

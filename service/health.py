@@ -20,7 +20,8 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=None)
 async def readyz(resources: ResourcesDep) -> JSONResponse:
-    """The database answers and the index is open."""
+    """The database answers and the index is open; background loops are listed with their state (one
+    waiting to restart after an error makes the status "degraded", still ready)."""
     checks: dict[str, str] = {}
     try:
         async with resources.session() as session:
@@ -29,16 +30,28 @@ async def readyz(resources: ResourcesDep) -> JSONResponse:
     except Exception as exc:  # noqa: BLE001 - readiness reports any failure instead of raising
         checks["database"] = f"error: {exc.__class__.__name__}"
     if resources.index is not None:
-        checks["index"] = "ok"
-        checks["tools"] = str(await resources.run_index(resources.index.count))
+        try:
+            checks["tools"] = str(await resources.run_index(resources.index.count))
+            checks["index"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - readiness reports any failure instead of raising
+            checks["index"] = f"error: {exc.__class__.__name__}"
     else:
         checks["index"] = "not open"
+    supervisor = resources.supervisor
+    failing = sorted(name for name, status in supervisor.status.items() if status.state == "backoff")
+    checks["background"] = "ok" if not failing else "restarting: " + ", ".join(failing)
     cluster = cluster_state(resources)
     checks["redis"] = readiness(cluster)
     ready = checks["database"] == "ok" and checks["index"] == "ok"
     # Redis down is degraded, not unready: limits hold per replica and the catalog is followed by polling.
-    status = "not ready" if not ready else "degraded" if checks["redis"].startswith("degraded") else "ready"
-    body: dict[str, object] = {"status": status, "checks": checks, "replica": cluster.replica_id}
+    degraded = bool(failing) or checks["redis"].startswith("degraded")
+    status = ("degraded" if degraded else "ready") if ready else "not ready"
+    body: dict[str, object] = {
+        "status": status,
+        "checks": checks,
+        "background": supervisor.report(),
+        "replica": cluster.replica_id,
+    }
     if (follower := cluster.follower) is not None:
         body["catalog"] = {"followed_seq": follower.watermark, "changes_applied": follower.applied}
     return JSONResponse(body, 200 if ready else 503)

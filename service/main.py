@@ -18,15 +18,17 @@ from service.catalog.reconcile import reconcile_index
 from service.catalog.service import register_tools
 from service.cluster.runtime import start_cluster, stop_cluster
 from service.cluster.servers import start_server_following, stop_server_following
-from service.errors import install_error_handlers
+from service.errors import install_error_handlers, problem_responses
 from service.execution import routes as execute
 from service.execution import runtime as gateway
+from service.execution.code_mode import routes as code_mode_routes
 from service.policy import key_routes as keys
 from service.policy import routes as approvals
 from service.policy import service as policy
 from service.resources import build_resources, close_resources, start_resources
 from service.search import routes as search
 from service.search.service import start_search
+from service.security.edges import install_edge_guards
 from service.settings import Settings
 from service.upstream import routes as servers
 from service.usage import learning
@@ -46,14 +48,14 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await start_resources(resources, index)
         await start_search(resources)
-        report = await reconcile_index(resources)
-        logger.info("index reconciled with the catalog: %s", report.as_dict())
-        if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
-            seeded = await register_tools(resources, demo_catalog())
-            logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
-        for hook in app.state.startup_hooks:
-            await hook(resources)
-        try:
+        try:  # a start-up that fails half way (e.g. refused open mode) still releases the index and database
+            report = await reconcile_index(resources)
+            logger.info("index reconciled with the catalog: %s", report.as_dict())
+            if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
+                seeded = await register_tools(resources, demo_catalog())
+                logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
+            for hook in app.state.startup_hooks:
+                await hook(resources)
             yield
         finally:
             for hook in reversed(app.state.shutdown_hooks):
@@ -65,6 +67,7 @@ def create_app(
         version="0.1.0",
         summary="Semantic tool retrieval and execution for LLM agents over MCP servers",
         lifespan=lifespan,
+        responses=problem_responses(),
     )
     app.state.resources = resources
     app.state.startup_hooks = []
@@ -78,6 +81,7 @@ def create_app(
     app.state.startup_hooks += [gateway.start_gateway, start_server_following]
     app.state.shutdown_hooks += [gateway.stop_gateway, stop_server_following]
     install_error_handlers(app)
+    install_edge_guards(app, settings)
     app.include_router(health.router)
     app.include_router(search.router)
     app.include_router(tools.router)
@@ -87,6 +91,7 @@ def create_app(
     app.include_router(events.router)
     app.include_router(execute.router)
     app.include_router(servers.router)
+    app.include_router(code_mode_routes.router)
     return app
 
 

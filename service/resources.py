@@ -16,11 +16,13 @@ from indexer.index.base import VectorIndex
 from indexer.lexical import Bm25Encoder
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
 from service.settings import Settings
+from service.supervisor import Supervisor
 
 if TYPE_CHECKING:
     # Types only: the domains build these objects and attach them; this module imports none of them.
     from service.catalog.events import EventHub
     from service.cluster.state import Cluster
+    from service.execution.code_mode.runner import CodeMode
     from service.execution.runtime import Gateway
     from service.policy.keys import KeyResolver
     from service.policy.service import PolicyState
@@ -52,8 +54,11 @@ class Resources:
     learning: LearningState | None = None  # usage.learning.learning_state
     boosts: Boosts | None = None  # usage.learning.start_learning: the priors the retriever applies
     gateway: Gateway | None = None  # execution.runtime.start_gateway
+    code_mode: CodeMode | None = None  # execution.code_mode.runner.code_mode
     cluster: Cluster | None = None  # cluster.state.cluster_state: replica id, Redis bus, writer locks, follower
     progress: Callable[[int, int], None] | None = None  # the CLI's progress bar while indexing
+    # Every background loop runs under it: restarted with backoff on any error, shown in /readyz.
+    supervisor: Supervisor = field(default_factory=Supervisor)
 
     def session(self) -> AsyncSession:
         """A new SQL session (the caller commits)."""

@@ -73,6 +73,9 @@ class ExecutionSettings(BaseModel):
     result_token_budget: int = 4000
     batch_concurrency: int = 8
     log_raw_arguments: bool = False
+    # "commit": an answered call has its log row committed (group commit, a few ms); "batched": rows are
+    # written in the background after the answer (faster, but a crash loses the rows still in memory).
+    log_durability: Literal["commit", "batched"] = "commit"
     # Where the demo servers' virtual environment and npm packages go (default ~/.cache/toolscout/upstream).
     toolchain_dir: Path | None = None
     # How long start-up waits for the upstream servers' first connection and sync (the rest go on in the
@@ -84,6 +87,13 @@ class ExecutionSettings(BaseModel):
     reconnect_max_seconds: float = 30.0
     heartbeat_seconds: float = 30.0
     batch_max_calls: int = 100
+    # Servers added over the API: stdio ones run a command on this machine, so they are refused unless allowed,
+    # and then only for the listed executables (names or absolute paths). Servers of the servers file are trusted.
+    allow_api_stdio: bool = False
+    api_stdio_commands: list[str] = Field(default_factory=list)
+    # HTTP upstreams added over the API may not point at private, loopback or link-local addresses unless the
+    # host (name or address) or its network (CIDR) is listed here; "*" allows every address.
+    upstream_allowed_hosts: list[str] = Field(default_factory=list)
     result_ttl_hours: float = 24.0
     # /execute keeps resolved tools this long (upstream syncs invalidate them at once); 0 turns the cache off.
     tool_cache_seconds: float = 5.0
@@ -102,6 +112,16 @@ class PolicySettings(BaseModel):
     key_cache_seconds: float = 5.0
     # An approver may grant their own call only if this is set (the open local user always may).
     allow_self_approval: bool = False
+    # Host header names the REST API answers to, besides the bound address, localhost names and IP literals
+    # ("*" for any; ".example.com" for a domain and its subdomains). Other hosts get 421 (DNS rebinding).
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Browser origins allowed to call the API (CORS); empty keeps CORS off and refuses cross-origin requests.
+    cors_origins: list[str] = Field(default_factory=list)
+    max_body_bytes: int = 20_000_000  # request bodies above this get 413
+    max_tools_per_registration: int = 5_000  # tools in one POST /tools (the CLI sends big catalogs in parts)
+    # Failed authentications per client address: this many in a row are free, then each waits twice as long.
+    auth_failures_free: int = 5
+    auth_failure_max_delay_seconds: float = 300.0
 
 
 class LearningSettings(BaseModel):
@@ -140,6 +160,22 @@ class FrontendSettings(BaseModel):
     http_host: str = "127.0.0.1"  # `toolscout mcp --transport http` listens here
     http_port: int = 8766
     http_path: str = "/mcp"
+    # When set, `toolscout mcp --transport http` requires `Authorization: Bearer <this key>` on every request.
+    http_api_key: str | None = None
+    run_script: bool = True  # offer the run_script meta-tool (code mode over POST /run) in every mode
+
+
+class CodeModeSettings(BaseModel):
+    """Code mode (POST /run, the run_script meta-tool): budgets of one JavaScript program calling many tools."""
+
+    enabled: bool = True
+    timeout_seconds: float = 60.0  # wall clock of one script; a request may ask for less, not more
+    memory_mib: int = 256  # the engine's heap
+    max_tool_calls: int = 50  # tool calls and searches of one script
+    max_concurrent: int = 4  # scripts running at once; the others wait in turn
+    max_script_chars: int = 100_000
+    max_log_lines: int = 100
+    max_log_line_chars: int = 1000
 
 
 class ClusterSettings(BaseModel):
@@ -180,6 +216,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
     frontend: FrontendSettings = Field(default_factory=FrontendSettings)
+    code_mode: CodeModeSettings = Field(default_factory=CodeModeSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,6 +25,9 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     values.update(overrides)
     settings = Settings(**values)  # type: ignore[arg-type]
     settings.execution.demo_servers = False
+    # The MCP tests register the stdio test server over the API, which is off by default (issue 9).
+    settings.execution.allow_api_stdio = True
+    settings.execution.api_stdio_commands = [sys.executable]
     return settings
 
 
@@ -38,7 +42,7 @@ async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings, embedder=HashingEmbedder())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             yield http
 
 

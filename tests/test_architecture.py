@@ -17,7 +17,8 @@ MAX_LINES = 400
 MAX_TOP_LEVEL_MODULES = 8
 DOMAINS = ("catalog", "search", "upstream", "execution", "policy", "usage")
 # What the MCP front end may import of the service: the REST client side, never a domain package.
-MCP_MAY_IMPORT = ("service.mcp", "service.errors", "service.settings", "service.http_transport")
+# service.security: edge guards (hosts, limits, failed-auth delays) that import only settings and errors.
+MCP_MAY_IMPORT = ("service.mcp", "service.errors", "service.settings", "service.http_transport", "service.security")
 # cluster/ is two layers: these modules sit under the domains (which call them in their own transactions) ...
 CLUSTER_BELOW_DOMAINS = ("bus", "changes", "ratelimit", "state", "vectors", "writers")
 CLUSTER_BELOW_MAY_IMPORT = ("service.settings", "service.db", "service.policy.ratelimit")
@@ -144,11 +145,14 @@ def test_indexer_never_imports_service(graph: dict[str, set[str]]) -> None:
 
 
 def test_wiring_imports_no_domain_at_run_time(graph: dict[str, set[str]]) -> None:
-    """resources.py holds the domains' objects by type only; the domains build them."""
+    """resources.py holds the domains' objects by type only; the domains build them. The supervisor of the
+    background loops is wiring too (it knows no domain)."""
     assert sorted(t for t in graph["service.resources"] if t.startswith("service")) == [
         "service.db.engine",
         "service.settings",
+        "service.supervisor",
     ]
+    assert graph["service.supervisor"] == set()
 
 
 def test_the_mcp_front_end_talks_to_the_rest_api_only(graph: dict[str, set[str]]) -> None:

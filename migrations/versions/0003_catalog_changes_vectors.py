@@ -1,7 +1,7 @@
 """cluster: the catalog change sequence and the stored tool vectors
 
 Revision ID: 0003_cluster
-Revises: 0002
+Revises: 0004
 Create Date: 2026-12-01 11:00:00
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0003_cluster"
-down_revision = "0002"
+down_revision = "0004"  # main's head when merged; the coordinator renumbers at the final merge
 branch_labels = None
 depends_on = None
 

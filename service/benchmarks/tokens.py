@@ -67,12 +67,19 @@ def list_tokens(
     catalog: Sequence[Mapping[str, Any]],
     profile: Profile | None = None,
     active: Sequence[Mapping[str, Any]] = (),
+    run_script: bool = True,
 ) -> tuple[int, int]:
-    """(tools listed, cl100k tokens) of a mode's tools/list."""
+    """(tools listed, cl100k tokens) of a mode's tools/list (run_script is listed as the server lists it: on by
+    default, never under a profile)."""
     scoped = [t for t in catalog if profile is None or profile.allows(t)]
     always = [t for t in scoped if profile is not None and t["name"] in profile.always_listed]
     tools = render.mode_tools(
-        mode, catalog=scoped, always=always, active=active, default_k=profile.default_k if profile else None
+        mode,
+        catalog=scoped,
+        always=always,
+        active=active,
+        default_k=profile.default_k if profile else None,
+        run_script=run_script and profile is None,
     )
     return len(tools), render.count_tokens(render.wire_list(tools))
 

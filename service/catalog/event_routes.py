@@ -11,6 +11,9 @@ from fastapi.responses import StreamingResponse
 
 from service.catalog.events import CatalogEvent, event_hub
 from service.deps import CallerDep, ResourcesDep
+from service.policy.callers import Caller
+from service.policy.service import caller_rules, policy_state, visible_names
+from service.resources import Resources
 
 router = APIRouter(tags=["events"])
 
@@ -21,6 +24,24 @@ RETRY_MILLISECONDS = 2000
 def format_event(event: CatalogEvent) -> str:
     """One SSE frame."""
     return f"event: {event.kind}\ndata: {json.dumps(event.data, separators=(',', ':'))}\n\n"
+
+
+def may_see(resources: Resources, caller: Caller, event: CatalogEvent) -> bool:
+    """Whether this caller may hear of this event: only of servers it may use (every server for admins)."""
+    if caller.is_admin:
+        return True
+    visible = visible_names(resources, caller)
+    if visible is None:
+        return True
+    server = event.data.get("server")
+    if server is None:
+        return True  # "something changed" names nothing
+    rules = caller_rules(resources, caller)
+    by_server = [p for p in rules.allow if p.kind == "server" and p.matches("", str(server))]
+    if by_server and not any(p.kind == "server" and p.matches("", str(server)) for p in rules.deny):
+        return True  # a server the rules allow by name, even before its tools reach the snapshot
+    servers = policy_state(resources).servers
+    return any(servers.get(name) == server for name in visible)
 
 
 @router.get("/events", response_class=StreamingResponse)
@@ -38,7 +59,10 @@ async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingRespons
                         event = await received.receive()
                 except anyio.EndOfStream:
                     return  # dropped for falling behind: the client reconnects and refetches
-                yield format_event(event) if event is not None else ": heartbeat\n\n"
+                if event is None:
+                    yield ": heartbeat\n\n"
+                elif may_see(resources, caller, event):
+                    yield format_event(event)
 
     return StreamingResponse(
         stream(),

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from service.catalog import service as catalog
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
-from service.errors import InvalidTool
+from service.errors import InvalidTool, PayloadTooLarge
 
 router = APIRouter(tags=["tools"])
 
@@ -54,6 +54,14 @@ async def register(request: RegisterRequest, resources: ResourcesDep, caller: To
     """Register or update a batch; bad tools are reported one by one and do not stop the others.
 
     When every tool of the batch is refused the answer is a 422 problem listing each one."""
+    limit = resources.settings.policy.max_tools_per_registration
+    if len(request.tools) > limit:
+        raise PayloadTooLarge(
+            f"A registration holds at most {limit} tools, not {len(request.tools)} (policy.max_tools_per_registration);"
+            " send the catalog in parts",
+            errors=[{"pointer": "/tools", "reason": f"at most {limit} tools"}],
+            limit="policy.max_tools_per_registration",
+        )
     report = await catalog.register_tools(resources, request.tools, request.server)
     body = report.as_dict()
     if report.errors and not body["tools"]:

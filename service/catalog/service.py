@@ -19,8 +19,9 @@ from service.catalog.events import publish_tools_changed
 from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
 from service.cluster.state import announce, cluster_state
 from service.cluster.vectors import embedder_id, save_vectors, vectors_for
+from service.db.among import among
 from service.db.models import Server, Tool, utcnow
-from service.errors import NotFound
+from service.errors import HiddenTool, NotFound
 from service.policy.callers import Caller
 from service.policy.service import visible_names
 from service.resources import Resources
@@ -89,7 +90,7 @@ async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], repor
     names = [t.qualified_name for t in tools]
     existing = {
         row.qualified_name: row
-        for row in (await session.scalars(select(Tool).where(Tool.qualified_name.in_(names)))).all()
+        for row in (await session.scalars(select(Tool).where(among(Tool.qualified_name, names)))).all()
     } if names else {}
     now = utcnow()
     for server_id in {t.server for t in tools}:
@@ -157,7 +158,7 @@ async def _changed_tools(resources: Resources, tools: list[ToolDefinition]) -> l
     async with resources.session() as session:
         rows = await session.execute(
             select(Tool.qualified_name, Tool.content_hash).where(
-                Tool.qualified_name.in_(names), Tool.deprecated.is_(False)
+                among(Tool.qualified_name, names), Tool.deprecated.is_(False)
             )
         )
         current = dict(rows.tuples().all())
@@ -246,16 +247,29 @@ async def unindex(resources: Resources, names: list[str]) -> None:
         resources.retriever.directory.remove(name)
 
 
-async def find_tool(session: AsyncSession, name: str, resources: Resources | None = None) -> Tool:
-    """The active tool with this qualified name; NotFound names the closest ones."""
+def tool_not_found(
+    name: str, resources: Resources | None, allowed: frozenset[str] | None = None, *, hidden: bool = False
+) -> NotFound:
+    """The 404 of a missing tool, naming the closest names among those the caller may use (`allowed`).
+
+    A tool the caller may not use gets the same answer (`hidden`), so neither the status nor the
+    suggestions tell it which names exist."""
+    closest: list[str] = []
+    if resources is not None and resources.retriever is not None:
+        closest = resources.retriever.directory.closest(name, allowed=allowed)
+    hint = f"; closest: {', '.join(closest)}" if closest else ""
+    error = HiddenTool if hidden else NotFound
+    return error(f"No tool named {name!r}{hint}", tool=name, closest=closest)
+
+
+async def find_tool(
+    session: AsyncSession, name: str, resources: Resources | None = None, allowed: frozenset[str] | None = None
+) -> Tool:
+    """The active tool with this qualified name; NotFound names the closest ones (of `allowed`, when given)."""
     row = await session.get(Tool, name)
     if row is not None and not row.deprecated:
         return row
-    closest: list[str] = []
-    if resources is not None and resources.retriever is not None:
-        closest = resources.retriever.directory.closest(name)
-    hint = f"; closest: {', '.join(closest)}" if closest else ""
-    raise NotFound(f"No tool named {name!r}{hint}", tool=name, closest=closest)
+    raise tool_not_found(name, resources, allowed)
 
 
 async def list_tools(
@@ -267,7 +281,7 @@ async def list_tools(
     if server:
         query = query.where(Tool.server_id == server)
     if allowed is not None:
-        query = query.where(Tool.qualified_name.in_(sorted(allowed)))
+        query = query.where(among(Tool.qualified_name, allowed))
     rows = (await session.scalars(query.order_by(Tool.qualified_name))).all()
     if tag:
         rows = [r for r in rows if tag in (r.tags or [])]
@@ -282,11 +296,11 @@ async def list_visible_tools(
 
 
 async def find_visible_tool(session: AsyncSession, resources: Resources, caller: Caller, name: str) -> Tool:
-    """The active tool with this name if the caller may use it; a hidden tool is not found, without hints."""
+    """The active tool with this name if the caller may use it; a hidden tool gets a missing tool's answer."""
     visible = visible_names(resources, caller)
     if visible is not None and name not in visible:
-        raise NotFound(f"No tool named {name!r}", tool=name, closest=[])
-    return await find_tool(session, name, resources)
+        raise tool_not_found(name, resources, visible, hidden=True)  # the same 404 as a missing tool
+    return await find_tool(session, name, resources, visible)
 
 
 async def delete_tool(resources: Resources, name: str) -> None:

@@ -8,7 +8,7 @@ import importlib
 
 BENCH_MODULES = [
     "service.benchmarks.search", "service.cli.tokens_bench", "service.benchmarks.analytics",
-    "service.cli.execute_bench", "service.benchmarks.learning",
+    "service.cli.execute_bench", "service.benchmarks.learning", "service.benchmarks.durability",
 ]
 
 

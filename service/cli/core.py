@@ -53,6 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
+    # The app checks hosts and open mode against the address it is bound to.
+    settings.host, settings.port = host, port
     print(f"Toolscout on http://{host}:{port}  (docs at /docs; data in {settings.data_dir.resolve()})", flush=True)
     uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
     return 0
@@ -80,6 +82,34 @@ def _post_to_service(settings: Settings, path: str, payload: Any) -> httpx.Respo
         return client.post(path, json=payload)
     finally:
         client.close()
+
+
+INDEX_PART = 1000  # tools per POST /tools: well under the service's registration and body limits
+
+
+def _post_in_parts(settings: Settings, tools: list[Any]) -> dict[str, Any] | int | None:
+    """Register tools with the running service a part at a time: the summed report, an exit code on a
+    refusal, or None when no service runs."""
+    client = _api(settings)
+    if client is None:
+        return None
+    total: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": []}
+    try:
+        for start in range(0, max(len(tools), 1), INDEX_PART):
+            response = client.post("/tools", json={"tools": tools[start : start + INDEX_PART]})
+            body = response.json()
+            if response.status_code == 422 and body.get("errors"):
+                total["errors"] += body["errors"]  # every tool of this part was refused: report them, go on
+                continue
+            if response.status_code >= 400:
+                return _fail(body)
+            for key in ("created", "updated", "unchanged", "removed"):
+                total[key] += body[key]
+            total["tools"] += body["tools"]
+            total["errors"] += body["errors"]
+    finally:
+        client.close()
+    return total
 
 
 def _fail(error: ToolscoutError | dict[str, Any]) -> int:
@@ -126,12 +156,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         tools = load_catalog_file(args.file, args.server).tools
     except ToolscoutError as exc:
         return _fail(exc)
-    response = _post_to_service(settings, "/tools", {"tools": tools})
-    if response is not None:
-        body = response.json()
-        if response.status_code >= 400:
-            return _fail(body)
-    else:
+    body = _post_in_parts(settings, tools)
+    if isinstance(body, int):
+        return body
+    if body is None:
         from service.catalog import service as catalog
 
         async def run(resources: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import json
 import sys
 
 from service.cli.database import print_table, with_database
-from service.errors import NotFound
+from service.errors import InvalidRequest, NotFound
 from service.policy import keys as auth
 from service.resources import Resources
 from service.settings import Settings
@@ -52,8 +52,8 @@ def cmd_create(args: argparse.Namespace) -> int:
 
     try:
         created = asyncio.run(with_database(Settings(), run))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except InvalidRequest as exc:
+        print(f"error: {exc.detail}", file=sys.stderr)
         return 1
     if args.json:
         print(

@@ -9,6 +9,7 @@ import anyio
 
 from service.errors import ToolscoutError
 from service.mcp import MODES
+from service.security.openmode import is_loopback
 from service.settings import Settings
 
 
@@ -50,6 +51,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     else:
         host = args.host or settings.frontend.http_host
         port = args.port or settings.frontend.http_port
+        if not is_loopback(host) and not settings.frontend.http_api_key:
+            print(
+                f"warning: {host} is reachable from other machines and TOOLSCOUT_FRONTEND__HTTP_API_KEY is not set: "
+                "anyone who reaches the port calls tools with this front end's API key",
+                file=sys.stderr,
+            )
         print(
             f"Toolscout MCP front end ({args.mode}) on "
             f"http://{host}:{port}{args.path or settings.frontend.http_path}"

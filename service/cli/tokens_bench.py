@@ -50,6 +50,12 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         help="tool to time calls of (default: a read-only tool without required arguments)",
     )
     tokens.add_argument("--call-arguments", default="{}", help="JSON arguments for --call-tool")
+    tokens.add_argument(
+        "--code-mode",
+        action="store_true",
+        help="add the code-mode scenario: a five-step task on real git, filesystem and memory servers, lazy mode "
+        "(one call per step) against one run_script",
+    )
     tokens.set_defaults(func=cmd_tokens)
 
 
@@ -74,6 +80,10 @@ def cmd_tokens(args: argparse.Namespace) -> int:
                     call_arguments=json.loads(args.call_arguments),
                 )
             )
+        if args.code_mode:
+            from service.benchmarks.code_mode import code_mode_scenario
+
+            report["code_mode"] = anyio.run(code_mode_scenario)
     except ToolscoutError as exc:
         print(f"error: {exc.detail}", file=sys.stderr)
         return 1

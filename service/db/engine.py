@@ -6,11 +6,14 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import NullPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# pg_advisory_lock key of the migrations: replicas starting together upgrade one after the other.
+MIGRATION_LOCK_KEY = 0x746F6F6C73636F75  # "toolscou"
 
 
 def sync_url(url: str) -> str:
@@ -69,11 +72,32 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade_database(url: str, revision: str = "head") -> None:
-    """Apply the migrations up to `revision` (creating the SQLite folder if needed)."""
+    """Apply the migrations up to `revision` (creating the SQLite folder if needed).
+
+    On PostgreSQL the upgrade holds an advisory lock, so replicas starting at once migrate one at a time
+    (the later ones find the schema current and do nothing); SQLite's own write lock serialises it there."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    command.upgrade(alembic_config(url), revision)
+    config = alembic_config(url)
+    if parsed.get_backend_name() != "postgresql":
+        command.upgrade(config, revision)
+        return
+    engine = create_engine(sync_url(url), poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            connection.commit()
+            try:
+                config.attributes["connection"] = connection
+                command.upgrade(config, revision)
+                connection.commit()
+            finally:
+                connection.rollback()
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY})
+                connection.commit()
+    finally:
+        engine.dispose()
 
 
 def downgrade_database(url: str, revision: str = "base") -> None:

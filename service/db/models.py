@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -90,6 +91,16 @@ class Search(Base):
     """Every /search: who asked what and what came back."""
 
     __tablename__ = "searches"
+    __table_args__ = (
+        # 0003: the statistics read the rows not counted yet, in created_at order.
+        Index(
+            "ix_searches_uncounted",
+            "created_at",
+            "id",
+            sqlite_where=text("counted_at IS NULL"),
+            postgresql_where=text("counted_at IS NULL"),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     caller: Mapped[str] = mapped_column(String(128), index=True)
@@ -101,6 +112,8 @@ class Search(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     # 0002: when the first call that came from this search was counted (None: none yet).
     followed_at: Mapped[datetime | None] = mapped_column(default=None)
+    # 0003: when the statistics counted this row (None: not yet, whenever it arrived).
+    counted_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Execution(Base):
@@ -112,6 +125,14 @@ class Execution(Base):
         Index("ix_executions_caller_started", "caller", "started_at"),
         # 0002: the statistics cursor reads the log in finished_at order.
         Index("ix_executions_finished_at", "finished_at"),
+        # 0003: the statistics read the rows not counted yet, in finished_at order.
+        Index(
+            "ix_executions_uncounted",
+            "finished_at",
+            "id",
+            sqlite_where=text("counted_at IS NULL"),
+            postgresql_where=text("counted_at IS NULL"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -130,6 +151,10 @@ class Execution(Base):
     result_id: Mapped[str | None] = mapped_column(String(36), default=None)
     started_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     finished_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0003: when the statistics counted this row (None: not yet, whenever it arrived).
+    counted_at: Mapped[datetime | None] = mapped_column(default=None)
+    # 0004: the code-mode script (POST /run) that made the call; None for /execute.
+    run_id: Mapped[str | None] = mapped_column(String(36), default=None, index=True)
 
 
 class StoredResult(Base):
@@ -192,8 +217,9 @@ class ToolSearchStats(Base):
 class StatsCursor(Base):
     """How far the statistics have consumed a log (incremental refresh).
 
-    One row per log: `executions` (position = finished_at, id) and `searches` (position = created_at, id);
-    the position columns keep their original names."""
+    One row per log: `executions` and `searches`. Since 0003 each log row carries its own `counted_at` mark;
+    the cursor keeps `rows_seen` (a version: consumers update it conditionally, so two never both commit the
+    same rows, and a replica sees that another one moved the statistics) and the last position, for reading."""
 
     __tablename__ = "stats_cursor"
 

@@ -22,9 +22,10 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-from service.catalog.service import find_tool
+from service.catalog.service import find_tool, tool_not_found
 from service.db.models import Tool, utcnow
 from service.errors import (
+    HiddenTool,
     InvalidArguments,
     NotFound,
     PermissionDenied,
@@ -32,12 +33,13 @@ from service.errors import (
     ToolscoutError,
     UpstreamError,
     UpstreamTimeout,
+    unexpected_error,
 )
 from service.execution.log import ExecutionLog
 from service.execution.results import ResultStore, count_tokens_async, measure, render_text
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
-from service.policy.service import authorize_call
+from service.policy.service import authorize_call, may_use, visible_names
 from service.resources import Resources
 from service.upstream.pool import UpstreamPool
 
@@ -51,6 +53,8 @@ def status_of(error: BaseException) -> str:
     """The execution-log status of an error."""
     if isinstance(error, InvalidArguments):
         return "invalid_arguments"
+    if isinstance(error, HiddenTool):
+        return "denied"
     if isinstance(error, NotFound):
         return "not_found"
     if isinstance(error, PermissionDenied | RateLimited):
@@ -214,8 +218,10 @@ class Executor:
         *,
         search_id: str | None = None,
         approval_id: str | None = None,
+        run_id: str | None = None,
     ) -> ExecutionResult:
-        """Run one call; raises the service's errors (each logged first)."""
+        """Run one call; raises the service's errors (each logged first). `run_id` names the code-mode
+        script that makes the call."""
         arguments = arguments or {}
         settings = self.resources.settings.execution
         execution_id = str(uuid.uuid4())
@@ -235,6 +241,7 @@ class Executor:
             "output_tokens": 0,
             "result_id": None,
             "started_at": started_at,
+            "run_id": run_id,
         }
         self.in_flight += 1
         self._idle.clear()
@@ -242,23 +249,33 @@ class Executor:
             result = await self._run(caller, name, arguments, approval_id, execution_id, row)
             result.duration_ms = round((time.perf_counter() - started) * 1000, 3)
             row.update(status=result.status, output_tokens=result.total_tokens, result_id=result.result_id)
+            durable = self._record(row, started)
+            if durable is not None:
+                # Commit mode: answer once the row is committed (or fsync'd to the spill file).
+                await asyncio.shield(durable)
             return result
         except ToolscoutError as exc:
             row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=exc.detail[:2000])
             exc.extensions.setdefault("execution_id", execution_id)
+            self._record(row, started)
             raise
         except BaseException as exc:
-            row.update(
-                status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None
-            )
+            if "finished_at" not in row:
+                row.update(
+                    status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None
+                )
+                self._record(row, started)
             raise
         finally:
-            row["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
-            row["finished_at"] = utcnow()
-            self.log.record(row)
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
+
+    def _record(self, row: dict[str, Any], started: float) -> asyncio.Future[None] | None:
+        """Hand the finished row to the log (once); in commit mode, the future to await before answering."""
+        row["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        row["finished_at"] = utcnow()
+        return self.log.record(row)
 
     async def _run(
         self,
@@ -271,10 +288,13 @@ class Executor:
     ) -> ExecutionResult:
         # The session connects only if used: a cached tool and a policy decided in memory cost no query.
         async with self.resources.session() as session:
+            visible = visible_names(self.resources, caller)
             tool = self.tools.get(name)
             if tool is None:
-                tool = self.tools.put(await find_tool(session, name, self.resources))
+                tool = self.tools.put(await find_tool(session, name, self.resources, visible))
             row["server_id"] = tool.server_id
+            if not may_use(self.resources, caller, tool.qualified_name, tool.server_id):
+                raise tool_not_found(name, self.resources, visible, hidden=True)  # the same 404 as a missing tool
             await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
             if session.in_transaction():
                 await session.commit()
@@ -342,13 +362,9 @@ class Executor:
                         approval_id=call.get("approval_id"),
                     )
                 except ToolscoutError as exc:
-                    return {
-                        "index": index,
-                        "ok": False,
-                        "status": exc.status,
-                        "result": None,
-                        "error": exc.problem(),
-                    }
+                    return _failed_item(index, exc)
+                except Exception as exc:  # noqa: BLE001 - one call's bug must not orphan its siblings
+                    return _failed_item(index, unexpected_error(exc, f"batch call {index} of {call['name']!r}"))
                 return {"index": index, "ok": True, "status": 200, "result": result.as_dict(), "error": None}
 
         return list(await asyncio.gather(*(one(i, call) for i, call in enumerate(calls))))
@@ -361,3 +377,7 @@ class Executor:
             logger.warning("shutdown: %d calls still in flight after %g s", self.in_flight, grace_seconds)
             return False
         return True
+
+
+def _failed_item(index: int, error: ToolscoutError) -> dict[str, Any]:
+    return {"index": index, "ok": False, "status": error.status, "result": None, "error": error.problem()}

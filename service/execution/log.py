@@ -1,39 +1,47 @@
 """The execution log: one row per call, whatever its outcome, written so that none is lost.
 
 Calls hand their row to `ExecutionLog.record`, which never blocks and never drops: rows wait in memory and
-one writer task inserts them in batches (one multi-row INSERT per batch). A failing database is retried with
-backoff; a row the database refuses on its own is set aside in a spill file, and so is everything still
-pending when a shutdown finds the database down. The spill file (JSON lines, under the data folder) is
-replayed at the next start, so every row reaches the table eventually."""
+one writer task inserts them in batches (one multi-row INSERT per batch). Two durabilities:
+
+- "commit" (the default): `record` returns a future the call awaits before it answers; the writer takes
+  whatever is pending when it is free (group commit), so an answered call has its row committed. While the
+  database is down, each batch is fsync'd to the spill file instead (durable too) and the calls go on.
+- "batched": the call answers at once; rows linger up to `LINGER_SECONDS` for company and a failing database
+  is retried with backoff, so a crash loses the rows still in memory.
+
+A row the database refuses on its own is set aside in the spill file, and so is everything still pending
+when a shutdown finds the database down. The spill file (service/execution/spill.py) is replayed at the next start,
+and as soon as the database is back when rows were spilled because it was down."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
-import os
+import time
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
-from sqlalchemy import insert, select
+from sqlalchemy import Table, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from service.db.models import Execution
+from service.execution.spill import SpillFile
 
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 500
-# Rows wait this long for company before a write, so a steady trickle of calls costs one INSERT per interval.
+# Batched mode: rows wait this long for company before a write, so a trickle of calls costs one INSERT per interval.
 LINGER_SECONDS = 0.05
 RETRY_INITIAL_SECONDS = 0.2
 RETRY_MAX_SECONDS = 10.0
 CLOSE_ATTEMPTS = 3
-_DATETIME_FIELDS = ("started_at", "finished_at")
+Durability = Literal["commit", "batched"]
 # Column sizes of `executions`: PostgreSQL refuses longer strings, so rows are fitted before they queue.
 _LIMITS = {
     "caller": 128,
@@ -44,12 +52,14 @@ _LIMITS = {
     "status": 24,
     "error_class": 128,
     "result_id": 36,
+    "run_id": 36,
 }
 
 
 def fit_row(row: dict[str, Any]) -> dict[str, Any]:
     """The row with every string cut to its column's size."""
     fitted = dict(row)
+    fitted.setdefault("run_id", None)  # rows spilled before code mode have no run id
     for key, limit in _LIMITS.items():
         value = fitted.get(key)
         if isinstance(value, str) and len(value) > limit:
@@ -58,42 +68,60 @@ def fit_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class ExecutionLog:
-    """Batched, loss-free writer of `executions` rows."""
+    """Group-committed (or batched), loss-free writer of `executions` rows."""
 
-    def __init__(self, session_factory: Callable[[], AsyncSession], spill_path: Path) -> None:
+    def __init__(
+        self,
+        session_factory: Callable[[], AsyncSession],
+        spill_path: Path,
+        durability: Durability = "commit",
+    ) -> None:
         self._session_factory = session_factory
         self.spill_path = spill_path
-        self._pending: deque[dict[str, Any]] = deque()
+        self.spill = SpillFile(spill_path, BATCH_SIZE)
+        self.durable = durability == "commit"
+        self._pending: deque[tuple[dict[str, Any], asyncio.Future[None] | None]] = deque()
         self._wakeup = asyncio.Event()
         self._progress = asyncio.Condition()
         self._recorded = 0
         self._settled = 0  # written or spilled
-        self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = False
         self._flushing = 0
         self._flush_requested = asyncio.Event()
+        self._failures = 0
+        self._retry_at = 0.0  # commit mode: until then the database is known down and batches go to the spill
+        self._replay_due = False
+        self._connection: AsyncConnection | None = None
         self.written = 0
         self.spilled = 0
         self.failures = 0
+        self.batches = 0
 
     @property
     def pending(self) -> int:
         return len(self._pending)
 
-    def record(self, row: dict[str, Any]) -> None:
-        """Queue one row; returns at once. After close, the row goes straight to the spill file."""
+    def record(self, row: dict[str, Any]) -> asyncio.Future[None] | None:
+        """Queue one row; returns at once. In commit mode, the future is done when the row is durable.
+
+        After close, the row goes straight to the spill file (durable on return)."""
         if self._closed:
-            self._spill([fit_row(row)])
-            return
-        self._pending.append(fit_row(row))
+            self._spill_rows([fit_row(row)])
+            return None
+        waiter = asyncio.get_running_loop().create_future() if self.durable else None
+        self._pending.append((fit_row(row), waiter))
         self._recorded += 1
         self._wakeup.set()
+        return waiter
 
     async def start(self) -> None:
-        """Replay rows spilled by an earlier run, then start the writer."""
-        await self._replay_spill()
-        self._task = asyncio.create_task(self._run(), name="execution-log")
+        """Replay rows spilled by an earlier run (the writer itself runs under `run`)."""
+        try:
+            await self.spill.replay(self._insert_replayed)
+        except (SQLAlchemyError, OSError) as exc:
+            logger.error("execution log: replaying %s failed (%s); it is kept for the next start", self.spill_path, exc)
+            self._replay_due = True
 
     async def flush(self, wait_seconds: float | None = None) -> bool:
         """Wait until every row recorded so far is written (or spilled). False on timeout."""
@@ -112,22 +140,25 @@ class ExecutionLog:
             if not self._flushing:
                 self._flush_requested.clear()
 
-    async def close(self) -> None:
+    async def close(self, writer: asyncio.Task[Any] | None = None) -> None:
         """Write what is pending (a few attempts), spill the rest, stop the writer."""
         self._closing = True
         self._flush_requested.set()
         self._wakeup.set()
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        if writer is not None:
+            await asyncio.gather(writer, return_exceptions=True)
         if self._pending:
-            self._spill(list(self._pending))
+            self._spill_rows([row for row, _ in self._pending])
             self._settle(len(self._pending))
         self._closed = True
+        if self._connection is not None:
+            with contextlib.suppress(Exception):
+                await self._connection.close()
+            self._connection = None
         await self._notify()
 
-    async def _run(self) -> None:
-        failures = 0
+    async def run(self) -> None:
+        """The writer: runs until close; restarted by its supervisor after an unexpected error."""
         while True:
             if not self._pending:
                 if self._closing:
@@ -135,43 +166,87 @@ class ExecutionLog:
                 await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
-            if len(self._pending) < BATCH_SIZE and not (self._closing or self._flushing):
+            if not self.durable and len(self._pending) < BATCH_SIZE and not (self._closing or self._flushing):
                 with anyio.move_on_after(LINGER_SECONDS):
                     await self._flush_requested.wait()
-            batch = [self._pending[i] for i in range(min(BATCH_SIZE, len(self._pending)))]
-            try:
-                await self._insert(batch)
-            except (SQLAlchemyError, OSError) as exc:
-                failures += 1
-                self.failures += 1
-                if isinstance(exc, IntegrityError | DataError):
-                    # A row of the batch is refused on its own: write them one by one, set it aside.
-                    await self._insert_one_by_one(batch)
-                    self._settle(len(batch))
-                    await self._notify()
-                    continue
-                if self._closing and failures >= CLOSE_ATTEMPTS:
-                    logger.error(
-                        "execution log: database unavailable at shutdown (%s); spilling %d rows to %s",
-                        exc,
-                        len(self._pending),
-                        self.spill_path,
-                    )
-                    return
-                delay = min(RETRY_MAX_SECONDS, RETRY_INITIAL_SECONDS * 2 ** (failures - 1))
-                logger.warning(
-                    "execution log: writing %d rows failed (%s); retrying in %.1f s", len(batch), exc, delay
-                )
-                await anyio.sleep(delay)
-                continue
-            failures = 0
-            self.written += len(batch)
-            self._settle(len(batch))
+            if not await self._write_batch():
+                return
+
+    async def _write_batch(self) -> bool:
+        """Write (or spill) the next batch; False when the writer must stop."""
+        size = min(BATCH_SIZE, len(self._pending))
+        rows = [self._pending[i][0] for i in range(size)]
+        if self.durable and time.monotonic() < self._retry_at:
+            await self._spill_settle(rows, "database down")
+            return True
+        try:
+            await self._insert(rows)
+        except (IntegrityError, DataError):
+            self._failures += 1
+            self.failures += 1
+            await self._insert_one_by_one(rows)  # a row of the batch is refused on its own: set it aside
+            self._settle(size)
             await self._notify()
+            return True
+        except (SQLAlchemyError, OSError) as exc:
+            return await self._on_failure(rows, exc)
+        self._failures = 0
+        self._retry_at = 0.0
+        self.written += size
+        self.batches += 1
+        self._settle(size)
+        await self._notify()
+        if self._replay_due:
+            await self._replay_now()
+        return True
+
+    async def _on_failure(self, rows: list[dict[str, Any]], exc: BaseException) -> bool:
+        self._failures += 1
+        self.failures += 1
+        delay = min(RETRY_MAX_SECONDS, RETRY_INITIAL_SECONDS * 2 ** (self._failures - 1))
+        if self._closing and self._failures >= CLOSE_ATTEMPTS:
+            logger.error(
+                "execution log: database unavailable at shutdown (%s); spilling %d rows to %s",
+                exc,
+                len(self._pending),
+                self.spill_path,
+            )
+            return False
+        if self.durable:
+            # The calls wait for these rows: make them durable on disk now, try the database again later.
+            logger.warning(
+                "execution log: writing %d rows failed (%s); spilled, retrying in %.1f s", len(rows), exc, delay
+            )
+            self._retry_at = time.monotonic() + delay
+            await self._spill_settle(rows, "database down")
+            return True
+        logger.warning("execution log: writing %d rows failed (%s); retrying in %.1f s", len(rows), exc, delay)
+        await anyio.sleep(delay)
+        return True
+
+    async def _spill_settle(self, rows: list[dict[str, Any]], reason: str) -> None:
+        logger.debug("execution log: %d rows to %s (%s)", len(rows), self.spill_path, reason)
+        self._spill_rows(rows)
+        self._replay_due = True
+        self._settle(len(rows))
+        await self._notify()
+
+    async def _replay_now(self) -> None:
+        self._replay_due = False
+        try:
+            replayed = await self.spill.replay(self._insert_replayed)
+        except (SQLAlchemyError, OSError) as exc:
+            logger.warning("execution log: replaying %s failed (%s); will try again", self.spill_path, exc)
+            self._replay_due = True
+            return
+        if replayed:
+            logger.info("execution log: database back, %d spilled rows written", replayed)
 
     def _settle(self, count: int) -> None:
         for _ in range(count):
-            self._pending.popleft()
+            _, waiter = self._pending.popleft()
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         self._settled += count
 
     async def _notify(self) -> None:
@@ -179,9 +254,35 @@ class ExecutionLog:
             self._progress.notify_all()
 
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
-        async with self._session_factory() as session:
-            await session.execute(insert(Execution), rows)
-            await session.commit()
+        # The writer keeps one connection: no pool checkout and reset per batch (each is a round trip, and
+        # with aiosqlite a thread hand-off, which a loaded machine makes expensive).
+        connection = await self._writer_connection()
+        try:
+            await connection.execute(_insert_new(connection.dialect.name, Execution.__table__), rows)
+            await connection.commit()
+        except BaseException:
+            self._connection = None
+            with contextlib.suppress(Exception):
+                await connection.close()
+            raise
+
+    async def _writer_connection(self) -> AsyncConnection:
+        if self._connection is None or self._connection.closed:
+            session = self._session_factory()
+            try:
+                bind = session.bind
+            finally:
+                await session.close()
+            assert isinstance(bind, AsyncEngine), "the execution log needs sessions bound to an async engine"
+            self._connection = await bind.connect()
+        return self._connection
+
+    async def _insert_replayed(self, rows: list[dict[str, Any]]) -> None:
+        try:
+            await self._insert(rows)
+            self.written += len(rows)
+        except (IntegrityError, DataError):
+            await self._insert_one_by_one(rows)
 
     async def _insert_one_by_one(self, rows: list[dict[str, Any]]) -> None:
         refused = []
@@ -192,60 +293,25 @@ class ExecutionLog:
             except IntegrityError:
                 if not await self._exists(row["id"]):
                     refused.append(row)
-            except (SQLAlchemyError, OSError) as exc:
-                logger.error(
-                    "execution log: row %s refused (%s); kept in %s", row.get("id"), exc, self.spill_path
-                )
+            except (DataError, OSError) as exc:
+                logger.error("execution log: row %s refused (%s); kept in %s", row.get("id"), exc, self.spill_path)
                 refused.append(row)
         if refused:
-            self._spill(refused)
+            self._spill_rows(refused)
 
     async def _exists(self, execution_id: str) -> bool:
         async with self._session_factory() as session:
-            return (
-                await session.scalar(select(Execution.id).where(Execution.id == execution_id))
-            ) is not None
+            return (await session.scalar(select(Execution.id).where(Execution.id == execution_id))) is not None
 
-    def _spill(self, rows: list[dict[str, Any]]) -> None:
-        self.spill_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.spill_path.open("a", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, default=_json_default, separators=(",", ":")) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+    def _spill_rows(self, rows: list[dict[str, Any]]) -> None:
+        self.spill.append(rows)
         self.spilled += len(rows)
 
-    async def _replay_spill(self) -> None:
-        if not self.spill_path.exists():
-            return
-        lines = self.spill_path.read_text(encoding="utf-8").splitlines()
-        rows = [_from_json(json.loads(line)) for line in lines if line.strip()]
-        replaying = self.spill_path.with_suffix(".replaying")
-        self.spill_path.replace(replaying)
-        if rows:
-            logger.info("execution log: replaying %d spilled rows from %s", len(rows), self.spill_path)
-            try:
-                for start in range(0, len(rows), BATCH_SIZE):
-                    chunk = rows[start : start + BATCH_SIZE]
-                    try:
-                        await self._insert(chunk)
-                    except IntegrityError:
-                        await self._insert_one_by_one(chunk)
-            except (SQLAlchemyError, OSError) as exc:
-                logger.error("execution log: replaying the spill file failed (%s); it is kept", exc)
-                replaying.replace(self.spill_path)
-                return
-        replaying.unlink(missing_ok=True)
 
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def _from_json(row: dict[str, Any]) -> dict[str, Any]:
-    for key in _DATETIME_FIELDS:
-        if isinstance(row.get(key), str):
-            row[key] = datetime.fromisoformat(row[key])
-    return row
+def _insert_new(dialect: str, table: Table) -> Any:
+    """INSERT that skips ids already stored (a replayed spill may hold rows written before a crash)."""
+    if dialect == "postgresql":
+        return postgresql.insert(table).on_conflict_do_nothing(index_elements=["id"])
+    if dialect == "sqlite":
+        return sqlite.insert(table).on_conflict_do_nothing(index_elements=["id"])
+    return insert(table)

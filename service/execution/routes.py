@@ -8,7 +8,8 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from service.deps import CallerDep, GatewayDep, ResourcesDep
-from service.errors import InvalidRequest
+from service.errors import InvalidRequest, RateLimited
+from service.policy.keys import key_resolver
 
 router = APIRouter(tags=["execute"])
 
@@ -105,7 +106,12 @@ async def execute_batch(
         raise InvalidRequest(
             f"A batch holds at most {settings.batch_max_calls} calls, not {len(request.calls)}",
             errors=[{"pointer": "/calls", "reason": f"at most {settings.batch_max_calls} calls"}],
+            limit="execution.batch_max_calls",
         )
+    # The request took one token when its caller was resolved; each further call takes its own.
+    limiter = key_resolver(resources).limiter
+    if wait := await limiter.acquire_async(caller.key_id or caller.id, len(request.calls) - 1):
+        raise RateLimited(f"A batch of {len(request.calls)} calls costs {len(request.calls)} tokens", retry_after=wait)
     concurrency = min(request.concurrency or settings.batch_concurrency, settings.batch_concurrency)
     items = await gateway.executor.execute_batch(caller, [call.model_dump() for call in request.calls], concurrency)
     succeeded = sum(1 for item in items if item["ok"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from service.catalog.events import publish_tools_changed
@@ -23,15 +23,19 @@ from service.execution.executor import Executor
 from service.execution.log import ExecutionLog
 from service.execution.results import ResultStore, encoding
 from service.resources import Resources
+from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
 from service.upstream.demo import prepare_demo_server
 from service.upstream.health import Backoff
 from service.upstream.pool import UpstreamPool
+from service.upstream.registration import check_api_server
 from service.upstream.service import configured_servers, stored_specs
 
 logger = logging.getLogger(__name__)
 
 PURGE_INTERVAL_SECONDS = 600.0
+LOG_TASK = "execution-log"
+PURGE_TASK = "purge-results"
 
 
 @dataclass
@@ -43,7 +47,6 @@ class Gateway:
     log: ExecutionLog
     results: ResultStore
     executor: Executor
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 def get_gateway(resources: Resources) -> Gateway:
@@ -71,6 +74,9 @@ def build_gateway(resources: Resources) -> Gateway:
         return report
 
     async def prepare(spec: ServerSpec) -> ServerSpec:
+        if spec.source == "api":
+            # Checked again at each start: a name may resolve elsewhere now, or the operator tightened the rules.
+            await check_api_server(spec, settings.execution)
         return await prepare_demo_server(settings, spec)
 
     pool = UpstreamPool(
@@ -80,8 +86,11 @@ def build_gateway(resources: Resources) -> Gateway:
             settings.execution.reconnect_initial_seconds, settings.execution.reconnect_max_seconds
         ),
         heartbeat_seconds=settings.execution.heartbeat_seconds,
+        children=ChildRegistry(settings.data_dir / "children"),
     )
-    log = ExecutionLog(resources.session, settings.data_dir / "executions-spill.jsonl")
+    log = ExecutionLog(
+        resources.session, settings.data_dir / "executions-spill.jsonl", settings.execution.log_durability
+    )
     results = ResultStore(resources)
     return Gateway(resources, pool, log, results, Executor(resources, pool, log, results))
 
@@ -105,11 +114,14 @@ async def start_gateway(resources: Resources) -> None:
     gateway = build_gateway(resources)
     resources.gateway = gateway
     await gateway.log.start()
+    resources.supervisor.start(LOG_TASK, gateway.log.run)
     await asyncio.to_thread(encoding)  # load the tokenizer now, not on the first call
+    assert gateway.pool.children is not None
+    gateway.pool.children.clean_up_after_dead_services()  # a service killed with SIGKILL leaves them behind
     configured = configured_servers(resources.settings)
     for spec in configured + await stored_specs(resources, configured):
         gateway.pool.add(spec)
-    gateway.tasks.append(asyncio.create_task(_purge_results(gateway, settings.result_ttl_hours)))
+    resources.supervisor.start(PURGE_TASK, lambda: _purge_results(gateway, settings.result_ttl_hours))
     if settings.startup_wait_seconds > 0:
         await gateway.pool.wait_started(settings.startup_wait_seconds)
     for connection in gateway.pool.connections():
@@ -128,19 +140,16 @@ async def stop_gateway(resources: Resources) -> None:
     if gateway is None:
         return
     await gateway.executor.drain(resources.settings.execution.shutdown_grace_seconds)
-    for task in gateway.tasks:
-        task.cancel()
-    await asyncio.gather(*gateway.tasks, return_exceptions=True)
+    await resources.supervisor.stop(PURGE_TASK)
     await gateway.pool.close()
+    if gateway.pool.children is not None:
+        gateway.pool.children.close()
     # Calls still running past the grace period failed when their server stopped: let them log.
     await gateway.executor.drain(5.0)
-    await gateway.log.close()
+    await gateway.log.close(resources.supervisor.task(LOG_TASK))
 
 
 async def _purge_results(gateway: Gateway, ttl_hours: float) -> None:
-    while True:
-        try:
-            await gateway.results.purge(ttl_hours)
-        except Exception:  # noqa: BLE001 - housekeeping must not die; the next round retries
-            logger.exception("purging stored results failed")
+    while True:  # errors go to the supervisor (restart with backoff)
+        await gateway.results.purge(ttl_hours)
         await asyncio.sleep(PURGE_INTERVAL_SECONDS)

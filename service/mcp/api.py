@@ -10,10 +10,11 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
-from service.errors import ToolscoutError
+from service.errors import InvalidArguments, ToolscoutError
 from service.http_transport import async_nodelay_transport
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,15 @@ class ApiUnavailable(ApiError):
         super().__init__(
             {"type": "api-unavailable", "title": "Toolscout API unavailable", "status": 503, "detail": detail}
         )
+
+
+def path_segment(value: str, what: str) -> str:
+    """One client-given value as a single, quoted path segment: `../keys` must never reach GET /keys."""
+    if value in ("", ".", "..") or len(value) > 512:
+        raise InvalidArguments(
+            f"`{what}` is not a valid {what}", errors=[{"pointer": f"/{what}", "reason": "not a valid id"}]
+        )
+    return quote(value, safe="")
 
 
 def _problem_of(response: httpx.Response) -> dict[str, Any]:
@@ -136,7 +146,7 @@ class ToolscoutApi:
 
     async def get_tool(self, name: str) -> dict[str, Any]:
         """GET /tools/{name}."""
-        return dict(await self._request("GET", f"/tools/{name}"))
+        return dict(await self._request("GET", f"/tools/{path_segment(name, 'name')}"))
 
     async def execute(
         self,
@@ -153,10 +163,22 @@ class ToolscoutApi:
             body["approval_id"] = approval_id
         return dict(await self._request("POST", "/execute", json=body))
 
+    async def run(
+        self, script: str, approval_ids: list[str] | None = None, timeout_seconds: float | None = None
+    ) -> dict[str, Any]:
+        """POST /run: a code-mode script."""
+        body: dict[str, Any] = {"script": script}
+        if approval_ids:
+            body["approval_ids"] = approval_ids
+        if timeout_seconds is not None:
+            body["timeout_seconds"] = timeout_seconds
+        return dict(await self._request("POST", "/run", json=body))
+
     async def fetch_result(self, result_id: str, offset: int | None = None) -> dict[str, Any]:
         """GET /results/{id}: the next part of a result that was cut to the token budget."""
         params = {"offset": offset} if offset is not None else None
-        return dict(await self._request("GET", f"/results/{result_id}", params=params))
+        path = f"/results/{path_segment(result_id, 'result_id')}"
+        return dict(await self._request("GET", path, params=params))
 
     async def servers(self) -> list[dict[str, Any]]:
         """GET /servers: upstream servers with state and tool counts."""

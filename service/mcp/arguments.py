@@ -34,3 +34,29 @@ def integer_argument(arguments: Mapping[str, Any], key: str, low: int, high: int
             errors=[{"pointer": f"/{key}", "reason": f"integer {bounds}"}],
         )
     return value
+
+
+def object_argument(arguments: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    """The object argument `key` (None when absent)."""
+    value = arguments.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise InvalidArguments(f"`{key}` must be an object", errors=[{"pointer": f"/{key}", "reason": "not an object"}])
+    return value
+
+
+def run_arguments(arguments: Mapping[str, Any]) -> tuple[str, list[str], float | None]:
+    """The script, approval ids and wall-clock budget of a run_script call."""
+    script = string_argument(arguments, "script", required=True)
+    approvals = arguments.get("approval_ids") or []
+    if not isinstance(approvals, list) or not all(isinstance(a, str) for a in approvals):
+        raise InvalidArguments(
+            "`approval_ids` must be a list of strings",
+            errors=[{"pointer": "/approval_ids", "reason": "not a list of strings"}],
+        )
+    timeout = arguments.get("timeout_seconds")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+        raise InvalidArguments(
+            "`timeout_seconds` must be a positive number",
+            errors=[{"pointer": "/timeout_seconds", "reason": "not a positive number"}],
+        )
+    return str(script), approvals, timeout

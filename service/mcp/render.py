@@ -20,6 +20,7 @@ from service.errors import ToolscoutError
 from service.mcp import Mode
 
 STATUS, SEARCH, CALL, FETCH = "status", "search_tools", "call_tool", "fetch_result"
+RUN = "run_script"
 META_TOOLS = (STATUS, SEARCH, CALL, FETCH)
 HELP_PREFIX = "help_"
 HELP_SAMPLE = 3  # tool names quoted in a help_<server> description
@@ -103,6 +104,50 @@ def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
     ]
 
 
+def run_script_tool() -> types.Tool:
+    """The code-mode meta-tool: one JavaScript program calling many tools (POST /run)."""
+    return types.Tool(
+        name=RUN,
+        description=(
+            "Run a short JavaScript program (the body of an async function) that calls several tools and returns "
+            "only what you need. Each tool is `await tools.<exact_name>(arguments)`, returning its structured "
+            "result or text; `await search_tools(query, k)` finds tools; console.log lines come back too. "
+            "A failing call throws (catchable); a destructive call stops the script with an approval_id: once "
+            "granted, run it again with approval_ids."
+        ),
+        input_schema=_schema(
+            {
+                "script": {"type": "string", "description": "JavaScript; `return` gives the result"},
+                "approval_ids": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Granted approvals for its destructive calls",
+                },
+                "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "description": "Wall-clock budget"},
+            },
+            ["script"],
+        ),
+    )
+
+
+def run_result(body: Mapping[str, Any]) -> types.CallToolResult:
+    """A POST /run answer as a tool result: the return value, console lines and the error, if any."""
+    shown: dict[str, Any] = {"result": body.get("result")}
+    if body.get("logs"):
+        shown["logs"] = body["logs"]
+    error = body.get("error")
+    if error:
+        call = error.get("call") if isinstance(error.get("call"), Mapping) else None
+        kept = ("type", "message", "line", "approval_id")
+        shown["error"] = {k: v for k, v in error.items() if k in kept and v is not None}
+        if call is not None:
+            shown["error"]["call"] = {"name": call.get("name"), "status": call.get("status")}
+        if error.get("type") == "approval_required":
+            shown["hint"] = "Once granted, run the same script again with approval_ids."
+    shown["calls"] = len(body.get("calls") or [])
+    return types.CallToolResult(content=[types.TextContent(text=compact(shown))], is_error=bool(error))
+
+
 def help_tool_name(server: str) -> str:
     """`help_<server>`, cut to the 64 characters MCP allows."""
     return (HELP_PREFIX + normalize_server_id(server))[:64]
@@ -155,12 +200,14 @@ def mode_tools(
     always: Sequence[Mapping[str, Any]] = (),
     active: Sequence[Mapping[str, Any]] = (),
     default_k: int | None = None,
+    run_script: bool = False,
 ) -> list[types.Tool]:
     """The tools/list of a mode: `catalog` is every tool in scope (needed by full and grouped), `always` the
-    profile's always-listed tools and `active` what a dynamic session activated."""
+    profile's always-listed tools and `active` what a dynamic session activated; `run_script` adds code mode."""
+    code = [run_script_tool()] if run_script else []
     if mode == "full":
-        return [catalog_tool(t) for t in catalog]
-    tools = meta_tools(mode, default_k)
+        return [catalog_tool(t) for t in catalog] + code
+    tools = meta_tools(mode, default_k) + code
     if mode == "grouped":
         tools += help_tools(catalog)
     listed = {t.name for t in tools}

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from mcp.server.stdio import stdio_server
 from starlette.applications import Starlette
 
+from service.mcp.guard import BearerKeyMiddleware
 from service.mcp.server import Frontend
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = 
             yield
 
     app.router.lifespan_context = lifespan
+    if settings.http_api_key:
+        app.add_middleware(BearerKeyMiddleware, key=settings.http_api_key)
     return app
 
 

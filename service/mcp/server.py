@@ -30,14 +30,14 @@ from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from indexer.tools import normalize_server_id
-from service.errors import InvalidArguments, PermissionDenied, ToolscoutError
+from service.errors import PermissionDenied, ToolscoutError
 from service.mcp import MODES, Mode, render
 from service.mcp.api import ApiError, ToolscoutApi
-from service.mcp.arguments import integer_argument, string_argument
+from service.mcp.arguments import integer_argument, object_argument, run_arguments, string_argument
 from service.mcp.catalog import CatalogView
 from service.mcp.notify import Notifier
 from service.mcp.profiles import Profile
-from service.mcp.render import CALL, FETCH, HELP_PREFIX, SEARCH, STATUS
+from service.mcp.render import CALL, FETCH, HELP_PREFIX, RUN, SEARCH, STATUS
 from service.mcp.sessions import SessionStore
 from service.settings import Settings
 
@@ -45,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 Transport = Literal["stdio", "http", "memory"]
 STDIO_SESSION = "stdio"
-SESSION_META_KEY = "dev.toolscout/session"  # 2026-era clients may name their session in `_meta`
 _STATE_KEY = "toolscout.session"
 
 INSTRUCTIONS = {
@@ -105,6 +104,8 @@ class Frontend:
         self.settings = settings
         self.mode: Mode = mode
         self.profile = profile
+        # Not under a profile: a script's calls are bounded by the caller's permissions, not the profile's.
+        self.run_script = frontend.run_script and profile is None
         self.single_session = transport == "stdio"
         self.sessions = SessionStore(
             frontend.dynamic_max_sessions, frontend.dynamic_max_active, frontend.dynamic_idle_seconds
@@ -130,7 +131,7 @@ class Frontend:
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         # For the SDK's Mcp-Param header check of 2026 HTTP calls: without it the SDK would list every tool
         # on each call. Unknown or uncached tools skip that check; the API validates arguments anyway.
-        for tool in render.meta_tools(self.mode):
+        for tool in [*render.meta_tools(self.mode), render.run_script_tool()]:
             if tool.name == name:
                 return tool.input_schema
         cached = self.view.cached(name)
@@ -203,8 +204,9 @@ class Frontend:
     # ---- sessions -----------------------------------------------------------------------------------------
 
     def session_key(self, ctx: ServerRequestContext[Any, Any]) -> str:
-        """The session a request belongs to (stdio: the process; 2025 era: the connection; 2026 era: the
-        `_meta` session the client names, else its credential and client name)."""
+        """The session a request belongs to, always from the transport (stdio: the process; 2025 era: the
+        connection; 2026 era: the `Mcp-Session-Id` header, else the credential and client name). A client's
+        `_meta` never names it: one client could otherwise take over another's activations."""
         connection = _connection_of(ctx)
         if connection is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             key = connection.state.get(_STATE_KEY)
@@ -223,15 +225,14 @@ class Frontend:
             return str(key)
         if self.single_session:
             return STDIO_SESSION
-        meta: Mapping[str, Any] = ctx.meta or {}
-        chosen = meta.get(SESSION_META_KEY)
-        if isinstance(chosen, str) and chosen:
-            return "client:" + chosen[:128]
         headers = getattr(ctx.request, "headers", None)
         credential = headers.get("authorization", "") if headers is not None else ""
+        transport_session = headers.get("mcp-session-id", "") if headers is not None else ""
         params = ctx.session.client_params
         client = params.client_info.name if params is not None else ""
-        return "caller:" + hashlib.sha256(f"{credential}\n{client}".encode()).hexdigest()[:24]
+        # The credential is part of every key, so a guessed session id never reaches another caller's set.
+        identity = f"{credential}\n{transport_session}\n{client}"
+        return "caller:" + hashlib.sha256(identity.encode()).hexdigest()[:24]
 
     def _origin(
         self, ctx: ServerRequestContext[Any, Any]
@@ -261,6 +262,7 @@ class Frontend:
             always=await self.view.always_listed() if self.mode != "full" else [],
             active=list(state.active.values()) if state is not None else [],
             default_k=self.profile.default_k if self.profile else None,
+            run_script=self.run_script,
         )
 
     async def _on_list_tools(
@@ -304,14 +306,11 @@ class Frontend:
             return await self._search(ctx, str(query), k, string_argument(arguments, "server", required=False))
         if name == CALL:
             target = string_argument(arguments, "name", required=True)
-            inner = arguments.get("arguments")
-            if inner is not None and not isinstance(inner, dict):
-                raise InvalidArguments(
-                    "`arguments` must be an object",
-                    errors=[{"pointer": "/arguments", "reason": "not an object"}],
-                )
+            inner = object_argument(arguments, "arguments")
             approval_id = string_argument(arguments, "approval_id", required=False)
             return await self._call(ctx, str(target), inner or {}, approval_id)
+        if name == RUN and self.run_script:
+            return render.run_result(await self.api.run(*run_arguments(arguments)))
         if name == FETCH:
             result_id = string_argument(arguments, "result_id", required=True)
             body = await self.api.fetch_result(str(result_id), integer_argument(arguments, "offset", 0))

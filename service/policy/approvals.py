@@ -21,12 +21,22 @@ from service.policy.callers import Caller
 from service.resources import Resources
 
 PENDING, GRANTED, USED, DENIED, EXPIRED = "pending", "granted", "used", "denied", "expired"
+REDACTED = "***"
 
 
 def arguments_digest(arguments: dict[str, Any] | None) -> str:
     """SHA-256 of the canonical JSON of a call's arguments (sorted keys, no spaces)."""
     canonical = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def stored_arguments(resources: Resources, arguments: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What an approval keeps of the arguments: the values only when `execution.log_raw_arguments` is on.
+
+    Otherwise the approver sees which arguments the call has; the digest binds the approval to their values."""
+    if arguments is None or resources.settings.execution.log_raw_arguments:
+        return arguments
+    return {key: REDACTED for key in sorted(arguments)}
 
 
 def status_of(row: Approval, now: datetime | None = None) -> str:
@@ -92,10 +102,9 @@ async def request_approval(
             tool=tool,
             arguments_digest=digest,
             status=PENDING,
-            # Kept even when the execution log keeps digests only: the approver has to see what is approved.
             requested_at=now,
             expires_at=now + _ttl(resources),
-            arguments=arguments,
+            arguments=stored_arguments(resources, arguments),
         )
         session.add(row)
         await session.commit()
@@ -229,7 +238,7 @@ async def grant_call(
         caller=caller_id,
         tool=tool,
         arguments_digest=arguments_digest(arguments),
-        arguments=arguments,
+        arguments=stored_arguments(resources, arguments),
         status=GRANTED,
         requested_at=now,
         granted_by=approver.id,

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from service.db.models import ApiKey
 from service.deps import KeysAdminDep, ResourcesDep, SessionDep
+from service.errors import PermissionDenied
 from service.policy import keys
 
 router = APIRouter(prefix="/keys", tags=["keys"])
@@ -40,7 +41,14 @@ class KeyListResponse(BaseModel):
 async def create(
     request: KeyCreateRequest, session: SessionDep, resources: ResourcesDep, caller: KeysAdminDep
 ) -> dict[str, Any]:
-    """A new key for a caller. Creating the first key ends open mode: from then on every request needs one."""
+    """A new key for a caller (admin key required: the first key is made with `toolscout keys create`)."""
+    if caller.is_open:
+        # Otherwise whoever reaches an open service first could create a key and lock the operator out.
+        raise PermissionDenied(
+            "Creating keys over HTTP needs an admin key; create the first one with "
+            "`toolscout keys create --caller NAME --role admin`",
+            caller=caller.id,
+        )
     created = await keys.create_key(session, request.caller, request.roles)
     await session.commit()
     await keys.key_resolver(resources).changed()  # the other replicas' key caches forget too

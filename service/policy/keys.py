@@ -21,9 +21,11 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import ApiKey, as_utc, utcnow
-from service.errors import NotFound, RateLimited, Unauthorized
+from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
+from service.security.auth_failures import FailedAuthLimiter
+from service.security.openmode import open_mode_allowed
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -57,7 +59,9 @@ class CreatedKey:
 async def create_key(session: AsyncSession, caller: str, roles: Sequence[str]) -> CreatedKey:
     """Store a new key for a caller (the session's owner commits)."""
     if not caller.strip() or len(caller) > 128:
-        raise ValueError("caller must be 1-128 characters")
+        raise InvalidRequest(
+            "caller must be 1-128 characters, not blank", errors=[{"pointer": "/caller", "reason": "blank or too long"}]
+        )
     key = generate_key()
     row = ApiKey(
         id=str(uuid.uuid4()),
@@ -112,10 +116,11 @@ class KeyResolver:
         policy = resources.settings.policy
         self.resources = resources
         self.ttl = policy.key_cache_seconds
-        self.open_allowed = policy.open_without_keys
+        self.open_allowed = open_mode_allowed(resources.settings)
         # With several replicas cluster.runtime.start_cluster swaps in the shared Redis buckets and `on_change`.
         self.limiter: RateLimiter = TokenBucketLimiter(policy.rate_limit_per_minute, policy.rate_limit_burst)
         self.on_change: Callable[[], Awaitable[None]] | None = None
+        self.failures = FailedAuthLimiter(policy.auth_failures_free, policy.auth_failure_max_delay_seconds)
         self._cache: OrderedDict[str, tuple[Caller | None, float]] = OrderedDict()
         self._keys_exist: tuple[bool, float] | None = None
 
@@ -157,11 +162,16 @@ class KeyResolver:
             self._cache.popitem(last=False)
         return caller
 
-    async def resolve(self, presented: str | None) -> Caller:
+    async def resolve(self, presented: str | None, address: str = "?") -> Caller:
         if presented:
+            # A guesser waits before its next key is even looked up: wrong keys cost time, not queries.
+            if (wait := self.failures.wait(address)) > 0:
+                raise RateLimited("Too many failed authentications from this address", retry_after=wait)
             caller = await self.lookup(presented)
             if caller is None:
+                self.failures.failed(address)
                 raise Unauthorized("The API key is unknown or revoked")
+            self.failures.succeeded(address)
         elif await self.keys_exist():
             raise Unauthorized("An API key is required: send `Authorization: Bearer <key>` or `X-API-Key`")
         elif self.open_allowed:

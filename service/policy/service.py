@@ -27,6 +27,7 @@ from service.policy.callers import Caller
 from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
+from service.security.openmode import open_mode_allowed, refuse_unsafe_start
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +222,8 @@ def is_approver(resources: Resources, caller: Caller) -> bool:
 async def resolve_caller(request: Request) -> Caller:
     """The caller of a request. With no API keys configured the service runs open for one local user."""
     resources = request.app.state.resources
-    caller = await key_resolver(resources).resolve(presented_key(request))
+    address = request.client.host if request.client is not None else "?"
+    caller = await key_resolver(resources).resolve(presented_key(request), address)
     await ensure_fresh(resources)
     return caller
 
@@ -251,8 +253,10 @@ async def start_policy(resources: Resources) -> None:
     source = state.permissions.source or "none (every caller may use every tool)"
     logger.info("permissions: %s; %d tools in the policy snapshot", source, size)
     resolver = key_resolver(resources)
-    if not await resolver.keys_exist():
-        if resources.settings.policy.open_without_keys:
+    keys_exist = await resolver.keys_exist()
+    refuse_unsafe_start(resources.settings, keys_exist)
+    if not keys_exist:
+        if open_mode_allowed(resources.settings):
             logger.warning(
                 "No API key configured: serving one local user (admin) without authentication. "
                 "Create a key with `toolscout keys create --caller NAME --role ROLE` to require keys."

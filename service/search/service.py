@@ -10,7 +10,7 @@ from indexer.index.base import SearchFilter
 from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
 from service.db.models import Search
-from service.errors import BadRequest
+from service.errors import BadRequest, InvalidRequest
 from service.policy.callers import Caller
 from service.policy.service import permission_filter
 from service.resources import Resources
@@ -65,7 +65,11 @@ async def search_tools(
     if not query.strip():
         raise BadRequest("query must not be empty", pointer="/query")
     if len(query) > settings.max_query_chars:
-        raise BadRequest(f"query is longer than {settings.max_query_chars} characters", pointer="/query")
+        raise InvalidRequest(
+            f"query is longer than {settings.max_query_chars} characters (search.max_query_chars)",
+            errors=[{"pointer": "/query", "reason": f"at most {settings.max_query_chars} characters"}],
+            limit="search.max_query_chars",
+        )
     where = permission_filter(resources, caller, SearchFilter(servers=tuple(servers or ()), tags=tuple(tags or ())))
     assert resources.retriever is not None
     outcome = await resources.retriever.search(

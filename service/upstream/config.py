@@ -9,7 +9,8 @@ A servers file is JSON (or YAML) in the shape Claude Desktop, Cursor and VS Code
 `servers` (VS Code) is accepted in place of `mcpServers`; `type` may be `stdio`, `http` or `streamable-http`;
 `disabled: true` skips an entry; `timeout` (seconds) overrides the call timeout of that server. `${VAR}` and
 `${env:VAR}` in commands, arguments, env, cwd, URL and headers are expanded from the environment when the
-server starts, so secrets stay out of the file and out of the catalog database.
+server starts, so secrets stay out of the file and out of the catalog database. Servers added over the API are
+never expanded (they are refused when they hold a reference).
 
 Without a servers file the demo servers of upstream/demo.py run (unless execution.demo_servers is off); the
 choice is made in upstream/service.py.
@@ -75,8 +76,18 @@ class ServerSpec(BaseModel):
             config["headers"] = {key: _REDACTED for key in self.headers}
         return config
 
+    def variables(self) -> list[str]:
+        """The `${VAR}` references of this spec, in every field that expansion would touch."""
+        texts = [self.command or "", *self.args, *self.env.values(), self.cwd or "", self.url or ""]
+        texts += list(self.headers.values())
+        return sorted({match.group(0) for text in texts for match in _VARIABLE.finditer(text)})
+
     def expanded(self) -> ServerSpec:
-        """This spec with `${VAR}` references replaced from the environment (at start, never stored)."""
+        """This spec with `${VAR}` references replaced from the environment (at start, never stored).
+
+        Only for trusted configuration: a server added over the API could name the service's own secrets."""
+        if self.source == "api":
+            return self
         return self.model_copy(
             update={
                 "command": _expand(self.command) if self.command else None,

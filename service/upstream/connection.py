@@ -28,6 +28,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from service.db.models import utcnow
 from service.errors import UpstreamError, UpstreamTimeout
 from service.upstream.calls import ToolCalls
+from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
 from service.upstream.health import Backoff, ServerHealth, describe, exit_reason
 from service.upstream.transport import ChildProcess, http_transport, stdio_transport
@@ -57,8 +58,10 @@ class UpstreamConnection(ToolCalls):
         prepare: PrepareCallback | None = None,
         backoff: Backoff | None = None,
         heartbeat_seconds: float = 30.0,
+        children: ChildRegistry | None = None,
     ) -> None:
         self.spec = spec
+        self._children_registry = children
         self.health = ServerHealth()
         self.last_report: dict[str, Any] | None = None
         self._on_tools = on_tools
@@ -183,6 +186,7 @@ class UpstreamConnection(ToolCalls):
             self._child,
             lambda code: self._mark_lost(exit_reason(code)),
             self.id,
+            self._children_registry,
         )
 
     async def _run_session(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from service.errors import Conflict, NotFound
+from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
 from service.upstream.connection import PrepareCallback, ToolsCallback, UpstreamConnection
 from service.upstream.health import Backoff
@@ -20,7 +21,9 @@ class UpstreamPool:
         prepare: PrepareCallback | None = None,
         backoff: Backoff | None = None,
         heartbeat_seconds: float = 30.0,
+        children: ChildRegistry | None = None,
     ) -> None:
+        self.children = children
         self._on_tools = on_tools
         self._prepare = prepare
         self._backoff = backoff or Backoff()
@@ -53,6 +56,7 @@ class UpstreamPool:
             prepare=self._prepare,
             backoff=self._backoff,
             heartbeat_seconds=self._heartbeat_seconds,
+            children=self.children,
         )
         self._connections[spec.id] = connection
         connection.start()

@@ -7,9 +7,12 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.deps import GatewayDep, ResourcesDep, ServersAdminDep
-from service.errors import InvalidRequest
+from service.deps import CallerDep, GatewayDep, ResourcesDep, ServersAdminDep
+from service.errors import InvalidRequest, NotFound
+from service.policy.callers import Caller
+from service.policy.service import policy_state, visible_names
 from service.upstream.config import ServerSpec, parse_server_entry, parse_servers_document
+from service.upstream.registration import check_api_server
 from service.upstream.service import add_server, delete_server, get_server, list_servers, refresh_server
 
 router = APIRouter(tags=["servers"])
@@ -51,16 +54,57 @@ def _spec(request: ServerCreateRequest) -> ServerSpec:
     return parse_server_entry(request.id, entry, source="api", where="")
 
 
+def _usable_servers(resources: Any, caller: Caller) -> tuple[set[str] | None, dict[str, int]]:
+    """The servers a non-admin may use (None: every one) and how many of each server's tools it may use."""
+    visible = visible_names(resources, caller)
+    if visible is None:
+        return None, {}
+    servers = policy_state(resources).servers
+    counts: dict[str, int] = {}
+    for name in visible:
+        if (server := servers.get(name)) is not None:
+            counts[server] = counts.get(server, 0) + 1
+    return set(counts), counts
+
+
+def _limited_view(view: dict[str, Any], tools: int | None) -> dict[str, Any]:
+    """What a non-admin sees of a server: no command, args, env, URL, pid or stderr."""
+    return {
+        "id": view["id"],
+        "state": view["state"],
+        "tools": view["tools"] if tools is None else tools,
+        "last_sync_at": view["last_sync_at"],
+    }
+
+
 @router.get("/servers", response_model=ServersResponse)
-async def get_servers(resources: ResourcesDep, gateway: GatewayDep) -> dict[str, Any]:
-    """Every server with its health: state, last error, restarts, pid, tools, calls and latency."""
-    return {"servers": await list_servers(resources, gateway.pool)}
+async def get_servers(resources: ResourcesDep, caller: CallerDep, gateway: GatewayDep) -> dict[str, Any]:
+    """Every server with its health (admins); other callers see the servers they may use, without details."""
+    views = await list_servers(resources, gateway.pool)
+    if caller.is_admin:
+        return {"servers": views}
+    usable, counts = _usable_servers(resources, caller)
+    return {
+        "servers": [
+            _limited_view(v, counts.get(v["id"]) if usable is not None else None)
+            for v in views
+            if usable is None or v["id"] in usable
+        ]
+    }
 
 
 @router.get("/servers/{server_id}")
-async def get_one_server(server_id: str, resources: ResourcesDep, gateway: GatewayDep) -> dict[str, Any]:
-    """One server with its health."""
-    return await get_server(resources, gateway.pool, server_id)
+async def get_one_server(
+    server_id: str, resources: ResourcesDep, caller: CallerDep, gateway: GatewayDep
+) -> dict[str, Any]:
+    """One server with its health; a server the caller may not use is answered like a missing one."""
+    if caller.is_admin:
+        return await get_server(resources, gateway.pool, server_id)
+    usable, counts = _usable_servers(resources, caller)
+    if usable is not None and server_id not in usable:
+        raise NotFound(f"No server named {server_id!r}", server=server_id)
+    view = await get_server(resources, gateway.pool, server_id)
+    return _limited_view(view, counts.get(server_id) if usable is not None else None)
 
 
 @router.post("/servers", status_code=201)
@@ -69,7 +113,9 @@ async def create_server(
 ) -> dict[str, Any]:
     """Connect a new upstream server and index its tools (admin). 502 when it cannot be reached."""
     settings = resources.settings.execution
-    return await add_server(resources, gateway.pool, _spec(request), settings.startup_wait_seconds)
+    spec = _spec(request)
+    await check_api_server(spec, settings)
+    return await add_server(resources, gateway.pool, spec, settings.startup_wait_seconds)
 
 
 @router.delete("/servers/{server_id}")

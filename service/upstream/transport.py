@@ -25,6 +25,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
+from service.security.scrub import Scrubber
+from service.upstream.children import ChildRegistry, wrap_command
+
 logger = logging.getLogger(__name__)
 
 STDIN_CLOSE_GRACE = 2.0
@@ -54,15 +57,20 @@ async def stdio_transport(
     child: ChildProcess,
     on_exit: Callable[[int | None], None],
     log_name: str,
+    children: ChildRegistry | None = None,
 ) -> AsyncIterator[TransportStreams]:
-    """Spawn the server in its own process group and exchange newline-delimited JSON-RPC on its pipes."""
-    process = await anyio.open_process(
-        [command, *args], env=get_default_environment() | env, cwd=cwd, start_new_session=True
-    )
+    """Spawn the server in its own process group, dying with us (service/upstream/children.py), and exchange
+    newline-delimited JSON-RPC on its pipes."""
+    full_env = get_default_environment() | env
+    argv = wrap_command(command, args, full_env.get("PATH"), cwd)
+    process = await anyio.open_process(argv, env=full_env, cwd=cwd, start_new_session=True)
     child.pid, child.returncode = process.pid, None
+    if children is not None:
+        children.add(process.pid)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     server_log = logging.getLogger(f"{__name__}.{log_name}")
+    scrub = Scrubber(env.values())  # a child that prints its token must not put it in our logs or /servers
 
     async def read_stdout() -> None:
         assert process.stdout is not None
@@ -80,7 +88,7 @@ async def stdio_transport(
                                 types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                             )
                         except ValueError as exc:
-                            server_log.warning("not a JSON-RPC message on stdout: %.200s", line)
+                            server_log.warning("not a JSON-RPC message on stdout: %.200s", scrub(line))
                             item = exc
                         await read_writer.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
@@ -97,13 +105,14 @@ async def stdio_transport(
                 buffer = lines.pop()
                 for line in lines:
                     if line.strip():
-                        child.stderr.append(line.rstrip()[:500])
-                        server_log.debug("%s", line.rstrip())
+                        clean = scrub(line.rstrip())
+                        child.stderr.append(clean[:500])
+                        server_log.debug("%s", clean)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
         finally:
             if buffer.strip():
-                child.stderr.append(buffer.rstrip()[:500])
+                child.stderr.append(scrub(buffer.rstrip())[:500])
             stderr_done.set()
 
     async def write_stdin() -> None:
@@ -134,6 +143,8 @@ async def stdio_transport(
             with anyio.CancelScope(shield=True):
                 await write_stream.aclose()
                 await _stop(process)
+                if children is not None:
+                    children.discard(process.pid)
                 child.returncode = process.returncode
                 # The last words of a dying server explain why: read its stderr to the end (bounded).
                 with anyio.move_on_after(0.5):

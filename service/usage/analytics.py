@@ -16,6 +16,7 @@ from typing import Any, Literal
 from sqlalchemy import distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.db.among import among
 from service.db.models import (
     Search,
     Tool,
@@ -119,7 +120,7 @@ async def errors_by_class(
     session: AsyncSession, scope: Scope, tools: list[str] | None = None
 ) -> dict[str, dict[str, int]]:
     """tool -> error class (or the status when no class was recorded) -> count of failed calls."""
-    where = daily_filter(ERR, scope) + ([ERR.tool.in_(tools)] if tools is not None else [])
+    where = daily_filter(ERR, scope) + ([among(ERR.tool, tools)] if tools is not None else [])
     rows = (
         await session.execute(
             select(ERR.tool, ERR.error, func.sum(ERR.count).label("n")).where(*where).group_by(ERR.tool, ERR.error)

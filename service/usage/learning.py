@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from service.db.models import StatsCursor, utcnow
 from service.resources import Resources
@@ -38,6 +38,8 @@ from service.usage.stats import (
 )
 
 logger = logging.getLogger(__name__)
+
+REFRESH_TASK = "usage-statistics"
 
 
 @dataclass
@@ -185,8 +187,10 @@ async def refresh_stats(resources: Resources) -> int:
                             await session.rollback()
                         else:
                             await session.commit()
-                except IntegrityError:
-                    report.lost_race = True  # another process created the same rows first
+                except (IntegrityError, OperationalError) as exc:
+                    # Another process created the same rows first, or (SQLite) wrote since this one read.
+                    logger.debug("usage statistics: lost a race with another consumer (%s)", exc)
+                    report.lost_race = True
                     more = False
                 if report.lost_race:
                     state.snapshot = await _load_snapshot(resources)
@@ -207,6 +211,7 @@ def request_refresh(resources: Resources) -> None:
 
 
 async def _refresh_loop(resources: Resources, state: LearningState) -> None:
+    """Refresh now, then every `refresh_seconds` or when woken; errors go to the supervisor (restart, backoff)."""
     settings = resources.settings.learning
     first = True
     while True:
@@ -217,12 +222,9 @@ async def _refresh_loop(resources: Resources, state: LearningState) -> None:
                 await asyncio.sleep(settings.refresh_lag_seconds)
         first = False
         state.wake.clear()
-        try:
-            consumed = await refresh_stats(resources)
-            if consumed:
-                logger.debug("usage statistics: %d executions consumed", consumed)
-        except (SQLAlchemyError, OSError) as exc:
-            logger.warning("refreshing usage statistics failed, retrying later: %r", exc)
+        consumed = await refresh_stats(resources)
+        if consumed:
+            logger.debug("usage statistics: %d executions consumed", consumed)
 
 
 async def start_learning(resources: Resources) -> None:
@@ -233,14 +235,12 @@ async def start_learning(resources: Resources) -> None:
     logger.info("usage statistics: %d tools with history", len(state.snapshot.tools))
     if resources.settings.learning.enabled:
         resources.boosts = lambda caller_id, names: boosts_for(resources, caller_id, names)
-    state.task = asyncio.get_running_loop().create_task(_refresh_loop(resources, state))
+    state.task = resources.supervisor.start(REFRESH_TASK, lambda: _refresh_loop(resources, state))
 
 
 async def stop_learning(resources: Resources) -> None:
     """Shutdown hook: stop the background refresh."""
     state = learning_state(resources)
     if state.task is not None:
-        state.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await state.task
+        await resources.supervisor.stop(REFRESH_TASK)
         state.task = None

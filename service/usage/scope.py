@@ -13,6 +13,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from service.db.among import among
 from service.db.models import as_utc, usage_hourly
 from service.errors import PermissionDenied
 from service.policy.callers import Caller
@@ -69,7 +70,7 @@ def tool_terms(column: Any, scope: Scope) -> list[Any]:
         return []
     if not scope.tools:
         return [false()]
-    return [column.in_(sorted(scope.tools))]
+    return [among(column, scope.tools)]
 
 
 def daily_filter(table: Any, scope: Scope, *tool_columns: Any) -> list[Any]:

@@ -2,11 +2,15 @@
 
 `executions` feed `tool_stats` (decayed calls, successes and failures, latency) and `caller_tool_stats`
 (per-caller reuse) that ranking reads, and the analytics rollups (usage/rollups.py); `searches` feed
-`tool_search_stats` (how often each tool came back) and the rollups. Each log has a
-cursor row in `stats_cursor` at the last consumed (timestamp, id); rows that finished less than
-`refresh_lag_seconds` ago wait for the next refresh, because concurrent requests commit out of order.
-The cursor update is conditional on the row count it started from, so two replicas never both consume
-the same rows."""
+`tool_search_stats` (how often each tool came back) and the rollups.
+
+Each log row is counted exactly once whatever its arrival time (a spill replay, a retry, a replica with a
+skewed clock): a refresh reads rows whose `counted_at` is still empty and sets it in the transaction that
+folds them. Rows that finished less than `refresh_lag_seconds` ago wait a little, so calls fold mostly in
+order (pairs, decay); they are counted all the same when they arrive later. Consumers of one log take
+turns: PostgreSQL locks the log's `stats_cursor` row (a replica that finds it locked skips the round), and
+every consumer's marks and cursor update are conditional, so a transaction that raced another one (SQLite)
+changes nothing and is rolled back."""
 
 from __future__ import annotations
 
@@ -17,9 +21,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, tuple_, update
+from sqlalchemy import Table, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.db.among import among
 from service.db.models import (
     CallerToolStats,
     Execution,
@@ -32,6 +37,7 @@ from service.db.models import (
 from service.settings import LearningSettings
 from service.usage.rollups import (
     FAILURE,
+    IDS_PER_STATEMENT,
     IGNORED,
     REACHED_SERVER,
     SUCCESS,
@@ -127,7 +133,7 @@ class ConsumeReport:
 async def load_tool_rows(session: AsyncSession, names: Iterable[str] | None = None) -> list[ToolRow]:
     """tool_stats rows (of these tools, or all)."""
     table = ToolStats.__table__
-    query = select(table) if names is None else select(table).where(table.c.tool.in_(sorted(names)))
+    query = select(table) if names is None else select(table).where(among(table.c.tool, names))
     return [ToolRow(**row._mapping) for row in (await session.execute(query)).all()]
 
 
@@ -146,23 +152,31 @@ async def load_habit_rows(session: AsyncSession, pairs: Iterable[tuple[str, str]
     return rows
 
 
-async def cursor_row(session: AsyncSession, name: str) -> StatsCursor:
-    """The cursor of a log, created at the start of the log if missing."""
-    row = await session.get(StatsCursor, name)
-    if row is None:
-        row = StatsCursor(name=name, last_started_at=None, last_execution_id=None, rows_seen=0)
-        session.add(row)
-        await session.flush()
+async def cursor_row(session: AsyncSession, name: str) -> StatsCursor | None:
+    """The cursor of a log, locked for this transaction (created if missing); None while another
+    transaction holds it (PostgreSQL: another replica is consuming this log)."""
+    statement = select(StatsCursor).where(StatsCursor.name == name).with_for_update(skip_locked=True)
+    row = (await session.scalars(statement)).first()
+    if row is not None:
+        return row
+    if await session.scalar(select(func.count()).select_from(StatsCursor).where(StatsCursor.name == name)):
+        return None
+    row = StatsCursor(name=name, last_started_at=None, last_execution_id=None, rows_seen=0)
+    session.add(row)
+    await session.flush()
     return row
 
 
-def _after(column_at: Any, column_id: Any, cursor: StatsCursor) -> Any:
-    if cursor.last_started_at is None:
-        return True
-    return or_(
-        column_at > cursor.last_started_at,
-        and_(column_at == cursor.last_started_at, column_id > (cursor.last_execution_id or "")),
-    )
+async def _mark_counted(session: AsyncSession, table: Table, ids: list[str]) -> bool:
+    """Set `counted_at` on these rows; False if another consumer counted one of them first."""
+    marked, now = 0, utcnow()
+    for start in range(0, len(ids), IDS_PER_STATEMENT):
+        chunk = ids[start : start + IDS_PER_STATEMENT]
+        result = await session.execute(
+            update(table).where(table.c.id.in_(chunk), table.c.counted_at.is_(None)).values(counted_at=now)
+        )
+        marked += result.rowcount  # type: ignore[attr-defined]
+    return marked == len(ids)
 
 
 async def _advance(session: AsyncSession, cursor: StatsCursor, at: datetime, row_id: str, seen: int) -> bool:
@@ -174,6 +188,13 @@ async def _advance(session: AsyncSession, cursor: StatsCursor, at: datetime, row
         .execution_options(synchronize_session=False)
     )
     return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+async def _settle(session: AsyncSession, table: Table, cursor: StatsCursor, rows: list[Any], at: datetime) -> bool:
+    """Mark a consumed batch and move the cursor; False when another consumer got there first."""
+    if not await _mark_counted(session, table, [r.id for r in rows]):
+        return False
+    return await _advance(session, cursor, at, rows[-1].id, len(rows))
 
 
 def _apply_execution(tool: ToolRow, habit: HabitRow, row: Any, settings: LearningSettings) -> None:
@@ -211,6 +232,8 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
 
     The caller commits (or rolls back when `report.lost_race`)."""
     cursor = await cursor_row(session, EXECUTIONS_CURSOR)
+    if cursor is None:
+        return False
     horizon = utcnow() - timedelta(seconds=settings.refresh_lag_seconds)
     e = Execution.__table__.c
     rows = (
@@ -228,7 +251,7 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
                 e.started_at,
                 e.finished_at,
             )
-            .where(_after(e.finished_at, e.id, cursor), e.finished_at <= horizon)
+            .where(e.counted_at.is_(None), e.finished_at <= horizon)
             .order_by(e.finished_at, e.id)
             .limit(settings.refresh_batch)
         )
@@ -252,8 +275,7 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
         session, CallerToolStats.__table__, ["caller", "tool"], [dict(vars(h)) for h in habits.values()]
     )
     await fold_executions(session, rows, settings)
-    last = rows[-1]
-    if not await _advance(session, cursor, as_utc(last.finished_at), last.id, len(rows)):
+    if not await _settle(session, Execution.__table__, cursor, rows, as_utc(rows[-1].finished_at)):
         report.lost_race = True
         return False
     report.executions += len(rows)
@@ -265,11 +287,13 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
 async def consume_searches(session: AsyncSession, settings: LearningSettings, report: ConsumeReport) -> bool:
     """Fold one batch of new searches into `tool_search_stats`; False when there was nothing more."""
     cursor = await cursor_row(session, SEARCHES_CURSOR)
+    if cursor is None:
+        return False
     horizon = utcnow() - timedelta(seconds=settings.refresh_lag_seconds)
     rows = (
         await session.execute(
             select(Search.id, Search.created_at, Search.results, Search.caller, Search.result_count)
-            .where(_after(Search.created_at, Search.id, cursor), Search.created_at <= horizon)
+            .where(Search.counted_at.is_(None), Search.created_at <= horizon)
             .order_by(Search.created_at, Search.id)
             .limit(settings.refresh_batch)
         )
@@ -293,7 +317,7 @@ async def consume_searches(session: AsyncSession, settings: LearningSettings, re
         {
             s.tool: s
             for s in (
-                await session.scalars(select(ToolSearchStats).where(ToolSearchStats.tool.in_(sorted(appearances))))
+                await session.scalars(select(ToolSearchStats).where(among(ToolSearchStats.tool, appearances)))
             ).all()
         }
         if appearances
@@ -309,8 +333,7 @@ async def consume_searches(session: AsyncSession, settings: LearningSettings, re
         previous = as_utc(stats.last_returned_at) if stats.last_returned_at else None
         stats.last_returned_at = last_at[name] if previous is None or last_at[name] > previous else previous
     await fold_searches(session, [(caller, created_at, count) for _id, created_at, _r, caller, count in rows])
-    last_id, last_at = rows[-1][0], rows[-1][1]
-    if not await _advance(session, cursor, as_utc(last_at), last_id, len(rows)):
+    if not await _settle(session, Search.__table__, cursor, list(rows), as_utc(rows[-1].created_at)):
         report.lost_race = True
         return False
     report.searches += len(rows)

@@ -79,4 +79,8 @@ async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = (await client.get("/readyz")).json()
     assert ready["status"] == "ready" and ready["checks"]["database"] == "ok"
+    # Background loops run supervised and are listed.
+    assert ready["checks"]["background"] == "ok"
+    assert {"execution-log", "usage-statistics", "purge-results"} <= set(ready["background"])
+    assert ready["background"]["execution-log"]["state"] == "running"
     assert "/search" in (await client.get("/openapi.json")).json()["paths"]

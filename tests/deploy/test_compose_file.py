@@ -43,7 +43,7 @@ def test_three_api_replicas_behind_a_load_balancer(compose: dict[str, Any]) -> N
     assert "ports" not in services["api"]  # only the balancer is published
     assert services["lb"]["ports"] == ["8765:80"]
     assert "server api:8765" in compose["configs"]["nginx"]["content"]
-    assert set(services) == {"api", "lb", "postgres", "redis", "qdrant"}
+    assert set(services) == {"api", "init-key", "lb", "postgres", "redis", "qdrant"}
 
 
 def test_replicas_share_state_through_services_not_a_volume(compose: dict[str, Any]) -> None:
@@ -55,8 +55,13 @@ def test_replicas_share_state_through_services_not_a_volume(compose: dict[str, A
     assert env["TOOLSCOUT_INDEX__BACKEND"] == "qdrant"
     assert env["TOOLSCOUT_POLICY__OPEN_WITHOUT_KEYS"] == "false"
     assert env["TOOLSCOUT_EXECUTION__DEMO_SERVERS"] == "false"
-    assert set(api["depends_on"]) == {"postgres", "redis", "qdrant"}
-    assert all(dep["condition"] == "service_healthy" for dep in api["depends_on"].values())
+    conditions = {name: dep["condition"] for name, dep in api["depends_on"].items()}
+    assert conditions == {
+        "postgres": "service_healthy",
+        "redis": "service_healthy",
+        "qdrant": "service_healthy",
+        "init-key": "service_completed_successfully",  # the first admin key exists before any replica serves
+    }
 
 
 def test_qdrant_needs_a_key_and_every_backing_service_has_a_health_check(compose: dict[str, Any]) -> None:

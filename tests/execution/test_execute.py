@@ -32,6 +32,10 @@ TEST_SERVER = Path(__file__).resolve().parents[1] / "upstream" / "mcp_test_serve
 LINE = "line {i}: the quick brown fox jumps over the lazy dog"
 
 
+# stdio over the API is off by default (issue 9); these tests register the test server that way.
+API_STDIO: dict[str, Any] = {"allow_api_stdio": True, "api_stdio_commands": [sys.executable, "/nonexistent/mcp-server"]}
+
+
 def stdio_entry(*args: str, **extra: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [str(TEST_SERVER), *args], **extra}
 
@@ -49,14 +53,14 @@ async def running(
         db=DatabaseSettings(url=database_url),
         policy=PolicySettings(rate_limit_per_minute=0),
         execution=ExecutionSettings(
-            servers_file=servers_file, demo_servers=False, startup_wait_seconds=60, **execution
+            servers_file=servers_file, demo_servers=False, startup_wait_seconds=60, **(API_STDIO | execution)
         ),
     )
     app = create_app(settings, embedder=HashingEmbedder())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://toolscout.test", timeout=60
+            transport=transport, base_url="http://localhost", timeout=60
         ) as client:
             yield app, client
 

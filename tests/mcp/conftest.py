@@ -58,7 +58,7 @@ async def register(app_or_transport: FastAPI | httpx.AsyncBaseTransport, tools: 
         if isinstance(app_or_transport, httpx.AsyncBaseTransport)
         else (httpx.ASGITransport(app=app_or_transport))
     )
-    async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         response = await http.post("/tools", json={"tools": tools})
         assert response.status_code == 200, response.text
         assert response.json()["errors"] == []
@@ -163,7 +163,7 @@ async def serving(app: Any, port: int) -> AsyncIterator[str]:
 async def add_probe(api: str | httpx.AsyncBaseTransport) -> None:
     """Connect the `probe` test server (a stdio child of the API): echo, big, fail, add_tool ..."""
     kwargs: dict[str, Any] = (
-        {"base_url": api} if isinstance(api, str) else {"transport": api, "base_url": "http://toolscout.test"}
+        {"base_url": api} if isinstance(api, str) else {"transport": api, "base_url": "http://localhost"}
     )
     async with httpx.AsyncClient(timeout=60, **kwargs) as http:
         response = await http.post(

@@ -66,7 +66,7 @@ async def test_upstream_errors_and_bad_arguments_are_error_results_with_detail(
         assert unknown.is_error and "No tool named 'probe__ecco'; closest: probe__echo" in text_of(unknown)
         catalog_only = await client.call_tool("time__get_current_time", {"timezone": "UTC"})
         assert catalog_only.is_error and "registered without a connection" in text_of(catalog_only)
-        assert len((await client.list_tools()).tools) == 85 + 7
+        assert len((await client.list_tools()).tools) == 85 + 7 + 1  # and run_script
 
 
 async def test_long_results_are_cut_and_read_on_with_fetch_result(

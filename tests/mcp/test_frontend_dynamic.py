@@ -13,7 +13,7 @@ from service.mcp.sessions import SessionStore
 from service.settings import Settings
 from tests.mcp.conftest import client_of, frontend_of, text_of
 
-META = ["status", "search_tools", "call_tool", "fetch_result"]
+META = ["status", "search_tools", "call_tool", "fetch_result", "run_script"]
 
 
 async def test_a_search_activates_its_results_in_that_session_only(
@@ -135,10 +135,12 @@ async def test_2026_clients_hear_their_own_activations_on_listen_streams(
             with anyio.move_on_after(0.2) as quiet:
                 await bob_sub.__anext__()
             assert quiet.cancelled_caught
-        # A 2026 client may name its session in _meta; the same name is the same activation set.
+        # A session named in _meta is ignored (issue 9): the activation lands in bob's own set.
         named = {"dev.toolscout/session": "project-x"}
+        before = len(frontend.sessions)
         await bob.call_tool("search_tools", {"query": "memory graph entities", "k": 1}, meta=named)
-        assert len(frontend.sessions.get("client:project-x").active) == 1
+        assert frontend.sessions.peek("client:project-x") is None
+        assert len(frontend.sessions) == before
 
 
 def test_session_store_bounds_sessions_and_active_tools() -> None:

@@ -12,7 +12,7 @@ from service.mcp import MODES, render
 from service.settings import Settings
 from tests.mcp.conftest import catalog_tools, client_of, frontend_of, register, text_of
 
-META = ["status", "search_tools", "call_tool", "fetch_result"]
+META = ["status", "search_tools", "call_tool", "fetch_result", "run_script"]
 SERVERS = ["everything", "fetch", "filesystem", "git", "github", "memory", "slack", "time"]
 
 
@@ -77,7 +77,7 @@ async def test_full_lists_every_tool_with_its_schema(
 ) -> None:
     async with frontend_of(settings, api_transport, "full") as frontend, client_of(frontend) as (client, _):
         listed = (await client.list_tools()).tools
-        assert len(listed) == 85
+        assert len(listed) == 85 + 1 and listed[-1].name == "run_script"  # the catalog, then code mode
         by_name = {t.name: t for t in listed}
         commit = by_name["git__git_commit"]
         assert commit.input_schema["required"] == ["repo_path", "message"]
@@ -114,7 +114,7 @@ async def test_token_bench_counts_what_the_server_sends(
 
 
 async def _rest_catalog(transport: httpx.AsyncBaseTransport) -> list[dict[str, object]]:
-    async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         return list((await http.get("/tools", params={"limit": 1000})).json()["tools"])
 
 

@@ -18,7 +18,7 @@ from tests.mcp.conftest import free_port, node_env, node_tool, toolscout_command
 
 pytestmark = pytest.mark.node
 
-META = ["status", "search_tools", "call_tool", "fetch_result"]
+META = ["status", "search_tools", "call_tool", "fetch_result", "run_script"]
 CONFORMANCE_SCENARIOS = [
     "server-initialize",
     "ping",

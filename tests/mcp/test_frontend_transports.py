@@ -26,7 +26,7 @@ from tests.mcp.conftest import (
     toolscout_command,
 )
 
-META = ["status", "search_tools", "call_tool", "fetch_result"]
+META = ["status", "search_tools", "call_tool", "fetch_result", "run_script"]
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ async def test_upstream_list_changed_reaches_clients_and_full_mode_relists(
             Client(f"{base}/mcp", mode="auto") as modern,
         ):
             before = {t.name for t in (await legacy.list_tools()).tools}
-            assert "probe__added_later" not in before and len(before) == 85 + 7
+            assert "probe__added_later" not in before and len(before) == 85 + 7 + 1  # and run_script
             async with modern.listen(tools_list_changed=True) as subscription:
                 # The upstream server adds a tool and sends notifications/tools/list_changed; the API
                 # re-syncs and publishes tools_changed on GET /events; the front end drops its cache and
@@ -177,7 +177,7 @@ async def test_catalog_registrations_and_deletions_reach_full_mode_clients(
             Client(frontend.server, mode="legacy", message_handler=recorder) as client,
             httpx.AsyncClient(base_url=url) as http,
         ):
-            assert len((await client.list_tools()).tools) == 85 + 7
+            assert len((await client.list_tools()).tools) == 85 + 7 + 1  # and run_script
             new = {
                 "server": "notes",
                 "name": "add_note",
@@ -187,10 +187,10 @@ async def test_catalog_registrations_and_deletions_reach_full_mode_clients(
             assert (await http.post("/tools", json={"tools": [new]})).status_code == 200
             await recorder.wait_changed()
             listed = {t.name: t for t in (await client.list_tools()).tools}
-            assert len(listed) == 85 + 7 + 1 and listed["notes__add_note"].description == "Add a note"
+            assert len(listed) == 85 + 7 + 2 and listed["notes__add_note"].description == "Add a note"
             assert (await http.delete("/tools/notes__add_note")).status_code == 204
             await recorder.wait_changed()
             assert "notes__add_note" not in {t.name for t in (await client.list_tools()).tools}
             assert (await http.delete("/servers/time")).status_code == 200
             await recorder.wait_changed()
-            assert len((await client.list_tools()).tools) == 85 + 7 - 2
+            assert len((await client.list_tools()).tools) == 85 + 7 + 1 - 2

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from indexer.embedding import HashingEmbedder
 from service.main import create_app
+from service.policy import keys
 from service.settings import Settings
 
 PERMISSIONS = """
@@ -67,12 +68,22 @@ async def running(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.Asyn
     app = create_app(settings, embedder=HashingEmbedder())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://toolscout.test") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             yield app, http
 
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+async def first_key(app: FastAPI, caller: str, roles: list[str]) -> str:
+    """A key made the CLI's way (`toolscout keys create`): POST /keys always needs an admin key (issue 9)."""
+    resources = app.state.resources
+    async with resources.session() as session:
+        created = await keys.create_key(session, caller, roles)
+        await session.commit()
+    keys.key_resolver(resources).invalidate()
+    return created.key
 
 
 async def make_key(http: httpx.AsyncClient, caller: str, roles: list[str], admin: str | None = None) -> str:

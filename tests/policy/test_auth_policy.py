@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from policy_world import FORBIDDEN_FOR_DEV, PERMISSIONS, VISIBLE_TO_DEV, bearer, make_key, make_settings, running
+from policy_world import (
+    FORBIDDEN_FOR_DEV,
+    PERMISSIONS,
+    VISIBLE_TO_DEV,
+    bearer,
+    first_key,
+    make_key,
+    make_settings,
+    running,
+)
 
 from service.db.models import Execution, Search
 from service.resources import Resources
@@ -19,10 +28,10 @@ from service.usage.learning import refresh_stats
 
 async def test_open_mode_until_the_first_key_then_401(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("WARNING")
-    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
         assert "No API key configured" in caplog.text
         assert (await http.post("/search", json={"query": "anything"})).status_code == 200
-        admin = await make_key(http, "root", ["admin"])
+        admin = await first_key(app, "root", ["admin"])
         refused = await http.post("/search", json={"query": "anything"})
         assert refused.status_code == 401
         assert refused.headers["www-authenticate"] == "Bearer"
@@ -51,7 +60,7 @@ async def test_open_mode_until_the_first_key_then_401(tmp_path: Path, caplog: py
 async def test_keys_survive_a_restart_and_are_stored_hashed(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, permissions=None)
     async with running(settings) as (app, http):
-        admin = await make_key(http, "root", ["admin"])
+        admin = await first_key(app, "root", ["admin"])
         resources: Resources = app.state.resources
         async with resources.session() as session:
             from sqlalchemy import select
@@ -191,8 +200,8 @@ async def test_rate_limit_answers_429_with_retry_after(tmp_path: Path) -> None:
 
 async def test_rate_limits_are_per_key(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, permissions=None, rate_limit_per_minute=1, rate_limit_burst=2)
-    async with running(settings) as (_app, http):
-        admin = await make_key(http, "root", ["admin"])  # open user: 1 request
+    async with running(settings) as (app, http):
+        admin = await first_key(app, "root", ["admin"])
         other = await make_key(http, "other", [], admin)  # admin key: 1 of 2
         assert (await http.post("/search", json={"query": "x"}, headers=bearer(admin))).status_code == 200
         assert (await http.post("/search", json={"query": "x"}, headers=bearer(admin))).status_code == 429
@@ -305,7 +314,7 @@ async def test_only_approvers_grant_and_each_sees_what_it_may(world: dict[str, A
     assert advance.status_code == 200
     approval = advance.json()
     assert approval["status"] == "granted" and approval["granted_by"] == "lead"
-    assert approval["arguments"] == {"table": "t"}
+    assert approval["arguments"] == {"table": "***"}  # names only, values bound by the digest (issue 9)
     expires = datetime.fromisoformat(approval["expires_at"])
     assert timedelta(seconds=55) < expires - datetime.now(UTC) <= timedelta(seconds=60)
     assert (await http.get(f"/approvals/{approval['id']}", headers=bearer(dev))).json()["id"] == approval["id"]

@@ -108,6 +108,6 @@ async def running(
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://toolscout.test", timeout=120
+            transport=transport, base_url="http://localhost", timeout=120
         ) as client:
             yield app, client

@@ -1,0 +1,368 @@
+"""Running one script: the queue of scripts, the budgets, and each tool call through the /execute path.
+
+A tool call of a script is `Executor.execute` with the caller's identity and the script's run id, exactly what
+POST /execute calls, after one rate-limit token: permissions, approvals, validation, timeouts, result budgets
+and the execution log all apply. A destructive call without a matching approval stops the script with
+`approval_required`; the rerun passes the granted ids (`approval_ids`), each matched to its call by tool and
+argument digest. When the wall-clock budget ends, the engine is killed and the calls in flight are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from service.db.models import Approval, Tool
+from service.errors import (
+    ApprovalRequired,
+    InvalidArguments,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    ToolscoutError,
+)
+from service.execution.executor import ExecutionResult, status_of
+from service.execution.results import measure
+from service.execution.runtime import get_gateway
+from service.policy.approvals import arguments_digest
+from service.policy.callers import Caller
+from service.policy.keys import key_resolver
+from service.policy.service import caller_rules
+from service.resources import Resources
+from service.search.service import log_search, result_view, search_tools
+
+from .sandbox import Sandbox
+
+RUN_RESULT_TOOL = "run_script"
+
+
+def script_error(kind: str, message: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
+    """The error of a run that did not finish."""
+    return {"type": kind, "message": message, "line": line, **extra}
+
+
+def failure(kind: str, message: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
+    """An outcome that is an error of this kind."""
+    return {"ok": False, "error": script_error(kind, message, line, **extra)}
+
+
+@dataclass
+class CallRecord:
+    """One call a script made, as the response lists it."""
+
+    index: int
+    kind: str
+    name: str
+    line: int | None
+    status: str = "running"
+    execution_id: str | None = None
+    duration_ms: float = 0.0
+    error: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "name": self.name,
+            "line": self.line,
+            "status": self.status,
+            "execution_id": self.execution_id,
+            "duration_ms": self.duration_ms,
+            "error": self.error,
+        }
+
+
+@dataclass
+class ScriptRun:
+    """The state of one run while it goes."""
+
+    run_id: str
+    caller: Caller
+    approvals: dict[tuple[str, str], list[str]]
+    calls: list[CallRecord] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    error: dict[str, Any] | None = None
+
+    def halt(self, error: dict[str, Any]) -> None:
+        """End the script with this error (the first one wins)."""
+        if self.error is None:
+            self.error = error
+        self.stop.set()
+
+
+def value_of(result: ExecutionResult) -> Any:
+    """What a tool call returns inside a script: the structured content, else the text of the result."""
+    if result.structured_content is not None:
+        return result.structured_content
+    return "\n".join(str(b.get("text", "")) for b in result.content if b.get("type") == "text")
+
+
+class CodeMode:
+    """The scripts of one service: at most `max_concurrent` run at once, the others wait in turn."""
+
+    def __init__(self, resources: Resources) -> None:
+        self.resources = resources
+        self.slots = asyncio.Semaphore(max(1, resources.settings.code_mode.max_concurrent))
+        self.running = 0
+        self.waiting = 0
+        self.peak_running = 0
+
+    async def run(
+        self,
+        caller: Caller,
+        script: str,
+        approval_ids: Sequence[str] = (),
+        timeout_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Run a script to its end or its budget; every outcome is a response, errors included."""
+        settings = self.resources.settings.code_mode
+        if not settings.enabled:
+            raise NotFound("Code mode is turned off (code_mode.enabled)")
+        if len(script) > settings.max_script_chars:
+            raise InvalidRequest(
+                f"A script holds at most {settings.max_script_chars} characters",
+                errors=[{"pointer": "/script", "reason": f"at most {settings.max_script_chars} characters"}],
+            )
+        budget = min(timeout_seconds or settings.timeout_seconds, settings.timeout_seconds)
+        run = ScriptRun(str(uuid.uuid4()), caller, await self._approvals(caller, approval_ids))
+        queued = time.perf_counter()
+        self.waiting += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.waiting -= 1
+        started = time.perf_counter()
+        self.running += 1
+        self.peak_running = max(self.peak_running, self.running)
+        try:
+            outcome = await self._execute(run, script, budget)
+        finally:
+            self.running -= 1
+            self.slots.release()
+        finished = time.perf_counter()
+        response = await self._response(run, outcome)
+        response["queued_ms"] = round((started - queued) * 1000, 3)
+        response["duration_ms"] = round((finished - started) * 1000, 3)
+        return response
+
+    async def _execute(self, run: ScriptRun, script: str, budget: float) -> dict[str, Any]:
+        settings = self.resources.settings.code_mode
+        config = {
+            "script": script,
+            "tools": await self._tool_names(run.caller),
+            "memory_bytes": settings.memory_mib * 1024 * 1024,
+            "cpu_seconds": budget,
+            "max_log_lines": settings.max_log_lines,
+            "max_log_chars": settings.max_log_line_chars,
+        }
+        sandbox = await Sandbox.start(config)
+        try:
+            async with asyncio.timeout(budget):
+                return await self._converse(run, sandbox)
+        except TimeoutError:
+            return failure("timeout", f"the script ran out of its {budget:g} s wall-clock budget")
+        finally:
+            await sandbox.close()
+            await self._cancel_calls(run)
+
+    async def _converse(self, run: ScriptRun, sandbox: Sandbox) -> dict[str, Any]:
+        reader = asyncio.create_task(self._read(run, sandbox))
+        stopper = asyncio.create_task(run.stop.wait())
+        try:
+            done, _ = await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if reader in done:
+                return reader.result()
+            return {"ok": False, "error": run.error}
+        finally:
+            for task in (reader, stopper):
+                task.cancel()
+            await asyncio.gather(reader, stopper, return_exceptions=True)
+
+    async def _read(self, run: ScriptRun, sandbox: Sandbox) -> dict[str, Any]:
+        while True:
+            try:
+                message = await sandbox.receive()
+            except (ValueError, asyncio.LimitOverrunError) as exc:
+                return failure("engine_error", f"the engine sent a message that could not be read: {exc}")
+            if message is None:
+                return failure("engine_error", f"the engine stopped ({await sandbox.diagnostics()})")
+            op = message.get("op")
+            if op == "done":
+                outcome: dict[str, Any] = message.get("outcome") or {}
+                return outcome
+            if op == "log":
+                run.logs.append(str(message.get("text", "")))
+            elif op == "call":
+                self._start_call(run, sandbox, message)
+
+    def _start_call(self, run: ScriptRun, sandbox: Sandbox, message: dict[str, Any]) -> None:
+        limit = self.resources.settings.code_mode.max_tool_calls
+        record = CallRecord(int(message["id"]), str(message["kind"]), str(message["name"]), message.get("line"))
+        run.calls.append(record)
+        if len(run.calls) > limit:
+            record.status = "refused"
+            run.halt(
+                script_error("call_limit", f"the script made more than {limit} calls", record.line, call=record.index)
+            )
+            return
+        arguments = message.get("arguments")
+        task = asyncio.create_task(self._call(run, sandbox, record, arguments if isinstance(arguments, dict) else {}))
+        run.tasks.add(task)
+        task.add_done_callback(run.tasks.discard)
+
+    async def _call(self, run: ScriptRun, sandbox: Sandbox, record: CallRecord, arguments: dict[str, Any]) -> None:
+        started = time.perf_counter()
+        try:
+            if record.kind == "search":
+                value, ok = await self._search(run, arguments), True
+                record.status = "ok"
+            else:
+                value, ok = await self._tool(run, record, arguments)
+        except ApprovalRequired as exc:
+            record.status, record.error = "approval_required", exc.problem()
+            record.execution_id = exc.extensions.get("execution_id")
+            run.halt(
+                script_error(
+                    "approval_required",
+                    exc.detail,
+                    record.line,
+                    call=record.index,
+                    approval_id=exc.extensions.get("approval_id"),
+                    approval=exc.extensions.get("approval"),
+                )
+            )
+            return
+        except ToolscoutError as exc:
+            # A hidden tool is logged as denied but the script sees what a missing tool gets (least knowledge).
+            record.status = (
+                "rate_limited"
+                if isinstance(exc, RateLimited)
+                else "not_found"
+                if isinstance(exc, NotFound)
+                else status_of(exc)
+            )
+            record.error = exc.problem()
+            record.execution_id = exc.extensions.get("execution_id")
+            value, ok = {"message": exc.detail, "status": record.status, "problem": record.error}, False
+        finally:
+            record.duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        if not ok:
+            value |= {"tool": record.name, "call": record.index}
+        await sandbox.send({"id": record.index, "ok": ok, "value": value})
+
+    async def _tool(self, run: ScriptRun, record: CallRecord, arguments: dict[str, Any]) -> tuple[Any, bool]:
+        await self._charge(run.caller)
+        waiting = run.approvals.get((record.name, arguments_digest(arguments))) or []
+        approval_id = waiting.pop(0) if waiting else None
+        executor = get_gateway(self.resources).executor
+        result = await executor.execute(run.caller, record.name, arguments, approval_id=approval_id, run_id=run.run_id)
+        record.execution_id, record.status = result.execution_id, result.status
+        if result.is_error:
+            text = value_of(result)
+            message = text if isinstance(text, str) and text else json.dumps(text, ensure_ascii=False)
+            record.error = {"detail": message[:2000]}
+            return {"message": message, "status": result.status}, False
+        return value_of(result), True
+
+    async def _search(self, run: ScriptRun, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+        await self._charge(run.caller)
+        query, k = arguments.get("query"), arguments.get("k")
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArguments("search_tools(query, k) needs a query string", errors=[{"pointer": "/query"}])
+        default_k = self.resources.settings.search.default_k
+        k = min(50, max(1, int(k))) if isinstance(k, int | float) and not isinstance(k, bool) else default_k
+        search_id, outcome = await search_tools(self.resources, run.caller, query, k=k)
+        await log_search(self.resources, search_id, run.caller, query, k, outcome)
+        keys = ("name", "server", "description", "input_schema", "annotations", "score")
+        return [{key: view[key] for key in keys} for view in map(result_view, outcome.results)]
+
+    async def _charge(self, caller: Caller) -> None:
+        """One rate-limit token per call, from the caller's bucket, as a request to /execute takes."""
+        limiter = key_resolver(self.resources).limiter
+        wait = await limiter.acquire_async(caller.key_id or caller.id)
+        if wait > 0:
+            raise RateLimited(f"Rate limit of {limiter.rate * 60:g} requests per minute exceeded", retry_after=wait)
+
+    async def _cancel_calls(self, run: ScriptRun) -> None:
+        tasks = list(run.tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for record in run.calls:
+            if record.status == "running":
+                record.status = "cancelled"
+
+    async def _tool_names(self, caller: Caller) -> list[str]:
+        """The active tools this caller may use."""
+        async with self.resources.session() as session:
+            rows = (
+                await session.execute(select(Tool.qualified_name, Tool.server_id).where(Tool.deprecated.is_(False)))
+            ).all()
+        rules = caller_rules(self.resources, caller)
+        return sorted(name for name, server in rows if rules.permits(name, server))
+
+    async def _approvals(self, caller: Caller, approval_ids: Sequence[str]) -> dict[tuple[str, str], list[str]]:
+        """The caller's approvals among these ids, by (tool, argument digest)."""
+        found: dict[tuple[str, str], list[str]] = {}
+        if not approval_ids:
+            return found
+        async with self.resources.session() as session:
+            rows = (
+                await session.scalars(
+                    select(Approval).where(Approval.id.in_(list(approval_ids)), Approval.caller == caller.id)
+                )
+            ).all()
+        for row in rows:
+            found.setdefault((row.tool, row.arguments_digest), []).append(row.id)
+        return found
+
+    async def _response(self, run: ScriptRun, outcome: dict[str, Any]) -> dict[str, Any]:
+        calls = {record.index: record for record in run.calls}
+        error = outcome.get("error") if not outcome.get("ok") else None
+        if error is not None and isinstance(error.get("call"), int) and error["call"] in calls:
+            record = calls[error["call"]]
+            error["call"] = record.as_dict()
+            error["line"] = error.get("line") or record.line
+        result = await self._bounded(run, outcome.get("value")) if outcome.get("ok") else None
+        return {
+            "run_id": run.run_id,
+            "result": result,
+            "logs": run.logs,
+            "logs_dropped": max(0, int(outcome.get("log_lines", len(run.logs))) - len(run.logs)),
+            "calls": [record.as_dict() for record in run.calls],
+            "error": error,
+            "memory_bytes": int(outcome.get("memory_bytes") or 0),
+        }
+
+    async def _bounded(self, run: ScriptRun, value: Any) -> Any:
+        """The return value, or its first part and a result id when it is over the result token budget."""
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        cut = await measure(text, self.resources.settings.execution.result_token_budget)
+        if not cut.truncated:
+            return value
+        result_id = await get_gateway(self.resources).results.save(
+            run.caller.id, RUN_RESULT_TOOL, text, cut.total_tokens
+        )
+        return {
+            "truncated": True,
+            "text": cut.head,
+            "result_id": result_id,
+            "returned_tokens": cut.head_tokens,
+            "total_tokens": cut.total_tokens,
+        }
+
+
+def code_mode(resources: Resources) -> CodeMode:
+    """The service's code mode, created on first use."""
+    if resources.code_mode is None:
+        resources.code_mode = CodeMode(resources)
+    return resources.code_mode

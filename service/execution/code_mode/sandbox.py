@@ -1,0 +1,82 @@
+"""The engine's child process as the service sees it: start it with a run's configuration, exchange JSON
+lines with it, kill it. The service's event loop never waits on JavaScript: a busy or stuck script only
+keeps its own process busy, and the wall-clock budget ends it with a kill."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+WORKER = Path(__file__).with_name("worker.py")
+STREAM_LIMIT = 64 * 1024 * 1024  # the longest message (a call's arguments, the script's return value)
+_STDERR_TAIL = 2000
+
+
+class Sandbox:
+    """One child process running one script."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls, config: dict[str, Any]) -> Sandbox:
+        """Start a child (isolated mode: no user site, no PYTHON* variables) and hand it the run."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            str(WORKER),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=STREAM_LIMIT,
+        )
+        sandbox = cls(process)
+        await sandbox.send(config)
+        return sandbox
+
+    async def send(self, message: dict[str, Any]) -> bool:
+        """Write one message; False when the child is gone."""
+        stdin = self.process.stdin
+        if stdin is None or stdin.is_closing():
+            return False
+        try:
+            stdin.write(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        return True
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message, or None when the child closed its output."""
+        assert self.process.stdout is not None
+        line = await self.process.stdout.readline()
+        if not line:
+            return None
+        message = json.loads(line)
+        return message if isinstance(message, dict) else None
+
+    async def diagnostics(self) -> str:
+        """Why the child stopped: its exit code and the end of what it wrote on stderr."""
+        code = await self.process.wait()
+        tail = b""
+        if self.process.stderr is not None:
+            with contextlib.suppress(Exception):
+                tail = await asyncio.wait_for(self.process.stderr.read(), 1.0)
+        text = tail.decode(errors="replace").strip()[-_STDERR_TAIL:]
+        return f"exit code {code}" + (f": {text}" if text else "")
+
+    async def close(self) -> None:
+        """Kill the child if it still runs and reap it."""
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+        await self.process.wait()
+        if self.process.stdin is not None:
+            self.process.stdin.close()

@@ -1,0 +1,55 @@
+"""An optional bearer key on the MCP HTTP transport, with failed attempts limited per client address."""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.security.auth_failures import FailedAuthLimiter
+
+
+def _problem(status: int, slug: str, title: str, detail: str) -> bytes:
+    return json.dumps(
+        {"type": f"https://toolscout.dev/problems/{slug}", "title": title, "status": status, "detail": detail}
+    ).encode()
+
+
+class BearerKeyMiddleware:
+    """Every request needs `Authorization: Bearer <frontend.http_api_key>`; wrong keys slow their sender."""
+
+    def __init__(self, app: ASGIApp, key: str, failures: FailedAuthLimiter | None = None) -> None:
+        self.app = app
+        self.key = key.encode()
+        self.failures = failures or FailedAuthLimiter()
+
+    async def _refuse(self, send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
+        headers = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers + extra})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        address = (scope.get("client") or ("?", 0))[0]
+        wait = self.failures.wait(address)
+        if wait > 0:
+            detail = f"Too many failed authentications from {address}; retry in {wait:.0f} s"
+            retry = [(b"retry-after", str(max(1, int(wait + 0.999))).encode())]
+            await self._refuse(send, 429, _problem(429, "rate-limited", "Rate limit exceeded", detail), retry)
+            return
+        presented = b""
+        for name, value in scope.get("headers", []):
+            if name.lower() == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                presented = token.strip() if scheme.lower() == b"bearer" else b""
+        if not presented or not hmac.compare_digest(presented, self.key):
+            self.failures.failed(address)
+            detail = "This MCP endpoint needs `Authorization: Bearer <key>` (frontend.http_api_key)"
+            body = _problem(401, "unauthorized", "Missing or invalid API key", detail)
+            await self._refuse(send, 401, body, [(b"www-authenticate", b"Bearer")])
+            return
+        self.failures.succeeded(address)
+        await self.app(scope, receive, send)

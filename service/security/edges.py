@@ -1,0 +1,28 @@
+"""The guards every request passes before a route: host and origin, CORS when configured, body size."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from service.security.hosts import HostOriginMiddleware, default_allowed_hosts
+from service.security.limits import BodySizeLimitMiddleware
+from service.settings import Settings
+
+
+def install_edge_guards(app: FastAPI, settings: Settings) -> None:
+    """Add the middleware; the last added runs first, so the host check sees every request."""
+    policy = settings.policy
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=policy.max_body_bytes)
+    if policy.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=policy.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "X-API-Key", "Content-Type"],
+        )
+    app.add_middleware(
+        HostOriginMiddleware,
+        allowed_hosts=default_allowed_hosts(settings.host, policy.allowed_hosts),
+        cors_origins=policy.cors_origins,
+    )

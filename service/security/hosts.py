@@ -1,0 +1,125 @@
+"""Host and Origin checks on the REST API, so a web page cannot reach a local service through DNS rebinding.
+
+A browser that resolves `evil.example` to 127.0.0.1 still sends `Host: evil.example`; a request whose Host is
+not one of the allowed names gets 421 (Misdirected Request). IP-literal hosts are always allowed: DNS
+rebinding needs a name, and a page served from an IP address is cross-origin anyway. A request with an
+`Origin` header (a browser's cross-site request) must come from an allowed origin: a configured CORS origin
+or one whose host is allowed. CORS itself is off unless origins are configured."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+PROBLEM_JSON = b"application/problem+json"
+LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
+
+
+def default_allowed_hosts(bound_host: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The bound address, the localhost names and the configured extra names (lower case, no port)."""
+    names = {name.lower() for name in LOCAL_NAMES}
+    if bound_host not in WILDCARD_ADDRESSES:
+        names.add(bound_host.strip("[]").lower())
+    names.update(name.strip().lower() for name in extra if name.strip())
+    return frozenset(names)
+
+
+def split_host(value: str) -> str:
+    """The host part of a Host header or netloc, lower case, without port or IPv6 brackets."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value[1:]
+    if value.count(":") == 1:
+        return value.split(":", 1)[0]
+    return value
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def host_allowed(host: str, allowed: frozenset[str]) -> bool:
+    """Whether a request's host (from its Host header) may reach the API."""
+    if "*" in allowed or _is_ip(host) or host in allowed:
+        return True
+    # `*.localhost` resolves to loopback by RFC 6761, never through public DNS; `.example.com` entries allow
+    # every subdomain.
+    if host.endswith(".localhost"):
+        return True
+    return any(name.startswith(".") and (host.endswith(name) or host == name[1:]) for name in allowed)
+
+
+def _problem(status: int, slug: str, title: str, detail: str, path: str) -> bytes:
+    body = {
+        "type": f"https://toolscout.dev/problems/{slug}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": path,
+    }
+    return json.dumps(body).encode()
+
+
+async def send_problem(send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    """Answer a request with a problem+json body straight from ASGI middleware."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", PROBLEM_JSON), (b"content-length", str(len(body)).encode()), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class HostOriginMiddleware:
+    """Refuse requests for a host that is not ours (421) and browser requests from foreign origins (403)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str], cors_origins: Iterable[str] = ()) -> None:
+        self.app = app
+        self.allowed_hosts = allowed_hosts
+        self.cors_origins = frozenset(origin.rstrip("/").lower() for origin in cors_origins)
+
+    def origin_allowed(self, origin: str) -> bool:
+        """Whether a browser page of this origin may call the API."""
+        origin = origin.rstrip("/").lower()
+        if origin in self.cors_origins or "*" in self.cors_origins:
+            return True
+        if origin == "null":
+            return False
+        netloc = urlsplit(origin).netloc
+        host = split_host(netloc)
+        # An IP-literal origin is only ours if it is the bound address or loopback.
+        if _is_ip(host):
+            return host in self.allowed_hosts or ipaddress.ip_address(host).is_loopback
+        return bool(netloc) and host_allowed(host, self.allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = {key.lower(): value for key, value in scope.get("headers", [])}
+        host = split_host(headers.get(b"host", b"").decode("latin-1"))
+        path = scope.get("path", "")
+        if not host_allowed(host, self.allowed_hosts):
+            detail = (
+                f"Host {host!r} is not served here (allowed: the bound address and localhost names; "
+                "add names to policy.allowed_hosts)"
+            )
+            await send_problem(send, 421, _problem(421, "misdirected-request", "Misdirected request", detail, path))
+            return
+        origin = headers.get(b"origin")
+        if origin is not None and not self.origin_allowed(origin.decode("latin-1")):
+            detail = "Cross-origin requests are refused unless the origin is in policy.cors_origins"
+            await send_problem(send, 403, _problem(403, "forbidden-origin", "Origin not allowed", detail, path))
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,78 @@
+"""A bound on request bodies, checked before a route parses anything (413 problem+json naming the limit)."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.security.hosts import send_problem
+
+
+def too_large_body(limit: int, path: str) -> bytes:
+    """The 413 problem of a body over `limit` bytes."""
+    return json.dumps(
+        {
+            "type": "https://toolscout.dev/problems/payload-too-large",
+            "title": "Request body too large",
+            "status": 413,
+            "detail": body_too_large_detail(limit),
+            "instance": path,
+            "limit": "policy.max_body_bytes",
+            "max_bytes": limit,
+        }
+    ).encode()
+
+
+def body_too_large_detail(limit: int) -> str:
+    """The detail text of a 413."""
+    return f"The request body is larger than the limit of {limit} bytes (policy.max_body_bytes)"
+
+
+class BodySizeLimitMiddleware:
+    """Refuse bodies above `max_bytes`: by Content-Length at once, or while a chunked body streams in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.max_bytes <= 0:
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        for key, value in scope.get("headers", []):
+            if key.lower() == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > self.max_bytes:
+                    await send_problem(send, 413, too_large_body(self.max_bytes, path))
+                    return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    # An HTTPException, because FastAPI turns any other error while reading a body into a 400.
+                    raise HTTPException(413, body_too_large_detail(self.max_bytes))
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except HTTPException as exc:
+            if exc.status_code != 413 or started:
+                raise
+            await send_problem(send, 413, too_large_body(self.max_bytes, path))

@@ -1,0 +1,44 @@
+"""The open-mode rule: without API keys the service serves one local admin only when nobody else can reach it.
+
+Open mode needs both `policy.open_without_keys` (default true) and a loopback bind address. Bound anywhere else
+with no key in the database, the service refuses to start: the first key is created with the CLI
+(`toolscout keys create`), never over HTTP."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from service.settings import Settings
+
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+class StartupRefused(RuntimeError):
+    """The service would be reachable by anyone as an admin: it does not start."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address only accepts connections from this machine."""
+    host = host.strip().strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def open_mode_allowed(settings: Settings) -> bool:
+    """Whether a service without keys may serve its local admin."""
+    return settings.policy.open_without_keys and is_loopback(settings.host)
+
+
+def refuse_unsafe_start(settings: Settings, keys_exist: bool) -> None:
+    """Raise StartupRefused when the service would run without keys on a non-loopback address."""
+    if keys_exist or is_loopback(settings.host):
+        return
+    raise StartupRefused(
+        f"Refusing to start: bound to {settings.host}, reachable from other machines, and no API key exists. "
+        "Create the first admin key with `toolscout keys create --caller admin --role admin` "
+        "(then send it as `Authorization: Bearer <key>`), or bind to 127.0.0.1."
+    )

@@ -1,0 +1,262 @@
+"""Code mode (POST /run) on real MCP servers: git (PyPI) on a repository, filesystem and memory (npm), and the
+in-repo test server. Chained calls, a denied tool, a destructive call and its approval, the wall-clock and
+memory budgets, the queue of scripts, and the execution log's run ids."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from httpx import ASGITransport
+from mcp import Client
+from sqlalchemy import select
+
+from service.db.models import Execution
+from service.execution.code_mode import code_mode
+from service.execution.runtime import get_gateway
+from service.mcp.server import create_frontend
+from service.policy.service import policy_state, refresh_catalog
+from tests.upstream.upstream_support import local_server, node_server, running
+
+pytestmark = [pytest.mark.upstream, pytest.mark.node]
+
+PERMISSIONS = """
+roles:
+  admin:
+    allow: ["*"]
+    deny: ["t__pid"]
+approver_roles: [approver]
+"""
+
+
+def make_repo(folder: Path) -> Path:
+    """A git repository whose notes.md was touched by three of its four commits."""
+    repo = folder / "repo"
+    repo.mkdir()
+
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=Test", "-c", "user.email=test@example.invalid", *args],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+        )
+
+    git("init", "-q", "-b", "main")
+    for i, (name, text) in enumerate(
+        [("notes.md", "first"), ("other.txt", "x"), ("notes.md", "second"), ("notes.md", "third")]
+    ):
+        (repo / name).write_text(text + "\n")
+        git("add", name)
+        git("commit", "-q", "-m", f"commit {i}: {name}")
+    return repo
+
+
+@pytest.fixture(scope="module")
+async def world(
+    tmp_path_factory: pytest.TempPathFactory, python_servers: str, node_modules: Path
+) -> AsyncIterator[dict[str, Any]]:
+    """The service with git, filesystem, memory and the test server, small code-mode budgets."""
+    tmp = tmp_path_factory.mktemp("code_mode")
+    repo = make_repo(tmp)
+    (tmp / "permissions.yaml").write_text(PERMISSIONS)
+    servers = {
+        "git": {"command": python_servers, "args": ["-m", "mcp_server_git", "--repository", str(repo)]},
+        "filesystem": node_server(node_modules, "filesystem", str(repo)),
+        "memory": node_server(node_modules, "memory", env={"MEMORY_FILE_PATH": str(tmp / "memory.jsonl")}),
+        "t": local_server("stdio"),
+    }
+    async with running(tmp, servers) as (app, client):
+        settings = app.state.resources.settings
+        settings.policy.permissions_file = tmp / "permissions.yaml"
+        settings.code_mode.timeout_seconds = 2.0
+        settings.code_mode.memory_mib = 32
+        settings.code_mode.max_concurrent = 4
+        resources = app.state.resources
+        resources.policy = None  # reload the policy with the permissions file
+        policy_state(resources)
+        await refresh_catalog(resources)
+        yield {"app": app, "client": client, "repo": repo}
+
+
+async def run(client: httpx.AsyncClient, script: str, **body: Any) -> dict[str, Any]:
+    response = await client.post("/run", json={"script": script, **body})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def logged(app: FastAPI, run_id: str) -> list[Execution]:
+    resources = app.state.resources
+    await get_gateway(resources).log.flush(10)
+    async with resources.session() as session:
+        query = select(Execution).where(Execution.run_id == run_id).order_by(Execution.started_at)
+        return list((await session.scalars(query)).all())
+
+
+async def test_a_script_chains_three_tools_and_every_call_is_logged_with_its_run_id(world: dict[str, Any]) -> None:
+    repo = str(world["repo"])
+    script = f"""
+const repo = {json.dumps(repo)};
+const log = await tools.git__git_log({{repo_path: repo, max_count: 10}});
+const touched = log.split("\\n").filter(l => /commit \\d: notes\\.md/.test(l)).map(l => l.trim());
+const text = await tools.filesystem__read_text_file({{path: repo + "/notes.md"}});
+const content = typeof text === "string" ? text : text.content;
+const entity = {{name: "notes.md", entityType: "file", observations: [`last commits: ${{touched.length}}`]}};
+entity.observations.push(`content: ${{content.trim()}}`); await tools.memory__create_entities({{entities: [entity]}});
+const found = await tools.memory__open_nodes({{names: ["notes.md"]}});
+console.log("commits", touched.length);
+return {{commits: touched.length, content: content.trim(), observations: found.entities[0].observations}};
+"""
+    body = await run(world["client"], script)
+    assert body["error"] is None, body["error"]
+    assert body["result"] == {
+        "commits": 3,
+        "content": "third",
+        "observations": ["last commits: 3", "content: third"],
+    }
+    assert body["logs"] == ["commits 3"]
+    calls = body["calls"]
+    assert [(c["name"], c["status"], c["line"]) for c in calls] == [
+        ("git__git_log", "ok", 3),
+        ("filesystem__read_text_file", "ok", 5),
+        ("memory__create_entities", "ok", 8),
+        ("memory__open_nodes", "ok", 9),
+    ]
+    rows = await logged(world["app"], body["run_id"])
+    assert sorted(r.id for r in rows) == sorted(c["execution_id"] for c in calls)
+    assert {r.status for r in rows} == {"ok"} and {r.caller for r in rows} == {"local"}
+    # /execute rows carry no run id.
+    plain = await world["client"].post("/execute", json={"name": "t__echo", "arguments": {"text": "plain"}})
+    await get_gateway(world["app"].state.resources).log.flush(10)
+    async with world["app"].state.resources.session() as session:
+        row = await session.get(Execution, plain.json()["execution_id"])
+    assert row is not None and row.run_id is None
+
+
+async def test_a_denied_tool_is_refused_without_running(world: dict[str, Any]) -> None:
+    before = (await world["client"].get("/servers/t")).json()["health"]["calls"]
+    body = await run(
+        world["client"],
+        "const names = Object.keys(tools);\nconst pid = await tools.t__pid({});\nreturn names;",
+    )
+    after = (await world["client"].get("/servers/t")).json()["health"]["calls"]
+    error = body["error"]
+    assert error["type"] == "tool_error" and error["line"] == 2
+    assert error["call"]["name"] == "t__pid" and error["call"]["status"] == "not_found"
+    assert "No tool named 't__pid'" in error["message"]  # the same answer as a tool that does not exist
+    assert after == before  # the server never saw the call
+    rows = await logged(world["app"], body["run_id"])
+    assert [(r.tool, r.status) for r in rows] == [("t__pid", "denied")]
+    listed = await run(world["client"], "return Object.keys(tools).filter(n => n.startsWith('t__'))")
+    assert "t__pid" not in listed["result"] and "t__echo" in listed["result"]
+
+
+async def test_a_destructive_call_stops_the_script_until_it_is_approved(world: dict[str, Any]) -> None:
+    client = world["client"]
+    script = """
+await tools.memory__create_entities({entities: [{name: "scratch", entityType: "note", observations: ["x"]}]});
+await tools.memory__delete_entities({entityNames: ["scratch"]});
+const left = await tools.memory__search_nodes({query: "scratch"});
+return left.entities.length;
+"""
+    first = await run(client, script)
+    error = first["error"]
+    assert error["type"] == "approval_required" and error["line"] == 3
+    assert error["call"]["name"] == "memory__delete_entities"
+    assert [c["status"] for c in first["calls"]] == ["ok", "approval_required"]  # the script stopped there
+    granted = await client.post("/approvals", json={"approval_id": error["approval_id"]})
+    assert granted.status_code == 200, granted.text
+    second = await run(client, script, approval_ids=[error["approval_id"]])
+    assert second["error"] is None, second["error"]
+    assert second["result"] == 0
+    assert [c["status"] for c in second["calls"]] == ["ok", "ok", "ok"]
+    again = await run(client, script, approval_ids=[error["approval_id"]])  # an approval works once
+    assert again["error"]["type"] == "approval_required"
+
+
+async def test_an_infinite_loop_is_stopped_at_the_wall_clock_budget(world: dict[str, Any]) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    body = await run(world["client"], "let i = 0;\nwhile (true) { i++; }")
+    elapsed = loop.time() - started
+    assert body["error"]["type"] == "timeout"
+    assert 1.8 <= body["duration_ms"] / 1000 <= 2.2 and elapsed < 3.0
+    # A call in flight when the budget ends is cancelled, and logged so.
+    slow = await run(world["client"], "await tools.t__sleep({seconds: 10});", timeout_seconds=1)
+    assert slow["error"]["type"] == "timeout" and 0.9 <= slow["duration_ms"] / 1000 <= 1.1
+    rows = await logged(world["app"], slow["run_id"])
+    assert [(r.tool, r.status) for r in rows] == [("t__sleep", "cancelled")]
+
+
+async def test_a_memory_hog_is_stopped_at_the_memory_budget(world: dict[str, Any]) -> None:
+    body = await run(world["client"], "const a = [];\nwhile (true) a.push(new Array(10000).fill(1.5));")
+    limit = 32 * 1024 * 1024
+    assert body["error"]["type"] == "memory_limit" and body["error"]["line"] == 2
+    assert 0.5 * limit <= body["memory_bytes"] <= 1.1 * limit
+
+
+async def test_five_scripts_with_a_cap_of_four_queue_the_fifth(world: dict[str, Any]) -> None:
+    runner = code_mode(world["app"].state.resources)
+    runner.peak_running = 0
+    script = "return await tools.t__sleep({seconds: 0.6});"
+    bodies = await asyncio.gather(*(run(world["client"], script) for _ in range(5)))
+    assert [b["result"] for b in bodies] == [{"result": "slept 0.6"}] * 5
+    assert runner.peak_running == 4
+    queued = sorted(b["queued_ms"] for b in bodies)
+    assert queued[3] < 300 and queued[4] >= 400  # the fifth waited for a slot
+
+
+async def test_errors_name_the_script_line_and_search_is_available(world: dict[str, Any]) -> None:
+    broken = await run(world["client"], "const x = 1;\nreturn x.y.z;")
+    assert broken["error"]["type"] == "script_error" and broken["error"]["line"] == 2
+    invalid = await run(world["client"], "\n\nawait tools.t__echo({text: 5});")
+    assert invalid["error"]["line"] == 3 and invalid["error"]["call"]["status"] == "invalid_arguments"
+    caught = await run(
+        world["client"],
+        "try { await tools.t__nope({}); } catch (e) { return [e.name, e.status, e.tool]; }",
+    )
+    assert caught["result"] == ["ToolError", "not_found", "t__nope"]
+    found = await run(world["client"], "return (await search_tools('show the commit log', 3)).map(t => t.name);")
+    assert "git__git_log" in found["result"] and len(found["result"]) == 3
+
+
+async def test_run_script_works_through_the_mcp_front_end(world: dict[str, Any]) -> None:
+    settings = world["app"].state.resources.settings
+    frontend = create_frontend(settings, mode="lazy", transport="memory", api_transport=ASGITransport(world["app"]))
+    script = "const a = await tools.t__echo({text: 'hi', times: 2});\nconsole.log(a.result);\nreturn a.result.length;"
+    async with frontend.running(), Client(frontend.server, mode="legacy") as client:
+        listed = [t.name for t in (await client.list_tools()).tools]
+        ok = await client.call_tool("run_script", {"script": script})
+        failed = await client.call_tool("run_script", {"script": "\nawait tools.t__pid({});"})
+        missing = await client.call_tool("run_script", {})
+    assert "run_script" in listed
+    assert ok.is_error is False
+    assert json.loads(ok.content[0].text) == {"result": 5, "logs": ["hi hi"], "calls": 1}
+    assert failed.is_error is True
+    error = json.loads(failed.content[0].text)["error"]
+    assert (error["type"], error["line"], error["call"]) == ("tool_error", 2, {"name": "t__pid", "status": "not_found"})
+    assert missing.is_error and "`script` is required" in missing.content[0].text
+
+
+async def test_the_token_bench_scenario_runs_the_task_both_ways(python_servers: str, node_modules: Path) -> None:
+    from service.benchmarks.code_mode import code_mode_scenario
+
+    report = await code_mode_scenario()
+    lazy, code = report["lazy"], report["code_mode"]
+    assert [s["tool"] for s in lazy["steps"]] == [
+        "git__git_log",
+        "git__git_show",
+        "filesystem__read_text_file",
+        "memory__create_entities",
+        "memory__open_nodes",
+    ]
+    assert not any(s["is_error"] for s in lazy["steps"] + code["steps"])
+    assert code["calls_in_script"] == 5 and (lazy["model_turns"], code["model_turns"]) == (6, 2)
+    assert code["input_tokens"] < lazy["input_tokens"] and code["context_tokens"] < lazy["context_tokens"]

@@ -1,0 +1,55 @@
+"""Approvals keep the digest and the argument names, not the values, unless raw arguments are logged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from service.db.models import Approval
+from tests.security.conftest import TOOLS, bearer, cli_key, make_settings, running
+
+SECRET = "card-4111-1111-1111-1111"
+
+
+async def request_approval(http: Any, dev: str) -> dict[str, Any]:
+    arguments = {"service": "billing", "token": SECRET}
+    response = await http.post(
+        "/execute", json={"name": "util__purge_cache", "arguments": arguments}, headers=bearer(dev)
+    )
+    assert response.status_code == 403 and response.json()["type"].endswith("/approval-required")
+    return dict(response.json())
+
+
+async def stored(app: Any) -> list[Approval]:
+    async with app.state.resources.session() as session:
+        return list((await session.scalars(select(Approval))).all())
+
+
+async def test_approvals_store_and_return_no_argument_values(world: dict[str, Any]) -> None:
+    http, dev, approver, app = world["http"], world["dev"], world["approver"], world["app"]
+    problem = await request_approval(http, dev)
+    assert SECRET not in json.dumps(problem)
+    assert problem["approval"]["arguments"] == {"service": "***", "token": "***"}
+    listed = await http.get("/approvals", headers=bearer(approver))
+    one = await http.get(f"/approvals/{problem['approval_id']}", headers=bearer(approver))
+    assert SECRET not in listed.text and SECRET not in one.text
+    assert len(one.json()["arguments_digest"]) == 64
+    rows = await stored(app)
+    assert len(rows) == 1 and SECRET not in json.dumps(rows[0].arguments)
+    advance = {"caller": "dev-agent", "tool": "util__purge_cache", "arguments": {"token": SECRET}}
+    granted = await http.post("/approvals", json=advance, headers=bearer(approver))
+    assert granted.status_code == 200 and SECRET not in granted.text
+    assert all(SECRET not in json.dumps(r.arguments) for r in await stored(app))
+
+
+async def test_raw_arguments_are_kept_when_configured(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, execution={"log_raw_arguments": True})
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        assert (await http.post("/tools", json={"tools": TOOLS}, headers=bearer(admin))).status_code == 200
+        dev = await cli_key(app, "dev-agent", ["dev"])
+        problem = await request_approval(http, dev)
+        assert problem["approval"]["arguments"]["token"] == SECRET

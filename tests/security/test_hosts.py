@@ -1,0 +1,63 @@
+"""DNS rebinding and cross-origin browser requests: a foreign Host gets 421, a foreign Origin 403, CORS is off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from service.db.models import Tool
+from tests.security.conftest import assert_problem, count_rows, make_settings, running
+
+TOOL = {"server": "evil", "name": "planted", "description": "A tool a web page tried to register"}
+
+
+async def test_dns_rebinding_host_gets_421_and_registers_nothing(tmp_path: Path) -> None:
+    # Open mode on loopback: without the host check this page would be an admin.
+    async with running(make_settings(tmp_path, permissions=None), host="rebind.evil.example:8765") as (app, http):
+        body = assert_problem(await http.post("/tools", json={"tools": [TOOL]}), 421, "misdirected-request")
+        assert "rebind.evil.example" in body["detail"]
+        assert_problem(await http.post("/servers", json={"id": "x", "command": "sh"}), 421)
+        assert_problem(await http.get("/keys"), 421)
+        assert await count_rows(app, Tool) == 0
+
+
+async def test_local_names_and_addresses_are_served(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        for host in ("localhost", "localhost:8765", "127.0.0.1:8765", "[::1]:8765", "api.localhost"):
+            response = await http.get("/tools", headers={"Host": host})
+            assert response.status_code == 200, (host, response.text)
+
+
+async def test_configured_names_are_served(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, permissions=None, policy={"allowed_hosts": ["toolscout.internal"]})
+    async with running(settings, host="toolscout.internal") as (_app, http):
+        assert (await http.get("/tools")).status_code == 200
+        assert_problem(await http.get("/tools", headers={"Host": "other.internal"}), 421)
+
+
+async def test_cross_origin_request_is_refused_and_gets_no_cors_headers(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+        headers = {"Origin": "https://evil.example"}
+        response = await http.post("/tools", json={"tools": [TOOL]}, headers=headers)
+        assert_problem(response, 403, "forbidden-origin")
+        assert "access-control-allow-origin" not in response.headers
+        preflight = await http.options("/tools", headers={**headers, "Access-Control-Request-Method": "POST"})
+        assert preflight.status_code in (403, 405)
+        assert "access-control-allow-origin" not in preflight.headers
+        assert await count_rows(app, Tool) == 0
+        # A page of the service's own origin (e.g. a console on localhost) is fine.
+        same = await http.get("/tools", headers={"Origin": "http://localhost:8765"})
+        assert same.status_code == 200
+
+
+async def test_cors_only_for_configured_origins(tmp_path: Path) -> None:
+    policy: dict[str, Any] = {"cors_origins": ["https://console.example"]}
+    async with running(make_settings(tmp_path, permissions=None, policy=policy)) as (_app, http):
+        preflight = await http.options(
+            "/tools",
+            headers={"Origin": "https://console.example", "Access-Control-Request-Method": "GET"},
+        )
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "https://console.example"
+        other = await http.get("/tools", headers={"Origin": "https://evil.example"})
+        assert_problem(other, 403, "forbidden-origin")

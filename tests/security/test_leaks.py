@@ -1,0 +1,116 @@
+"""Least knowledge: a tool the caller may not use looks exactly like a missing one, and suggestions, counts and
+events only name what the caller may use."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import httpx
+
+from service.db.models import Execution
+from tests.security.conftest import FORBIDDEN_FOR_DEV, FORBIDDEN_SERVERS_FOR_DEV, bearer, serving
+
+
+def without_name(body: dict[str, Any], name: str) -> dict[str, Any]:
+    """A 404 body with the asked name taken out, to compare a hidden tool's answer with a missing one's."""
+    text = json.dumps(body).replace(name, "<NAME>")
+    return dict(json.loads(text))
+
+
+def leaked(text: str, *asked: str) -> set[str]:
+    """Forbidden names or servers in a response, other than the names the caller itself sent."""
+    for name in asked:
+        text = text.replace(name, "<NAME>")
+    return {name for name in FORBIDDEN_FOR_DEV if name in text} | {
+        s for s in FORBIDDEN_SERVERS_FOR_DEV if f"{s}__" in text or f'"{s}"' in text
+    }
+
+
+async def test_tools_by_name_hidden_and_missing_get_the_same_404(world: dict[str, Any]) -> None:
+    http, dev = world["http"], world["dev"]
+    hidden = await http.get("/tools/vault__get_secret", headers=bearer(dev))
+    missing = await http.get("/tools/vault__get_secreq", headers=bearer(dev))
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.headers["content-type"] == missing.headers["content-type"]
+    assert without_name(hidden.json(), "vault__get_secret") == without_name(missing.json(), "vault__get_secreq")
+    assert not leaked(hidden.text, "vault__get_secret") and not leaked(missing.text, "vault__get_secreq")
+
+
+async def test_execute_hidden_and_missing_get_the_same_404_and_no_forbidden_suggestion(
+    world: dict[str, Any],
+) -> None:
+    http, dev = world["http"], world["dev"]
+    hidden = await http.post("/execute", json={"name": "vault__get_secret"}, headers=bearer(dev))
+    missing = await http.post("/execute", json={"name": "vault__get_secreq"}, headers=bearer(dev))
+    assert hidden.status_code == missing.status_code == 404
+    assert not leaked(hidden.text, "vault__get_secret") and not leaked(missing.text, "vault__get_secreq")
+    strip = {"execution_id"}
+    hidden_body = {k: v for k, v in without_name(hidden.json(), "vault__get_secret").items() if k not in strip}
+    missing_body = {k: v for k, v in without_name(missing.json(), "vault__get_secreq").items() if k not in strip}
+    assert hidden_body == missing_body
+    # A near miss of a tool the caller may use is still helped.
+    near = await http.post("/execute", json={"name": "public__get_weathr"}, headers=bearer(dev))
+    assert near.status_code == 404 and "public__get_weather" in near.json()["closest"]
+
+
+async def test_batch_hidden_and_missing_get_the_same_item(world: dict[str, Any]) -> None:
+    http, dev = world["http"], world["dev"]
+    calls = {"calls": [{"name": "payroll__get_salary"}, {"name": "payroll__get_salarz"}]}
+    items = (await http.post("/execute/batch", json=calls, headers=bearer(dev))).json()["results"]
+    assert [i["status"] for i in items] == [404, 404]
+    assert without_name(items[0]["error"], "payroll__get_salary")["type"] == items[1]["error"]["type"]
+    assert not leaked(json.dumps(items), "payroll__get_salary", "payroll__get_salarz")
+
+
+async def test_a_hidden_call_is_still_logged_as_denied(world: dict[str, Any]) -> None:
+    http, dev, app = world["http"], world["dev"], world["app"]
+    await http.post("/execute", json={"name": "vault__list_secrets"}, headers=bearer(dev))
+    resources = app.state.resources
+    from service.execution.runtime import get_gateway
+
+    await get_gateway(resources).log.flush()
+    async with resources.session() as session:
+        from sqlalchemy import select
+
+        rows = (await session.scalars(select(Execution).where(Execution.tool == "vault__list_secrets"))).all()
+    assert [r.status for r in rows] == ["denied"]
+
+
+async def test_tool_list_and_search_name_nothing_forbidden(world: dict[str, Any]) -> None:
+    http, dev = world["http"], world["dev"]
+    listing = await http.get("/tools", headers=bearer(dev))
+    assert listing.json()["total"] == 2 and not leaked(listing.text)
+    found = await http.post(
+        "/search", json={"query": "read the secret salary of the vault", "k": 10}, headers=bearer(dev)
+    )
+    assert found.status_code == 200 and not leaked(found.text)
+
+
+async def test_events_name_only_servers_the_caller_may_use(world: dict[str, Any]) -> None:
+    app, admin, dev = world["app"], world["admin"], world["dev"]
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        received: list[str] = []
+        public_seen = anyio.Event()
+
+        async def follow() -> None:
+            async with http.stream("GET", "/events", headers=bearer(dev)) as stream:
+                async for line in stream.aiter_lines():
+                    received.append(line)
+                    if '"server":"public"' in line:
+                        public_seen.set()
+                        return
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await anyio.sleep(0.5)
+            for server in ("vault", "payroll", "public"):
+                tool = {"server": server, "name": "fresh_tool", "description": f"A new tool of {server}"}
+                response = await http.post("/tools", json={"tools": [tool]}, headers=bearer(admin))
+                assert response.status_code == 200
+            with anyio.fail_after(20):
+                await public_seen.wait()
+            tg.cancel_scope.cancel()
+    data = [line for line in received if line.startswith("data:")]
+    assert data == ['data: {"server":"public"}'], received

@@ -1,0 +1,95 @@
+"""Bad input: every limit refuses with a 413 or 422 problem that names it, and nothing is written."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from service.db.models import Search, Tool
+from tests.security.conftest import assert_problem, count_rows, make_settings, running
+
+
+def nested(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+async def test_a_body_over_the_limit_is_413_naming_it(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, permissions=None, policy={"max_body_bytes": 10_000})
+    async with running(settings) as (app, http):
+        tool = {"server": "big", "name": "x", "description": "y" * 20_000}
+        body = assert_problem(await http.post("/tools", json={"tools": [tool]}), 413, "payload-too-large")
+        assert "policy.max_body_bytes" in body["detail"] and body["max_bytes"] == 10_000
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted as it streams
+            yield b'{"tools": [{"server": "big", "name": "x", "description": "'
+            for _ in range(30):
+                yield b"y" * 1000
+            yield b'"}]}'
+
+        streamed = await http.post("/tools", content=chunks(), headers={"Content-Type": "application/json"})
+        assert_problem(streamed, 413)
+        assert await count_rows(app, Tool) == 0
+
+
+async def test_a_long_query_is_422_naming_the_limit(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, permissions=None, search={"max_query_chars": 100})
+    async with running(settings) as (app, http):
+        body = assert_problem(await http.post("/search", json={"query": "q" * 101}), 422)
+        assert body["limit"] == "search.max_query_chars" and body["errors"][0]["pointer"] == "/query"
+        assert await count_rows(app, Search) == 0
+
+
+async def test_a_big_batch_is_422_naming_the_limit(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, permissions=None, execution={"batch_max_calls": 3})
+    async with running(settings) as (_app, http):
+        calls = {"calls": [{"name": "a__b"}] * 4}
+        body = assert_problem(await http.post("/execute/batch", json=calls), 422)
+        assert body["limit"] == "execution.batch_max_calls"
+
+
+async def test_too_many_tools_in_one_registration_is_413_naming_the_limit(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, permissions=None, policy={"max_tools_per_registration": 5})
+    async with running(settings) as (app, http):
+        tools = [{"server": "s", "name": f"t{i}", "description": "d"} for i in range(6)]
+        body = assert_problem(await http.post("/tools", json={"tools": tools}), 413, "payload-too-large")
+        assert body["limit"] == "policy.max_tools_per_registration"
+        assert await count_rows(app, Tool) == 0
+
+
+async def test_deep_big_and_wordy_tools_are_refused_one_by_one(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+        tools = [
+            {"server": "s", "name": "deep", "description": "d", "input_schema": nested(200)},
+            {
+                "server": "s",
+                "name": "huge",
+                "description": "d",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(2000)},
+                },
+            },
+            {"server": "s", "name": "wordy", "description": "w" * 20_000},
+        ]
+        body = assert_problem(await http.post("/tools", json={"tools": tools}), 422, "invalid-tool")
+        reasons = {e["tool"]: e["reason"] for e in body["errors"]}
+        assert "MAX_SCHEMA_DEPTH" in reasons["deep"]
+        assert "MAX_SCHEMA_BYTES" in reasons["huge"]
+        assert "description is longer than" in reasons["wordy"]
+        assert await count_rows(app, Tool) == 0
+
+
+async def test_deeply_nested_arguments_are_a_4xx_problem(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        deep = "[" * 100_000 + "]" * 100_000
+        response = await http.post(
+            "/execute",
+            content=f'{{"name": "a__b", "arguments": {{"x": {deep}}}}}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert 400 <= response.status_code < 500
+        assert response.headers["content-type"].startswith("application/problem+json")

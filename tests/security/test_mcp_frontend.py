@@ -1,0 +1,137 @@
+"""The MCP front end: client values never steer its REST paths, its sessions or its key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import mcp.types as types
+import pytest
+import uvicorn
+from mcp import Client
+
+from service.errors import ToolscoutError
+from service.mcp.api import ToolscoutApi
+from service.mcp.serve import http_app
+from service.mcp.server import create_frontend
+from tests.security.conftest import free_port, make_settings
+
+
+class PathRecorder:
+    """An ASGI wrapper that records the path of every request reaching the REST app."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: Any, receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] == "http":
+            self.paths.append(scope["path"])
+        await self.app(scope, receive, send)
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+@pytest.mark.parametrize("result_id", ["../keys", "../../keys", "..", "%2e%2e/keys", "x/../../keys"])
+async def test_fetch_result_cannot_reach_other_routes(world: dict[str, Any], result_id: str) -> None:
+    recorder = PathRecorder(world["app"])
+    settings = make_settings(world["tmp_path"])
+    settings.frontend.api_key = world["admin"]
+    frontend = create_frontend(settings, transport="memory", api_transport=httpx.ASGITransport(app=recorder))
+    async with frontend.running(), Client(frontend.server) as client:
+        result = await client.call_tool("fetch_result", {"result_id": result_id})
+    assert result.is_error
+    assert "tsk_" not in text_of(result) and '"keys"' not in text_of(result)
+    assert all(path.startswith("/results/") or path == "/events" for path in recorder.paths), recorder.paths
+    assert "/keys" not in recorder.paths
+
+
+async def test_tool_lookups_cannot_reach_other_routes(world: dict[str, Any]) -> None:
+    recorder = PathRecorder(world["app"])
+    api = ToolscoutApi("http://127.0.0.1:8765", world["admin"], transport=httpx.ASGITransport(app=recorder))
+    try:
+        for name in ("../keys", "../servers", ".."):
+            with pytest.raises(ToolscoutError):
+                await api.get_tool(name)
+    finally:
+        await api.aclose()
+    assert "/keys" not in recorder.paths and "/servers" not in recorder.paths
+
+
+async def test_a_client_chosen_meta_session_cannot_take_over_another_session(world: dict[str, Any]) -> None:
+    settings = make_settings(world["tmp_path"])
+    settings.frontend.api_key = world["admin"]
+    transport = httpx.ASGITransport(app=world["app"])
+    frontend = create_frontend(settings, mode="dynamic", transport="http", api_transport=transport)
+    named = {"dev.toolscout/session": "shared"}
+    alice_info = types.Implementation(name="alice", version="1")
+    bob_info = types.Implementation(name="bob", version="1")
+    async with (
+        frontend.running(),
+        Client(frontend.server, mode="auto", client_info=alice_info) as alice,
+        Client(frontend.server, mode="auto", client_info=bob_info) as bob,
+    ):
+        found = json.loads(
+            text_of(await alice.call_tool("search_tools", {"query": "weather forecast", "k": 1}, meta=named))
+        )
+        alice_tools = [t.name for t in (await alice.list_tools(cache_mode="bypass")).tools]
+        assert found["tools"][0]["name"] in alice_tools
+        # Bob names the same session: he neither sees nor changes Alice's activations.
+        await bob.call_tool("search_tools", {"query": "purge the cache", "k": 1}, meta=named)
+        bob_tools = [t.name for t in (await bob.list_tools(cache_mode="bypass")).tools]
+        assert found["tools"][0]["name"] not in bob_tools
+        assert [t.name for t in (await alice.list_tools(cache_mode="bypass")).tools] == alice_tools
+    assert all(not key.startswith("client:") for key in frontend.sessions._sessions)
+
+
+async def test_http_front_end_requires_its_bearer_key_and_slows_guessers(world: dict[str, Any]) -> None:
+    settings = make_settings(world["tmp_path"])
+    settings.frontend.api_key = world["admin"]
+    settings.frontend.http_api_key = "mcp-front-key-123"
+    frontend = create_frontend(settings, transport="http", api_transport=httpx.ASGITransport(app=world["app"]))
+    port = free_port()
+    app = http_app(frontend, host="127.0.0.1")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    import asyncio
+
+    import anyio
+
+    task = asyncio.create_task(server.serve())
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "probe", "version": "1"},
+        },
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    try:
+        with anyio.fail_after(30):
+            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event to wait on
+                await anyio.sleep(0.02)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            anonymous = await http.post("/mcp", json=initialize, headers=headers)
+            assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"] == "Bearer"
+            assert anonymous.headers["content-type"] == "application/problem+json"
+            accepted = await http.post(
+                "/mcp", json=initialize, headers={**headers, "Authorization": "Bearer mcp-front-key-123"}
+            )
+            assert accepted.status_code == 200, accepted.text
+            statuses = [
+                (
+                    await http.post("/mcp", json=initialize, headers={**headers, "Authorization": f"Bearer w{i}"})
+                ).status_code
+                for i in range(8)
+            ]
+            assert statuses[:4] == [401] * 4 and statuses[-1] == 429
+    finally:
+        server.should_exit = True
+        with anyio.fail_after(30):
+            await task

@@ -1,0 +1,213 @@
+"""Who may run what: stdio over the API, ${VAR} expansion, internal upstream URLs and what /servers shows."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.db.models import Server
+from tests.security.conftest import (
+    assert_problem,
+    bearer,
+    cli_key,
+    count_rows,
+    make_settings,
+    probe_entry,
+    running,
+    servers_file,
+)
+
+SECRET = "s3cr3t-token-value-42"
+
+
+def shell_attack(marker: Path) -> dict[str, Any]:
+    return {"id": "pwn", "command": "sh", "args": ["-c", f"touch {marker}"]}
+
+
+async def test_stdio_over_the_api_is_refused_by_default_even_for_admins(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        body = assert_problem(await http.post("/servers", json=shell_attack(marker), headers=bearer(admin)), 403)
+        assert "execution.allow_api_stdio" in body["detail"]
+        mcp_servers = {"mcpServers": {"pwn": {"command": "sh", "args": ["-c", f"touch {marker}"]}}}
+        assert_problem(await http.post("/servers", json=mcp_servers, headers=bearer(admin)), 403)
+        assert not marker.exists()
+        assert await count_rows(app, Server) == 0
+        listed = (await http.get("/servers", headers=bearer(admin))).json()["servers"]
+        assert listed == []
+
+
+async def test_open_mode_cannot_register_a_shell_either(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+        assert_problem(await http.post("/servers", json=shell_attack(marker)), 403)
+        assert not marker.exists()
+        assert await count_rows(app, Server) == 0
+
+
+async def test_allowed_api_stdio_runs_only_listed_commands(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    execution = {"allow_api_stdio": True, "api_stdio_commands": [sys.executable]}
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        body = assert_problem(await http.post("/servers", json=shell_attack(marker), headers=bearer(admin)), 403)
+        assert "execution.api_stdio_commands" in body["detail"]
+        assert not marker.exists()
+        assert await count_rows(app, Server) == 0
+        added = await http.post("/servers", json={"id": "probe", **probe_entry()}, headers=bearer(admin))
+        assert added.status_code == 201, added.text
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"url": "https://example.com/${TOOLSCOUT_TEST_SECRET}"},
+        {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${env:TOOLSCOUT_TEST_SECRET}"}},
+    ],
+)
+async def test_variables_are_not_expanded_for_api_servers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: dict[str, Any]
+) -> None:
+    monkeypatch.setenv("TOOLSCOUT_TEST_SECRET", SECRET)
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        response = await http.post("/servers", json={"id": "leak", **entry}, headers=bearer(admin))
+        body = assert_problem(response, 422)
+        assert "${" in body["detail"] and SECRET not in response.text
+        assert await count_rows(app, Server) == 0
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[Any]]]:
+    """A real TCP listener on loopback that records every connection made to it."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    sock.settimeout(0.2)
+    accepted: list[Any] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            accepted.append(conn)
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield sock.getsockname()[1], accepted
+    finally:
+        stop.set()
+        thread.join(2)
+        sock.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:{port}/mcp",
+        "http://localhost:{port}/mcp",
+        "http://[::ffff:127.0.0.1]:{port}/mcp",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.1/mcp",
+    ],
+)
+async def test_internal_upstream_urls_are_refused_and_never_contacted(
+    tmp_path: Path, listener: tuple[int, list[Any]], url: str
+) -> None:
+    port, accepted = listener
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        target = url.format(port=port)
+        response = await http.post("/servers", json={"id": "inside", "url": target}, headers=bearer(admin))
+        body = assert_problem(response, 422)
+        assert "internal address" in body["detail"] and "execution.upstream_allowed_hosts" in body["detail"]
+        assert await count_rows(app, Server) == 0
+    assert accepted == []
+
+
+async def test_allowed_internal_upstream_is_contacted(tmp_path: Path, listener: tuple[int, list[Any]]) -> None:
+    port, accepted = listener
+    execution = {"upstream_allowed_hosts": ["127.0.0.0/8"], "startup_wait_seconds": 2.0}
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        url = f"http://127.0.0.1:{port}/mcp"
+        response = await http.post("/servers", json={"id": "inside", "url": url}, headers=bearer(admin))
+        assert response.status_code == 502  # not an MCP server, but the guard let it through
+    assert accepted
+
+
+async def test_servers_need_a_key(tmp_path: Path) -> None:
+    path = servers_file(tmp_path, {"public": probe_entry()})
+    settings = make_settings(tmp_path, execution={"servers_file": path, "startup_wait_seconds": 60})
+    async with running(settings) as (app, http):
+        await cli_key(app, "root", ["admin"])
+        for route in ("/servers", "/servers/public"):
+            response = await http.get(route)
+            assert_problem(response, 401, "unauthorized")
+            assert "public" not in response.json()["detail"]
+
+
+async def test_non_admins_see_only_their_servers_redacted(tmp_path: Path) -> None:
+    env = {"API_TOKEN": SECRET}
+    path = servers_file(tmp_path, {"public": probe_entry(env=env), "vault": probe_entry(env=env)})
+    settings = make_settings(tmp_path, execution={"servers_file": path, "startup_wait_seconds": 60})
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        dev = await cli_key(app, "dev-agent", ["dev"])
+        every = (await http.get("/servers", headers=bearer(admin))).json()["servers"]
+        assert {s["id"] for s in every} == {"public", "vault"}
+        response = await http.get("/servers", headers=bearer(dev))
+        assert response.status_code == 200
+        servers = response.json()["servers"]
+        assert [s["id"] for s in servers] == ["public"]
+        text = response.text
+        for leaked in (sys.executable, "mcp_test_server", "API_TOKEN", SECRET, '"pid"', "stderr", "vault"):
+            assert leaked not in text, leaked
+        assert servers[0]["state"] == "ready" and servers[0]["tools"] > 0
+        hidden = await http.get("/servers/vault", headers=bearer(dev))
+        missing = await http.get("/servers/nowhere", headers=bearer(dev))
+        assert_problem(hidden, 404)
+        assert hidden.json()["detail"].replace("vault", "X") == missing.json()["detail"].replace("nowhere", "X")
+
+
+async def test_child_stderr_is_scrubbed_of_configured_secrets(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG")
+    talker = tmp_path / "talker.py"
+    talker.write_text("import os, sys\nsys.stderr.write('token is ' + os.environ['API_TOKEN'] + '\\n')\nsys.exit(3)\n")
+    entry = {"command": sys.executable, "args": [str(talker)], "env": {"API_TOKEN": SECRET}}
+    settings = make_settings(
+        tmp_path, permissions=None, execution={"servers_file": servers_file(tmp_path, {"talker": entry})}
+    )
+    settings.execution.startup_wait_seconds = 10
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        view = await http.get("/servers/talker", headers=bearer(admin))
+        assert view.status_code == 200
+        assert "token is ***" in view.text
+        assert SECRET not in view.text
+    assert SECRET not in caplog.text
+
+
+async def test_an_api_stdio_server_stored_earlier_does_not_start_once_disallowed(tmp_path: Path) -> None:
+    allowed = {"allow_api_stdio": True, "api_stdio_commands": [sys.executable], "startup_wait_seconds": 60}
+    async with running(make_settings(tmp_path, permissions=None, execution=allowed)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        added = await http.post("/servers", json={"id": "probe", **probe_entry()}, headers=bearer(admin))
+        assert added.status_code == 201 and added.json()["health"]["pid"] > 0
+    execution = {"startup_wait_seconds": 10}
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
+        view = (await http.get("/servers/probe", headers=bearer(admin))).json()
+        assert view["state"] == "backoff" and view["health"]["pid"] is None
+        assert "execution.allow_api_stdio" in view["health"]["last_error"]
