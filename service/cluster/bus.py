@@ -14,12 +14,17 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+if TYPE_CHECKING:
+    from service.supervisor import Supervisor
+
 logger = logging.getLogger(__name__)
+
+BUS_TASK = "cluster-bus"
 
 Handler = Callable[[dict[str, Any]], Awaitable[None]]
 PING_SECONDS = 2.0
@@ -41,7 +46,7 @@ class ClusterBus:
         self.received = 0
         self._handlers: defaultdict[str, list[Handler]] = defaultdict(list)
         self._on_connect: list[Callable[[], Awaitable[None]]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._supervisor: Supervisor | None = None
 
     def key(self, *parts: str) -> str:
         """A Redis key under this deployment's prefix."""
@@ -72,29 +77,30 @@ class ClusterBus:
             return False
         return True
 
-    def start(self) -> None:
-        """Listen in the background (reconnecting with backoff)."""
-        self._task = asyncio.create_task(self._run(), name="cluster-bus")
+    def start(self, supervisor: Supervisor) -> None:
+        """Listen in the background under the service's supervisor (shown in /readyz as `cluster-bus`)."""
+        self._supervisor = supervisor
+        supervisor.start(BUS_TASK, self.run)
 
     async def close(self) -> None:
         """Stop listening and close the connection."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self._supervisor is not None:
+            await self._supervisor.stop(BUS_TASK)
         with contextlib.suppress(RedisError, OSError):
             await self.redis.aclose()
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Listen until cancelled. Redis being unreachable is expected: marked down and retried here with
+        backoff; any other error ends the run and the supervisor restarts it."""
         backoff = 0.2
         while True:
             try:
                 await self._listen()
             except (RedisError, OSError) as exc:
                 self.mark_down(exc)
-            except Exception:  # noqa: BLE001 - a handler bug must not end the subscription for good
-                logger.exception("the cluster event listener failed; restarting it")
+            except BaseException:
                 self.healthy = False
+                raise
             await asyncio.sleep(backoff)
             backoff = min(MAX_BACKOFF_SECONDS, backoff * 2)
             if self.healthy:

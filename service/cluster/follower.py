@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ServerHook = Callable[[str], Awaitable[None]]
+FOLLOWER_TASK = "catalog-follower"
 
 
 class CatalogFollower:
@@ -44,7 +45,6 @@ class CatalogFollower:
         self._holes: dict[int, float] = {}  # missing seq -> when first missed
         self._wake = asyncio.Event()
         self._full = False
-        self._task: asyncio.Task[None] | None = None
         self.on_server_added: list[ServerHook] = []
         self.on_server_removed: list[ServerHook] = []
         self.on_tools_changed: list[ServerHook] = []  # per server whose tools changed (tool caches)
@@ -57,39 +57,32 @@ class CatalogFollower:
         self._wake.set()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="catalog-follower")
+        """Follow in the background under the service's supervisor (shown in /readyz as `catalog-follower`)."""
+        self.resources.supervisor.start(FOLLOWER_TASK, self.run)
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Stop following (no hook is called afterwards)."""
+        await self.resources.supervisor.stop(FOLLOWER_TASK)
 
     def _poll_seconds(self) -> float:
         bus = cluster_state(self.resources).bus
         return self.settings.poll_seconds if bus is not None and bus.healthy else self.settings.fallback_poll_seconds
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Follow until cancelled; an error (the database away) ends the run and the supervisor restarts it
+        with backoff, from the watermark reached."""
         last_full = time.monotonic()
-        backoff = 0.5
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._poll_seconds())
             self._wake.clear()
-            try:
-                await self.catch_up()
-                if self._full or time.monotonic() - last_full >= self.settings.full_catchup_seconds:
-                    self._full = False
-                    await self.full_catch_up()
-                    last_full = time.monotonic()
-                for hook in self.on_round:
-                    await hook()
-                backoff = 0.5
-            except Exception:  # noqa: BLE001 - the follower must outlive database hiccups; it retries
-                logger.exception("following the catalog failed; retrying in %.1f s", backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(30.0, backoff * 2)
+            await self.catch_up()
+            if self._full or time.monotonic() - last_full >= self.settings.full_catchup_seconds:
+                self._full = False
+                await self.full_catch_up()
+                last_full = time.monotonic()
+            for hook in self.on_round:
+                await hook()
 
     async def catch_up(self) -> int:
         """Apply the committed changes not applied yet; returns how many."""

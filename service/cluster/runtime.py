@@ -46,7 +46,7 @@ async def start_cluster(resources: Resources) -> None:
     bus.on(CATALOG_EVENT, on_catalog)
     bus.on(KEYS_EVENT, on_keys)
     bus.on_connect(on_connect)
-    bus.start()
+    bus.start(resources.supervisor)
     follower.start()
 
 
