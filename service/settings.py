@@ -155,6 +155,8 @@ class FrontendSettings(BaseModel):
     dynamic_max_active: int = 64
     dynamic_idle_seconds: int = 1800
     dynamic_max_sessions: int = 1000  # dynamic-mode activation sets kept at once (least recently used go first)
+    # Several front-end instances behind one balancer share dynamic-mode sessions here (default: cluster.redis_url).
+    redis_url: str | None = None
     request_timeout_seconds: float = 120.0  # one REST call; above the execution timeout so the API answers first
     events_retry_seconds: float = 2.0  # first wait before reconnecting to GET /events (doubles up to 60 s)
     http_host: str = "127.0.0.1"  # `toolscout mcp --transport http` listens here
