@@ -60,7 +60,7 @@ async def test_catalog_registers_syncs_and_deprecates(database_url: str, tmp_pat
         assert sorted(active) == ["Chemical_Engineering_Forensics__analyzeEvidence", "git__git_log"]
         assert sorted(resources.index.content_hashes()) == sorted(active)
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             assert (await client.get("/tools/git__git_status")).status_code == 404
             results = (await client.post("/search", json={"query": "git status"})).json()["results"]
             assert "git__git_status" not in [r["name"] for r in results]

@@ -217,8 +217,8 @@ def test_three_replicas_upgrading_a_fresh_database_at_once_all_succeed(postgres_
     engine = sa.create_engine(sync_url(postgres_url))
     try:
         with engine.connect() as connection:
-            versions = connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
-            assert versions == [ScriptDirectory.from_config(alembic_config(postgres_url)).get_current_head()]
+            head = ScriptDirectory.from_config(alembic_config(postgres_url)).get_current_head()
+            assert connection.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all() == [head]
             tables = set(sa.inspect(connection).get_table_names())
     finally:
         engine.dispose()
