@@ -9,3 +9,8 @@ fi
 tests/mcp/install_node_tools.sh
 # Upstream MCP servers (PyPI ones in their own venv, npm ones when Node is present) for the execution tests.
 .venv/bin/toolscout servers install
+# The console's browser tests: Playwright for Python drives Debian's Chromium (never `playwright install`).
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update && apt-get install -y chromium
+fi
+.venv/bin/pip install "playwright>=1.50,<2"

@@ -38,6 +38,8 @@ from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.observability.tracing import current_ids
+
 logger = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
@@ -191,6 +193,9 @@ def problem_response(error: ToolscoutError, request: Request | None = None) -> J
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
     instance = str(request.url.path) if request is not None else None
+    if instance is not None and (ids := current_ids()) is not None:
+        instance = f"{instance}#trace={ids[0]}"  # the trace of this occurrence, for the operator's trace viewer
+        error.extensions.setdefault("trace_id", ids[0])
     return JSONResponse(
         error.problem(instance), status_code=error.status, media_type=PROBLEM_JSON, headers=headers
     )

@@ -18,10 +18,13 @@ from service.catalog.reconcile import reconcile_index
 from service.catalog.service import register_tools
 from service.cluster.runtime import start_cluster, stop_cluster
 from service.cluster.servers import start_server_following, stop_server_following
+from service.console.routes import install_console
 from service.errors import install_error_handlers, problem_responses
 from service.execution import routes as execute
 from service.execution import runtime as gateway
 from service.execution.code_mode import routes as code_mode_routes
+from service.observability import install_observability
+from service.observability import routes as metrics
 from service.policy import key_routes as keys
 from service.policy import routes as approvals
 from service.policy import service as policy
@@ -81,6 +84,7 @@ def create_app(
     app.state.startup_hooks += [gateway.start_gateway, start_server_following]
     app.state.shutdown_hooks += [gateway.stop_gateway, stop_server_following]
     install_error_handlers(app)
+    install_observability(app, resources)  # inside the edge guards: the host check still sees every request first
     install_edge_guards(app, settings)
     app.include_router(health.router)
     app.include_router(search.router)
@@ -92,6 +96,8 @@ def create_app(
     app.include_router(execute.router)
     app.include_router(servers.router)
     app.include_router(code_mode_routes.router)
+    app.include_router(metrics.router)
+    install_console(app)
     return app
 
 

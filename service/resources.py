@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from service.cluster.state import Cluster
     from service.execution.code_mode.runner import CodeMode
     from service.execution.runtime import Gateway
+    from service.observability import Observability
     from service.policy.keys import KeyResolver
     from service.policy.service import PolicyState
     from service.search.retrieval import Boosts, Retriever
@@ -55,6 +56,7 @@ class Resources:
     boosts: Boosts | None = None  # usage.learning.start_learning: the priors the retriever applies
     gateway: Gateway | None = None  # execution.runtime.start_gateway
     code_mode: CodeMode | None = None  # execution.code_mode.runner.code_mode
+    observability: Observability | None = None  # observability.install_observability (metrics, tracer, logs)
     cluster: Cluster | None = None  # cluster.state.cluster_state: replica id, Redis bus, writer locks, follower
     progress: Callable[[int, int], None] | None = None  # the CLI's progress bar while indexing
     # Every background loop runs under it: restarted with backoff on any error, shown in /readyz.

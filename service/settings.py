@@ -180,6 +180,11 @@ class CodeModeSettings(BaseModel):
     max_log_line_chars: int = 1000
 
 
+class ObservabilitySettings(BaseModel):
+    """Metrics labels (traces are configured by the standard OTEL_* variables)."""
+
+    # A caller label on the execution metrics: one series per caller, so only for a bounded set of callers.
+    metrics_caller_label: bool = False
 class ClusterSettings(BaseModel):
     """Several replicas: shared ephemeral state in Redis; unset `redis_url` keeps everything in one process."""
 
@@ -207,6 +212,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8765
     log_level: str = "INFO"
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="json: one JSON line per log record and per request"
+    )
     demo_catalog: bool = Field(
         default=True, description="Index the bundled tool lists of eight real MCP servers when the catalog is empty"
     )
@@ -219,6 +227,7 @@ class Settings(BaseSettings):
     learning: LearningSettings = Field(default_factory=LearningSettings)
     frontend: FrontendSettings = Field(default_factory=FrontendSettings)
     code_mode: CodeModeSettings = Field(default_factory=CodeModeSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
 
     @property

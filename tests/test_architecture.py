@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("service", "indexer")
 MAX_LINES = 400
 MAX_TOP_LEVEL_MODULES = 8
-DOMAINS = ("catalog", "search", "upstream", "execution", "policy", "usage")
+DOMAINS = ("catalog", "search", "upstream", "execution", "policy", "usage", "observability", "console")
 # What the MCP front end may import of the service: the REST client side, never a domain package.
 # service.security: edge guards (hosts, limits, failed-auth delays) that import only settings and errors.
 MCP_MAY_IMPORT = ("service.mcp", "service.errors", "service.settings", "service.http_transport", "service.security")
@@ -24,6 +24,15 @@ CLUSTER_BELOW_DOMAINS = ("bus", "changes", "ratelimit", "state", "vectors", "wri
 CLUSTER_BELOW_MAY_IMPORT = ("service.settings", "service.db", "service.policy.ratelimit")
 # ... and these apply other replicas' changes through the domains; only main.py wires them in.
 CLUSTER_ABOVE_DOMAINS = ("follower", "servers", "runtime")
+# The web console reads analytics (usage) and who the caller is (policy) and serves them through deps.
+CONSOLE_MAY_IMPORT = ("service.console", "service.usage", "service.policy", "service.deps", "service.db")
+# The /metrics route and the console are assembled by main.py only.
+ONLY_MAIN_IMPORTS = ("service.observability.routes", "service.console")
+
+
+def within(module: str, packages: tuple[str, ...]) -> bool:
+    """Whether module is one of packages or inside one of them."""
+    return any(module == p or module.startswith(p + ".") for p in packages)
 
 
 def module_name(path: Path) -> str:
@@ -118,7 +127,8 @@ def test_there_are_no_import_cycles(graph: dict[str, set[str]]) -> None:
 
 
 def test_the_domain_packages_depend_on_each_other_without_cycles(graph: dict[str, set[str]]) -> None:
-    """policy <- catalog <- upstream <- execution and policy <- usage <- search, never back."""
+    """policy <- catalog <- upstream <- execution and policy <- usage <- search, never back; observability
+    below search and execution (its routes read the catalog), the console over usage and policy."""
     domains = {f"service.{d}" for d in DOMAINS}
 
     def domain(module: str) -> str | None:
@@ -183,6 +193,34 @@ def test_only_main_wires_the_cluster_modules_above_the_domains(graph: dict[str, 
         if targets & above and not module.startswith("service.cluster")
     }
     assert importers == {"service.main": ["service.cluster.runtime", "service.cluster.servers"]}
+def test_the_observability_hooks_import_nothing_of_the_service(graph: dict[str, set[str]]) -> None:
+    """stage, span, observe_* and the trace ids are called by wiring (errors.py) and by search and execution,
+    so below routes.py observability/ imports only itself; routes.py (the /metrics scrape) reads the catalog."""
+    wrong = {
+        module: sorted(t for t in targets if t.startswith("service") and not within(t, ("service.observability",)))
+        for module, targets in graph.items()
+        if within(module, ("service.observability",)) and module != "service.observability.routes"
+    }
+    assert {m: ts for m, ts in wrong.items() if ts} == {}
+    assert "service.observability.routes" not in graph["service.observability"]
+
+
+def test_the_console_reads_usage_and_policy_only(graph: dict[str, set[str]]) -> None:
+    wrong = {
+        module: sorted(t for t in targets if t.startswith("service") and not within(t, CONSOLE_MAY_IMPORT))
+        for module, targets in graph.items()
+        if within(module, ("service.console",))
+    }
+    assert {m: ts for m, ts in wrong.items() if ts} == {}
+
+
+def test_only_main_assembles_the_console_and_the_metrics_route(graph: dict[str, set[str]]) -> None:
+    importers = {
+        module
+        for module, targets in graph.items()
+        if not within(module, ONLY_MAIN_IMPORTS) and any(within(t, ONLY_MAIN_IMPORTS) for t in targets)
+    }
+    assert importers == {"service.main"}
 
 
 def test_no_module_is_over_400_lines() -> None:

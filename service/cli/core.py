@@ -55,8 +55,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = args.host or settings.host, args.port or settings.port
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
-    print(f"Toolscout on http://{host}:{port}  (docs at /docs; data in {settings.data_dir.resolve()})", flush=True)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=settings.log_level.lower())
+    print(
+        f"Toolscout on http://{host}:{port}  (docs at /docs, console at /console; data in "
+        f"{settings.data_dir.resolve()})",
+        flush=True,
+    )
+    json_logs = settings.log_format == "json"  # one JSON line per request replaces uvicorn's access log
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=settings.log_level.lower(),
+        access_log=not json_logs,
+        **({"log_config": None} if json_logs else {}),
+    )
     return 0
 
 

@@ -37,6 +37,7 @@ from service.errors import (
 )
 from service.execution.log import ExecutionLog
 from service.execution.results import ResultStore, count_tokens_async, measure, render_text
+from service.observability import observe_execution, span
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
 from service.policy.service import authorize_call, may_use, visible_names
@@ -275,6 +276,7 @@ class Executor:
         """Hand the finished row to the log (once); in commit mode, the future to await before answering."""
         row["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
         row["finished_at"] = utcnow()
+        observe_execution(self.resources, row)
         return self.log.record(row)
 
     async def _run(
@@ -293,9 +295,10 @@ class Executor:
             if tool is None:
                 tool = self.tools.put(await find_tool(session, name, self.resources, visible))
             row["server_id"] = tool.server_id
-            if not may_use(self.resources, caller, tool.qualified_name, tool.server_id):
-                raise tool_not_found(name, self.resources, visible, hidden=True)  # the same 404 as a missing tool
-            await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
+            with span("policy.authorize", tool=tool.qualified_name):
+                if not may_use(self.resources, caller, tool.qualified_name, tool.server_id):
+                    raise tool_not_found(name, self.resources, visible, hidden=True)  # the same 404 as a missing tool
+                await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
             if session.in_transaction():
                 await session.commit()
         row["input_tokens"] = await count_tokens_async(
@@ -310,7 +313,8 @@ class Executor:
                 server=tool.server_id,
             )
         timeout = connection.spec.timeout_seconds or self.resources.settings.execution.timeout_seconds
-        result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
+        with span("upstream.call", server=tool.server_id, tool=tool.name):
+            result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
         content = [
             block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content
         ]

@@ -224,6 +224,7 @@ async def resolve_caller(request: Request) -> Caller:
     resources = request.app.state.resources
     address = request.client.host if request.client is not None else "?"
     caller = await key_resolver(resources).resolve(presented_key(request), address)
+    request.state.caller = caller  # for the request's log line (observability reads it when the request ends)
     await ensure_fresh(resources)
     return caller
 

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery
 from service.db.models import Tool
+from service.observability import Stage, stage
 from service.search.ranking import SIGNALS, Candidate, apply_boosts, from_fused, fuse, max_merge, rank, split_intents
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ class Retriever:
         texts = [query]
         parts = split_intents(query) if settings.split_multi_intent else []
         texts.extend(parts)
-        vectors = await self.resources.embed(texts)
+        with stage(self.resources, "embed"):
+            vectors = await self.resources.embed(texts)
         queries: list[SignalQuery] = []
         for text, vector in zip(texts, vectors, strict=True):
             queries.extend(SignalQuery(f, settings.candidates, dense=vector) for f in DENSE_FIELDS)  # type: ignore[arg-type]
@@ -151,12 +153,16 @@ class Retriever:
             queries.append(SignalQuery("lexical", settings.candidates, sparse=sparse))
         index = self.resources.index
         assert index is not None
-        per_text = await self._candidates(index, queries, len(texts), where)
+        with stage(self.resources, "index"):
+            fused, hit_lists = await self._index_hits(index, queries, len(texts), where)
+        ranking = Stage(self.resources, "rank")
+        per_text = self._candidates(fused, hit_lists, len(texts))
         candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
         exact = self.directory.exact(query, where)
         if boosts is not None and caller_id is not None and candidates:
             apply_boosts(candidates, boosts(caller_id, list(candidates)))
         ranked = rank(candidates, exact, k)
+        ranking.end()
         # Payloads only for the winners: converting a hundred payloads per signal costs more than the search.
         payloads = await self.resources.run_index(index.payloads, [c.name for c in ranked])
         results = [
@@ -166,19 +172,25 @@ class Retriever:
         ]
         return SearchOutcome(results, (time.perf_counter() - started) * 1000, parts)
 
-    async def _candidates(
+    async def _index_hits(
         self, index: Any, queries: list[SignalQuery], texts: int, where: SearchFilter
-    ) -> list[dict[str, Candidate]]:
-        """Fused candidates per text: fused by the index when it can (a Qdrant server), else here."""
-        weights = self.weights()
-        width = len(SIGNALS)
+    ) -> tuple[bool, list[list[Hit]]]:
+        """The index's hits: one list per text fused by the index when it can (a Qdrant server with
+        `index.server_fusion`; True), else one list per signal query (False)."""
         fused_search = getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
         if fused_search is not None:
+            width = len(SIGNALS)
             groups = [queries[t * width : (t + 1) * width] for t in range(texts)]
             limit = self.resources.settings.search.candidates
-            fused: list[list[Hit]] = await self.resources.run_index(fused_search, groups, weights, limit, where)
-            return [from_fused({h.qualified_name: h.score for h in hits}) for hits in fused]
-        hit_lists: list[list[Hit]] = await self.resources.run_index(index.search, queries, where)
+            return True, await self.resources.run_index(fused_search, groups, self.weights(), limit, where)
+        return False, await self.resources.run_index(index.search, queries, where)
+
+    def _candidates(self, fused: bool, hit_lists: list[list[Hit]], texts: int) -> list[dict[str, Candidate]]:
+        """Fused candidates per text: the index's own fusion z-normalised, else the signals fused here."""
+        if fused:
+            return [from_fused({h.qualified_name: h.score for h in hits}) for hits in hit_lists]
+        weights = self.weights()
+        width = len(SIGNALS)
         per_text: list[dict[str, Candidate]] = []
         for t in range(texts):
             signal_scores = {

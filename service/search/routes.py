@@ -41,6 +41,7 @@ class SearchResponse(BaseModel):
     k: int
     results: list[SearchResult]
     latency_ms: float
+    parts: list[str] | None = Field(default=None, description="With explain: the parts of a multi-intent request")
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
@@ -59,4 +60,5 @@ async def search(
         "k": k,
         "results": [result_view(r) for r in outcome.results],
         "latency_ms": round(outcome.latency_ms, 3),
+        "parts": outcome.parts if request.explain else None,
     }

@@ -11,6 +11,7 @@ from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
 from service.db.models import Search
 from service.errors import BadRequest, InvalidRequest
+from service.observability import observe_search, span
 from service.policy.callers import Caller
 from service.policy.service import permission_filter
 from service.resources import Resources
@@ -72,10 +73,13 @@ async def search_tools(
         )
     where = permission_filter(resources, caller, SearchFilter(servers=tuple(servers or ()), tags=tuple(tags or ())))
     assert resources.retriever is not None
-    outcome = await resources.retriever.search(
-        query, k, where, caller_id=caller.id, boosts=resources.boosts, explain=explain
-    )
-    return str(uuid.uuid4()), outcome
+    with span("search", k=k):
+        outcome = await resources.retriever.search(
+            query, k, where, caller_id=caller.id, boosts=resources.boosts, explain=explain
+        )
+    search_id = str(uuid.uuid4())
+    observe_search(resources, search_id, outcome.latency_ms, len(outcome.results))
+    return search_id, outcome
 
 
 async def log_search(resources: Resources, search_id: str, caller: Caller, query: str, k: int,

@@ -1,0 +1,80 @@
+"""GET /console (the single page), its static files, and two small routes the REST API lacked.
+
+The page signs in with an API key that it keeps in sessionStorage and sends as `Authorization: Bearer`;
+no cookie is ever set, so a cross-site request carries no credential and there is no CSRF surface. The
+Content-Security-Policy allows scripts, styles and requests from this origin only (no inline code)."""
+
+from __future__ import annotations
+
+from importlib import resources as package_files
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
+
+from service.console.queries import search_funnel
+from service.deps import CallerDep, ResourcesDep, SessionDep
+from service.policy.service import is_approver
+from service.usage.routes import ScopeDep
+
+STATIC = package_files.files("service.console") / "static"
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+router = APIRouter(prefix="/console", tags=["console"])
+
+
+class MeResponse(BaseModel):
+    caller: str
+    roles: list[str]
+    admin: bool
+    approver: bool
+    open: bool
+
+
+class FunnelResponse(BaseModel):
+    searches: int
+    followed_by_call: int
+    followed_by_success: int
+    without_result: int
+    calls: int
+    calls_from_search: int
+
+
+@router.get("", response_class=HTMLResponse, include_in_schema=False)
+async def console_page() -> HTMLResponse:
+    """The console's single page (it needs no key: every datum comes from the API with the user's key)."""
+    return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"), headers=SECURITY_HEADERS)
+
+
+@router.get("/api/me", response_model=MeResponse)
+async def me(resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
+    """Who the presented key is: the console shows the pages these roles may use."""
+    return {
+        "caller": caller.id,
+        "roles": sorted(caller.roles),
+        "admin": caller.is_admin,
+        "approver": is_approver(resources, caller),
+        "open": caller.is_open,
+    }
+
+
+@router.get("/api/funnel", response_model=FunnelResponse)
+async def funnel(session: SessionDep, scope: ScopeDep) -> dict[str, Any]:
+    """Searches, those followed by a call, those followed by a successful call (scoped like /analytics)."""
+    return await search_funnel(session, scope)
+
+
+def install_console(app: FastAPI) -> None:
+    """The console's routes and its static files (shipped as package data)."""
+    app.include_router(router)
+    app.mount("/console/static", StaticFiles(directory=str(STATIC)), name="console-static")

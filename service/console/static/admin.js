@@ -1,0 +1,68 @@
+/* Approvals (pending ones with grant / deny) and, for admins, API keys and callers. */
+"use strict";
+(function (TS) {
+  const { h, get, post, api, qs, fmt, table, card, problemBox } = TS;
+
+  function args(a) {
+    return a.arguments ? h("pre", { class: "json small" }, fmt.json(a.arguments))
+      : h("span", { class: "muted", title: "raw arguments are not kept; the approval binds their SHA-256" }, "digest " + a.arguments_digest.slice(0, 12) + "…");
+  }
+
+  async function renderApprovals(root) {
+    const [pending, recent] = await Promise.all([get("/approvals" + qs({ status: "pending" })), get("/approvals" + qs({ limit: 30 }))]);
+    const approver = TS.me.approver;
+    const note = h("div", { id: "approval-message" });
+    async function act(a, verb) {
+      try {
+        const r = verb === "grant" ? await post("/approvals", { approval_id: a.id }) : await post("/approvals/" + a.id + "/deny");
+        TS.fill(note, h("p", { class: "ok" }, "Approval " + r.id + " is now " + r.status + "."));
+        setTimeout(() => TS.route(), 600);
+      } catch (err) { TS.fill(note, problemBox(err)); }
+    }
+    root.append(h("h1", {}, "Approvals"), note,
+      card("Pending (" + pending.approvals.length + ")", table([
+        { title: "requested", cell: (a) => fmt.time(a.requested_at) }, { title: "caller", cell: (a) => a.caller },
+        { title: "tool", cell: (a) => a.tool }, { title: "arguments", cell: args }, { title: "expires", cell: (a) => fmt.time(a.expires_at) },
+        { title: "", cell: (a) => (approver ? [h("button", { type: "button", class: "grant", onclick: () => act(a, "grant") }, "Grant"), " ",
+          h("button", { type: "button", class: "deny secondary", onclick: () => act(a, "deny") }, "Deny")] : h("span", { class: "muted" }, "an approver decides")) },
+      ], pending.approvals, { id: "pending-table", rowAttrs: (a) => ({ "data-id": a.id }), empty: "No call waits for an approval." })),
+      card("Recent", table([
+        { title: "requested", cell: (a) => fmt.time(a.requested_at) }, { title: "caller", cell: (a) => a.caller },
+        { title: "tool", cell: (a) => a.tool }, { title: "status", cell: (a) => h("span", { class: "badge" }, a.status) },
+        { title: "by", cell: (a) => a.granted_by || "" }, { title: "used", cell: (a) => fmt.time(a.used_at) },
+      ], recent.approvals, { id: "recent-approvals" })));
+  }
+
+  async function renderKeys(root) {
+    const [keys, callers] = await Promise.all([get("/keys"), get("/analytics/callers" + qs({ limit: 100 }))]);
+    const out = h("div", { id: "key-message" });
+    const caller = h("input", { id: "new-caller", placeholder: "caller id", required: true });
+    const roles = h("input", { id: "new-roles", placeholder: "roles, comma separated (admin, approver, metrics …)" });
+    async function create(ev) {
+      ev.preventDefault();
+      try {
+        const r = await post("/keys", { caller: caller.value, roles: roles.value.split(",").map((x) => x.trim()).filter(Boolean) });
+        TS.fill(out, h("div", { class: "secret" }, "Key for ", h("strong", {}, r.caller), " (shown once): ", h("code", { id: "new-key" }, r.key)));
+      } catch (err) { TS.fill(out, problemBox(err)); }
+    }
+    async function revoke(k) {
+      if (!window.confirm("Revoke key " + k.prefix + " of " + k.caller + "?")) return;
+      try { await api("DELETE", "/keys/" + k.id); TS.route(); } catch (err) { TS.fill(out, problemBox(err)); }
+    }
+    root.append(h("h1", {}, "Keys & callers"),
+      card("Create a key", h("form", { id: "key-form", class: "inline", onsubmit: create }, caller, roles, h("button", { type: "submit" }, "Create")), out),
+      card("API keys", table([
+        { title: "prefix", cell: (k) => h("code", {}, k.prefix) }, { title: "caller", cell: (k) => k.caller },
+        { title: "roles", cell: (k) => k.roles.join(", ") }, { title: "created", cell: (k) => fmt.time(k.created_at) },
+        { title: "", cell: (k) => h("button", { type: "button", class: "secondary", onclick: () => revoke(k) }, "Revoke") },
+      ], keys.keys, { id: "keys-table", rowAttrs: (k) => ({ "data-caller": k.caller }) })),
+      card("Callers (last 30 days)", table([
+        { title: "caller", cell: (c) => c.caller }, { title: "calls", num: true, cell: (c) => fmt.int(c.calls) },
+        { title: "success", num: true, cell: (c) => fmt.pct(c.success_rate) }, { title: "tools", num: true, cell: (c) => fmt.int(c.tools) },
+        { title: "searches", num: true, cell: (c) => fmt.int(c.searches) }, { title: "last active", cell: (c) => c.last_active_day || "–" },
+      ], callers.callers, { id: "callers-table", rowAttrs: (c) => ({ "data-caller": c.caller }) })));
+  }
+
+  TS.pages.approvals = { title: "Approvals", render: renderApprovals };
+  TS.pages.keys = { title: "Keys & callers", render: renderKeys, admin: true };
+})(window.TS);

@@ -1,0 +1,112 @@
+/* Shared helpers of the console: DOM building (text only, never innerHTML), the API client, formatting. */
+"use strict";
+window.TS = (function () {
+  const KEY = "toolscout.key";
+
+  /* h("div", {class: "x"}, "text", child) -> element; strings become text nodes, so data is never HTML. */
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+      else if (name === "dataset") Object.assign(el.dataset, value);
+      else el.setAttribute(name, value === true ? "" : String(value));
+    }
+    append(el, children);
+    return el;
+  }
+
+  function append(el, children) {
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return el;
+  }
+
+  class Problem extends Error {
+    constructor(status, body) {
+      super((body && (body.detail || body.title)) || "HTTP " + status);
+      this.status = status;
+      this.body = body || {};
+    }
+  }
+
+  const auth = {
+    key: () => sessionStorage.getItem(KEY),
+    set: (key) => (key ? sessionStorage.setItem(KEY, key) : sessionStorage.removeItem(KEY)),
+  };
+
+  async function api(method, path, body) {
+    const headers = { Accept: "application/json" };
+    const key = auth.key();
+    if (key) headers.Authorization = "Bearer " + key;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(path, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "omit", cache: "no-store",
+    });
+    const text = await response.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (e) { data = { detail: text }; }
+    if (!response.ok) {
+      if (response.status === 401 && window.TS.onUnauthorized) window.TS.onUnauthorized();
+      throw new Problem(response.status, data);
+    }
+    return data;
+  }
+
+  const get = (path) => api("GET", path);
+  const post = (path, body) => api("POST", path, body === undefined ? {} : body);
+
+  function qs(params) {
+    const parts = [];
+    for (const [k, v] of Object.entries(params)) {
+      if (v !== null && v !== undefined && v !== "") parts.push(encodeURIComponent(k) + "=" + encodeURIComponent(v));
+    }
+    return parts.length ? "?" + parts.join("&") : "";
+  }
+
+  const fmt = {
+    int: (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US")),
+    pct: (x) => (x === null || x === undefined || isNaN(x) ? "–" : (100 * x).toFixed(1) + "%"),
+    ms: (x) => (x === null || x === undefined ? "–" : Number(x) < 10 ? Number(x).toFixed(2) + " ms" : Math.round(x) + " ms"),
+    num: (x, d) => (x === null || x === undefined ? "–" : Number(x).toFixed(d === undefined ? 3 : d)),
+    time: (iso) => (iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", "Z") : "–"),
+    json: (v) => JSON.stringify(v, null, 2),
+  };
+
+  function table(columns, rows, opts) {
+    const o = opts || {};
+    const head = h("tr", {}, columns.map((c) => h("th", { class: c.num ? "num" : null }, c.title)));
+    const body = rows.map((row) =>
+      h("tr", o.rowAttrs ? o.rowAttrs(row) : {}, columns.map((c) => h("td", { class: c.num ? "num" : null }, c.cell(row))))
+    );
+    if (!rows.length) body.push(h("tr", {}, h("td", { colspan: columns.length, class: "empty" }, o.empty || "Nothing yet")));
+    return h("table", { class: "grid", id: o.id || null }, h("thead", {}, head), h("tbody", {}, body));
+  }
+
+  function problemBox(err) {
+    const body = err.body || {};
+    return h("div", { class: "problem", role: "alert" },
+      h("strong", {}, (err.status ? err.status + " " : "") + (body.title || "Error")),
+      h("div", {}, body.detail || err.message),
+      (body.errors || []).length ? h("ul", {}, body.errors.map((e) => h("li", {}, h("code", {}, e.pointer || "/"), " ", e.reason))) : null);
+  }
+
+  function card(title, ...children) {
+    return h("section", { class: "card" }, title ? h("h2", {}, title) : null, children);
+  }
+
+  function sinceHours(hours) {
+    return new Date(Date.now() - hours * 3600 * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+  }
+
+  /* Replace an element's children (arrays flattened, null and false skipped). */
+  function fill(el, ...children) {
+    el.replaceChildren();
+    return append(el, children);
+  }
+
+  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, auth, Problem, sinceHours, pages: {}, me: null };
+})();

@@ -1,0 +1,62 @@
+/* Sign-in, navigation and page routing (#/page?params). */
+"use strict";
+(function (TS) {
+  const $ = (id) => document.getElementById(id);
+
+  function showSignin(message) {
+    TS.me = null;
+    $("nav").hidden = true; $("signout").hidden = true; $("who").textContent = "";
+    TS.fill($("page"));
+    $("signin").hidden = false;
+    $("signin-error").textContent = message || "";
+    $("signin-key").focus();
+  }
+
+  async function identify() {
+    try {
+      TS.me = await TS.get("/console/api/me");
+    } catch (err) {
+      showSignin(err.status === 401 ? (TS.auth.key() ? "That key is unknown or revoked." : "") : err.message);
+      return false;
+    }
+    $("signin").hidden = true; $("nav").hidden = false;
+    $("signout").hidden = TS.me.open;
+    $("who").textContent = TS.me.open ? "open local mode (no API keys exist)" : TS.me.caller + " · " + (TS.me.roles.join(", ") || "no roles");
+    for (const a of document.querySelectorAll("[data-admin]")) a.hidden = !TS.me.admin;
+    return true;
+  }
+
+  async function route() {
+    if (!TS.me) return;
+    const hash = location.hash.replace(/^#\/?/, "") || "overview";
+    const [name, query] = hash.split("?");
+    const page = TS.pages[name] && !(TS.pages[name].admin && !TS.me.admin) ? TS.pages[name] : TS.pages.overview;
+    for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("on", a.dataset.page === name);
+    document.title = page.title + " · Toolscout";
+    const root = TS.h("div", { class: "page", "data-page": name, "aria-busy": "true" });
+    $("page").replaceChildren(root);
+    const started = performance.now();
+    try {
+      await page.render(root, new URLSearchParams(query || ""));
+    } catch (err) {
+      root.append(TS.problemBox(err));
+    }
+    root.setAttribute("aria-busy", "false");
+    root.dataset.renderMs = (performance.now() - started).toFixed(1);
+  }
+
+  TS.route = route;
+  TS.onUnauthorized = () => { if (TS.me) showSignin("The key stopped working; sign in again."); };
+
+  document.addEventListener("DOMContentLoaded", async () => {
+    $("signin-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      TS.auth.set($("signin-key").value.trim());
+      $("signin-key").value = "";
+      if (await identify()) route();
+    });
+    $("signout").addEventListener("click", () => { TS.auth.set(null); showSignin("Signed out."); });
+    window.addEventListener("hashchange", route);
+    if (await identify()) route();
+  });
+})(window.TS);

@@ -1,0 +1,240 @@
+"""The console in Debian's Chromium (Playwright, headless) against a real `toolscout serve`: each page loads,
+its charts and tables show the numbers the API and the seeded log hold, a search runs in the playground, a
+call goes through the generated form, and an approval is granted. Screenshots go to docs/console/."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, REPO, Live, wait_for
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+pytestmark = [pytest.mark.browser, pytest.mark.upstream, pytest.mark.model]
+
+SHOTS = REPO / "docs" / "console"
+STATIC = REPO / "service" / "console" / "static"
+TIMINGS: dict[str, dict[str, float]] = {}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (scripts/install-test-extras.sh)")
+    with playwright_sync.sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def page(browser: Any, live: Live) -> Iterator[Any]:
+    """A tab signed in as the admin, with every response's size counted."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda err: errors.append(str(err)))
+    tab.goto(live.url + "/console")
+    tab.fill("#signin-key", live.admin_key)
+    tab.click("#signin-form button")
+    tab.wait_for_selector("#nav:not([hidden])")
+    yield tab
+    context.close()
+    assert not errors, errors
+
+
+def open_page(tab: Any, live: Live, name: str, query: str = "") -> float:
+    """Go to a console page and wait for it to finish rendering; returns its render time in ms."""
+    tab.goto(f"{live.url}/console#/{name}{query}")
+    tab.reload()  # a full load, so the page weight counts the document and every script
+    tab.wait_for_selector(f'.page[data-page="{name}"][aria-busy="false"]')
+    return float(tab.get_attribute(".page", "data-render-ms"))
+
+
+def record(tab: Any, name: str, render_ms: float) -> None:
+    weight = tab.evaluate(
+        "() => performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'))"
+        ".reduce((sum, e) => sum + e.decodedBodySize, 0)"
+    )
+    TIMINGS[name] = {"render_ms": render_ms, "bytes": weight}
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    (SHOTS / "timings.json").write_text(json.dumps(TIMINGS, indent=2, sort_keys=True))
+
+
+def test_overview_charts_show_the_logged_calls(page: Any, live: Live) -> None:
+    render_ms = open_page(page, live, "overview")
+    with live.client(live.admin_key) as admin:
+        series = {b["bucket"]: b for b in admin.get("/analytics/timeseries").json()["series"]}
+        tools = admin.get("/analytics/tools", params={"limit": 1000}).json()["tools"]
+        never = admin.get("/analytics/tools/never-found", params={"limit": 1000}).json()["tools"]
+    columns = page.eval_on_selector_all(
+        "#calls-chart g.col", "els => els.map(e => [e.dataset.bucket, +e.dataset.total, +e.dataset.part])"
+    )
+    assert len(columns) == 24
+    shown = {label: (total, part) for label, total, part in columns}
+    for label, count in live.per_hour.items():
+        if label in shown:  # the seeded hours: exact counts
+            assert shown[label][0] == count, label
+    for label, (total, part) in shown.items():
+        assert total == series.get(label, {"calls": 0})["calls"]
+        assert part == series.get(label, {"failures": 0})["failures"]
+    assert page.text_content("#tile-calls .tile-value") == f"{live.calls:,}"
+    failures = sum(b["failures"] for b in series.values())
+    assert failures == live.failures
+    assert page.text_content("#tile-error-rate .tile-value") == f"{100 * failures / live.calls:.1f}%"
+    bars = page.eval_on_selector_all(
+        "#latency-chart g.hbar", "els => els.map(e => [e.dataset.label, +e.dataset.value])"
+    )
+    p95 = {t["tool"]: t["latency_ms"]["p95"] for t in tools if t["latency_ms"]["p95"] is not None}
+    assert bars and dict(bars) == {name: p95[name] for name, _ in bars}
+    assert [v for _, v in bars] == sorted((v for _, v in bars), reverse=True)
+    assert bars[0][0] == "fetch__fetch"  # the seeded 300 ms tool is the slowest
+    funnel = page.eval_on_selector_all("#funnel-chart g.hbar", "els => els.map(e => +e.dataset.value)")
+    assert funnel == [live.searches, live.followed, live.followed_ok]
+    zero = page.eval_on_selector_all(
+        "#zero-table tbody tr", "rows => rows.map(r => [r.cells[0].textContent, +r.cells[1].textContent])"
+    )
+    assert dict(zero) == {"teleport me to mars": 6, "brew a coffee": 4}
+    assert page.text_content("h2:has-text('Tools never found')") == f"Tools never found by a search ({len(never)})"
+    assert page.locator("#never-table tbody tr").count() == min(25, len(never))
+    record(page, "overview", render_ms)
+
+
+def test_playground_search_explain_and_a_call_through_the_form(page: Any, live: Live) -> None:
+    render_ms = open_page(page, live, "playground")
+    page.fill("#query", "what time is it in Tokyo; then echo the text hello back")
+    page.click("#search-form button")
+    page.wait_for_selector("#results ol.results")
+    with live.client(live.admin_key) as admin:
+        api = admin.post(
+            "/search", json={"query": "what time is it in Tokyo; then echo the text hello back", "explain": True}
+        ).json()
+    names = page.eval_on_selector_all("#results li.result", "els => els.map(e => e.dataset.name)")
+    assert names == [r["name"] for r in api["results"]]
+    assert page.eval_on_selector_all("#parts .badge", "els => els.map(e => e.textContent)") == api["parts"]
+    assert len(api["parts"]) == 2
+    first = api["results"][0]
+    signals = page.eval_on_selector_all(
+        "#results li.result:first-child g.signal", "els => els.map(e => [e.dataset.signal, +e.dataset.value])"
+    )
+    assert dict(signals) == first["explain"]["signals"] and len(signals) == 4
+    # The exact-name hit comes first and says so.
+    page.fill("#query", "t__echo")
+    page.click("#search-form button")
+    page.wait_for_selector('#results li.result:first-child[data-name="t__echo"] [data-exact]')
+    page.click("#results li.result:first-child button.try")
+    page.wait_for_selector("#call-form")
+    assert page.get_attribute("#arg-times", "type") == "number"
+    assert page.locator("label[for=arg-text] .req").count() == 1  # required by the schema
+    page.fill("#arg-text", "from the browser")
+    page.fill("#arg-times", "2")
+    page.click("#call-form button[type=submit]")
+    page.wait_for_selector("#call-output .call-status")
+    assert page.get_attribute("#call-output .call-status", "data-status") == "ok"
+    assert page.text_content("#call-output pre.call-result") == "from the browser from the browser"
+    record(page, "playground", render_ms)
+    # The call appears in the overview once the statistics refresh folds it in.
+    live.calls += 1
+    with live.client(live.admin_key) as admin:
+        wait_for(
+            lambda: sum(b["calls"] for b in admin.get("/analytics/timeseries").json()["series"]) == live.calls,
+            30,
+            "the call",
+        )
+    open_page(page, live, "overview")
+    assert page.text_content("#tile-calls .tile-value") == f"{live.calls:,}"
+
+
+def test_catalog_lists_servers_and_tools(page: Any, live: Live) -> None:
+    render_ms = open_page(page, live, "catalog")
+    with live.client(live.admin_key) as admin:
+        servers = {s["id"]: s for s in admin.get("/servers").json()["servers"]}
+        total = admin.get("/tools", params={"limit": 1}).json()["total"]
+    rows = page.eval_on_selector_all(
+        "#servers-table tbody tr",
+        "rows => rows.map(r => [r.dataset.server, r.cells[2].textContent, +r.cells[3].textContent])",
+    )
+    assert {sid: (state, tools) for sid, state, tools in rows} == {
+        sid: (s["state"], s["tools"]) for sid, s in servers.items()
+    }
+    assert dict((sid, state) for sid, state, _ in rows)["t"] == "ready"
+    assert page.text_content("#tool-count") == f"{total} of {total} tools"
+    assert total == 85 + 7  # the demo catalog and the test server
+    page.fill("#tool-filter", "echo")
+    shown = page.eval_on_selector_all("#tool-list .tool-link", "els => els.map(e => e.dataset.name)")
+    assert set(shown) == {"t__echo", "everything__echo"}
+    page.click('.tool-link[data-name="t__echo"]')
+    schema = json.loads(page.text_content("#tool-detail pre.json:last-of-type"))
+    assert schema["required"] == ["text"] and schema["properties"]["times"]["type"] == "integer"
+    record(page, "catalog", render_ms)
+
+
+def test_grant_a_pending_approval(page: Any, live: Live) -> None:
+    render_ms = open_page(page, live, "approvals")
+    row = page.locator(f'#pending-table tbody tr[data-id="{live.approval_id}"]')
+    assert row.locator("td").nth(1).text_content() == "agent"
+    assert row.locator("td").nth(2).text_content() == "t__big"
+    record(page, "approvals", render_ms)
+    row.locator("button.grant").click()
+    page.wait_for_selector("#approval-message .ok")
+    assert "granted" in page.text_content("#approval-message")
+    with live.client(live.agent_key) as agent:
+        assert agent.get(f"/approvals/{live.approval_id}").json()["status"] == "granted"
+        again = agent.post(
+            "/execute", json={"name": "t__big", "arguments": {"lines": 3}, "approval_id": live.approval_id}
+        )
+        assert again.status_code == 200 and again.json()["status"] == "ok"
+
+
+def test_keys_and_callers_for_admins(page: Any, live: Live) -> None:
+    render_ms = open_page(page, live, "keys")
+    callers = page.eval_on_selector_all("#keys-table tbody tr", "rows => rows.map(r => r.dataset.caller)")
+    assert sorted(callers) == ["agent", "ops"]
+    with live.client(live.admin_key) as admin:
+        api = {
+            c["caller"]: c["calls"] for c in admin.get("/analytics/callers", params={"limit": 100}).json()["callers"]
+        }
+    shown = page.eval_on_selector_all(
+        "#callers-table tbody tr",
+        "rows => rows.map(r => [r.dataset.caller, +r.cells[1].textContent.replace(/,/g, '')])",
+    )
+    assert dict(shown) == api and api["agent"] >= 35
+    record(page, "keys", render_ms)
+
+
+def test_a_non_admin_sees_its_own_scope(browser: Any, live: Live) -> None:
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.goto(live.url + "/console")
+    tab.fill("#signin-key", live.agent_key)
+    tab.click("#signin-form button")
+    tab.wait_for_selector('.page[data-page="overview"][aria-busy="false"]')
+    assert tab.is_hidden('#nav a[data-page="keys"]')
+    with live.client(live.agent_key) as agent:
+        own = sum(b["calls"] for b in agent.get("/analytics/timeseries").json()["series"])
+    assert tab.text_content("#tile-calls .tile-value") == f"{own:,}" and own < live.calls
+    tab.goto(live.url + "/console#/keys")  # an admin page falls back to the overview
+    tab.wait_for_selector('.page[data-page="keys"][aria-busy="false"]')
+    assert tab.locator("#keys-table").count() == 0
+    # A wrong key is refused at sign-in and nothing is stored.
+    tab.click("#signout")
+    tab.fill("#signin-key", "tsk_not_a_key")
+    tab.click("#signin-form button")
+    tab.wait_for_selector("#signin-error:has-text('unknown or revoked')")
+    context.close()
+
+
+def test_static_files_and_headers(live: Live) -> None:
+    with live.client(live.admin_key) as client:
+        response = client.get("/console")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    assert "set-cookie" not in response.headers
+    total = sum(f.stat().st_size for f in STATIC.iterdir())
+    TIMINGS["static"] = {"bytes": total, "render_ms": 0.0}
+    (SHOTS / "timings.json").write_text(json.dumps(TIMINGS, indent=2, sort_keys=True))
+    assert total < 100_000
