@@ -1,4 +1,5 @@
-"""Dense embedders: the bundled offline MiniLM (sentence-transformers) and a deterministic fake for unit tests."""
+"""Dense embedders: the bundled offline MiniLM (ONNX Runtime or sentence-transformers) and a deterministic fake
+for unit tests."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol
+from pathlib import Path
+from typing import Literal, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +78,6 @@ class SentenceTransformerEmbedder:
         )
         return [row.tolist() for row in array]
 
-
     @staticmethod
     def _embed_small(model, texts: Sequence[str]) -> list[Vector]:  # type: ignore[no-untyped-def]
         """The query path: tokenizer and transformer called directly, mean pooling, unit length.
@@ -94,6 +95,23 @@ class SentenceTransformerEmbedder:
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, dim=1).tolist()  # type: ignore[no-any-return]
+
+
+def create_embedder(
+    backend: Literal["onnx", "torch"],
+    model: str = "bundled",
+    *,
+    models_dir: Path = Path(".toolscout/models"),
+    variant: Literal["int8", "fp32"] = "int8",
+    batch_size: int = 64,
+    threads: int | None = None,
+) -> Embedder:
+    """The configured real embedder; nothing loads until its first use."""
+    if backend == "torch":
+        return SentenceTransformerEmbedder(model, batch_size, threads)
+    from indexer.onnx_embedder import OnnxEmbedder
+
+    return OnnxEmbedder(model, models_dir, variant, batch_size, threads)
 
 
 class HashingEmbedder:
@@ -138,7 +156,8 @@ class CachedEmbedder:
     def model_name(self) -> str:
         return self.inner.model_name
 
-    def embed(self, texts: Sequence[str]) -> list[Vector]:
+    def lookup(self, texts: Sequence[str]) -> tuple[dict[int, Vector], list[int]]:
+        """Cached vectors by position, and the positions to compute."""
         found: dict[int, Vector] = {}
         missing: list[int] = []
         with self._lock:
@@ -151,12 +170,21 @@ class CachedEmbedder:
                     found[i] = vector
             self.hits += len(found)
             self.misses += len(missing)
+        return found, missing
+
+    def store(self, texts: Sequence[str], vectors: Sequence[Vector]) -> None:
+        """Remember computed vectors, dropping the least recently used past max_entries."""
+        with self._lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                self._cache[text] = vector
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        found, missing = self.lookup(texts)
         if missing:
-            computed = self.inner.embed([texts[i] for i in missing])
-            with self._lock:
-                for i, vector in zip(missing, computed, strict=True):
-                    found[i] = vector
-                    self._cache[texts[i]] = vector
-                while len(self._cache) > self.max_entries:
-                    self._cache.popitem(last=False)
+            wanted = [texts[i] for i in missing]
+            computed = self.inner.embed(wanted)
+            self.store(wanted, computed)
+            found.update(zip(missing, computed, strict=True))
         return [found[i] for i in range(len(texts))]

@@ -9,6 +9,11 @@ fi
 tests/mcp/install_node_tools.sh
 # Upstream MCP servers (PyPI ones in their own venv, npm ones when Node is present) for the execution tests.
 .venv/bin/toolscout servers install
+# wrk drives `toolscout bench load` (HTTP load from a separate process).
+if ! command -v wrk >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -q wrk >/dev/null || { apt-get update -q && apt-get install -y -q wrk; }
+  else sudo apt-get install -y -q wrk; fi
+fi
 # The console's browser tests: Playwright for Python drives Debian's Chromium (never `playwright install`).
 if ! command -v chromium >/dev/null 2>&1; then
   apt-get update && apt-get install -y chromium

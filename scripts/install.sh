@@ -12,3 +12,5 @@ pip install -q --upgrade pip
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 pip install -q torch==2.13.0
 pip install -q -e ".[test]"
+# Export the embedding model to ONNX once (int8, cached under the data folder): the first start skips it.
+toolscout models export

@@ -30,7 +30,7 @@ from service.policy import routes as approvals
 from service.policy import service as policy
 from service.resources import build_resources, close_resources, start_resources
 from service.search import routes as search
-from service.search.service import start_search
+from service.search.service import start_search, start_search_log, stop_search_log
 from service.security.edges import install_edge_guards
 from service.settings import Settings
 from service.upstream import routes as servers
@@ -75,6 +75,9 @@ def create_app(
     app.state.resources = resources
     app.state.startup_hooks = []
     app.state.shutdown_hooks = []
+    # The search log starts first and stops last: code-mode runs draining at shutdown still log their searches.
+    app.state.startup_hooks.append(start_search_log)
+    app.state.shutdown_hooks.append(stop_search_log)
     app.state.startup_hooks += [policy.start_policy, learning.start_learning]
     app.state.shutdown_hooks += [policy.stop_policy, learning.stop_learning]
     # The cluster first (the gateway's first syncs ask for writer locks) and, after the gateway, the

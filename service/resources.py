@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from indexer.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder
+from indexer.batching import MicroBatcher
+from indexer.embedding import CachedEmbedder, Embedder, create_embedder
 from indexer.index.base import VectorIndex
 from indexer.lexical import Bm25Encoder
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from service.observability import Observability
     from service.policy.keys import KeyResolver
     from service.policy.service import PolicyState
+    from service.search.log import SearchLog
     from service.search.retrieval import Boosts, Retriever
     from service.usage.learning import LearningState
 
@@ -44,10 +46,14 @@ class Resources:
     sessionmaker: async_sessionmaker[AsyncSession] | None = None
     index: VectorIndex | None = None
     retriever: Retriever | None = None  # search.service.start_search
+    search_log: SearchLog | None = None  # search.service.start_search_log (the app's; CLI paths write directly)
     # Writes to the index and the catalog are serialised: sync diffs must not interleave.
     index_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # CPU-bound embedding runs in worker threads, bounded so queries don't starve each other.
+    # Query embeds go through the micro-batcher's own thread; short index calls (search, payloads, count) through
+    # cpu_limiter; whole-catalog indexing through indexing_limiter, so a large registration never starves searches.
+    batcher: MicroBatcher | None = None
     cpu_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(2))
+    indexing_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
     # Built by their domains on first use or at start-up (each module's accessor says when).
     policy: PolicyState | None = None  # policy.service.policy_state
     keys: KeyResolver | None = None  # policy.keys.key_resolver
@@ -68,18 +74,36 @@ class Resources:
         return self.sessionmaker()
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """Embed off the event loop."""
-        return await anyio.to_thread.run_sync(self.embedder.embed, texts, limiter=self.cpu_limiter)
+        """Embed query texts off the event loop: cached ones at once, the rest micro-batched."""
+        found, missing = self.embedder.lookup(texts)
+        if missing:
+            wanted = [texts[i] for i in missing]
+            if self.batcher is None:
+                self.batcher = MicroBatcher(self.embedder.inner)
+            computed = await asyncio.wrap_future(self.batcher.submit(wanted))
+            self.embedder.store(wanted, computed)
+            found.update(zip(missing, computed, strict=True))
+        return [found[i] for i in range(len(texts))]
 
     async def run_index(self, fn: Any, *args: Any) -> Any:
-        """Run a blocking index call off the event loop."""
+        """Run a short blocking index call (search, payloads, count, delete) off the event loop."""
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.cpu_limiter)
+
+    async def run_indexing(self, fn: Any, *args: Any) -> Any:
+        """Run whole-catalog indexing (embedding many tools) off the event loop, one job at a time."""
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.indexing_limiter)
 
 
 def build_resources(settings: Settings, embedder: Embedder | None = None) -> Resources:
     """Cheap construction: nothing connects or loads here."""
-    inner = embedder or SentenceTransformerEmbedder(
-        settings.embedding.model, settings.embedding.batch_size, settings.embedding.threads
+    config = settings.embedding
+    inner = embedder or create_embedder(
+        config.backend,
+        config.model,
+        models_dir=settings.models_dir,
+        variant=config.onnx_variant,
+        batch_size=config.batch_size,
+        threads=config.threads,
     )
     return Resources(
         settings=settings,
@@ -113,7 +137,10 @@ async def start_resources(resources: Resources, index: VectorIndex | None = None
 
 
 async def close_resources(resources: Resources) -> None:
-    """Release the index and the database."""
+    """Release the query embedder's thread, the index and the database."""
+    if resources.batcher is not None:
+        await anyio.to_thread.run_sync(resources.batcher.close)
+        resources.batcher = None
     if resources.index is not None:
         await anyio.to_thread.run_sync(resources.index.close)
         resources.index = None

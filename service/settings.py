@@ -44,9 +44,14 @@ class EmbeddingSettings(BaseModel):
     """The dense embedder; `model` is a sentence-transformers path or `bundled` for the offline MiniLM."""
 
     model: str = "bundled"
+    # `onnx` serves the model through ONNX Runtime (exported once into <data_dir>/models, torch never loaded
+    # while serving); `torch` runs sentence-transformers. `onnx_variant` int8 or fp32 (see README).
+    backend: Literal["onnx", "torch"] = "onnx"
+    onnx_variant: Literal["int8", "fp32"] = "int8"
+    models_dir: Path | None = None  # where exported models are cached; default <data_dir>/models
     batch_size: int = 64
     cache_size: int = 4096
-    threads: int = 2
+    threads: int | None = None  # intra-op threads; None = all cores
 
 
 class SearchSettings(BaseModel):
@@ -236,6 +241,11 @@ class Settings(BaseSettings):
         if self.db.url:
             return self.db.url
         return f"sqlite:///{(self.data_dir / 'toolscout.db').resolve()}"
+
+    @property
+    def models_dir(self) -> Path:
+        """Where exported embedding models are cached."""
+        return self.embedding.models_dir or self.data_dir / "models"
 
     @property
     def index_path(self) -> Path:

@@ -1,5 +1,6 @@
-"""`toolscout bench search`: index build speed, no-change re-index, search latency in-process and over HTTP,
-peak memory, for catalogs of several sizes built from real tool texts."""
+"""`toolscout bench search`: index build speed, no-change re-index, search latency over HTTP for short
+(MetaTool) and long multi-intent (Seal-Tools) queries next to the embedding floor of the same run, and peak
+memory, for catalogs of several sizes of distinct real tool texts; each size in its own process."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import argparse
 import json
 import resource
 import socket
+import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -15,54 +19,106 @@ from typing import Any
 
 import httpx
 
+from indexer.documents import build_document
+from indexer.index.base import DENSE_FIELDS
+from indexer.tools import validate_batch
 from service.catalog.files import demo_catalog, load_catalog_file
 from service.http_transport import nodelay_transport
 from service.settings import Settings
 from service.usage.rollups import percentile
 
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2].parent / "shared" / "eval" / "sealtools" / "catalog.jsonl"
-DEFAULT_QUERIES = DEFAULT_SOURCE.with_name("queries.jsonl")
+# shared/ sits beside the checkout (or beside the folder of work trees).
+SHARED = next(
+    (p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()), Path("shared")
+)
+# The real tools: Seal-Tools and MetaTool (the dev sets) and the eight catalogs of real MCP servers.
+DEFAULT_SOURCES = [
+    SHARED / "eval" / "sealtools" / "catalog.jsonl",
+    SHARED / "eval" / "metatool" / "catalog.jsonl",
+    *sorted((SHARED / "catalogs").glob("*.json")),
+]
+DEFAULT_QUERIES = {
+    "short": SHARED / "eval" / "metatool" / "queries.jsonl",
+    "long": SHARED / "eval" / "sealtools" / "queries.jsonl",
+}
+POST_BATCH = 5000
 
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("search", help="index and search latency at several catalog sizes")
     parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--source", type=Path, default=None, help="catalog with real tool texts (JSONL or tools/list)")
-    parser.add_argument("--queries", type=Path, default=None, help="JSONL queries ({query}) to time")
-    parser.add_argument("--searches", type=int, default=300, help="searches timed per size")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        action="append",
+        default=None,
+        help="catalog with real tool texts (JSONL or tools/list; repeatable)",
+    )
+    parser.add_argument("--searches", type=int, default=300, help="searches timed per size and query kind")
     parser.add_argument("--backend", choices=["edge", "qdrant"], default="edge")
     parser.add_argument("--json", type=Path, default=None, dest="json_out")
     parser.set_defaults(func=run)
 
 
-def _source_tools(path: Path | None) -> list[dict[str, Any]]:
-    if path is not None:
-        return load_catalog_file(path).tools
-    if DEFAULT_SOURCE.is_file():
-        return load_catalog_file(DEFAULT_SOURCE).tools
-    return demo_catalog()
+def source_tools(paths: list[Path] | None = None) -> list[dict[str, Any]]:
+    """The real tools the catalogs are built from, each distinct qualified name once."""
+    tools: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in paths or [p for p in DEFAULT_SOURCES if p.is_file()]:
+        server = None if path.suffix == ".jsonl" else path.stem
+        for tool in load_catalog_file(path, server).tools:
+            tools.setdefault((str(tool.get("server", server or "bench")), str(tool["name"])), tool)
+    return list(tools.values()) or demo_catalog()
 
 
-def _queries(path: Path | None, tools: list[dict[str, Any]]) -> list[str]:
-    path = path or (DEFAULT_QUERIES if DEFAULT_QUERIES.is_file() else None)
-    if path is not None:
-        return [json.loads(line)["query"] for line in path.read_text().splitlines() if line.strip()]
-    return [" ".join(str(t.get("description", t["name"])).split()[:10]) for t in tools]
+def bench_queries(kind: str, limit: int) -> list[str]:
+    """The first `limit` distinct queries of a kind (short: MetaTool, long: Seal-Tools)."""
+    path = DEFAULT_QUERIES[kind]
+    if not path.is_file():
+        return ["search the web for news", "read a file and send its summary by email"][: max(1, limit)]
+    texts = [json.loads(line)["query"] for line in path.read_text().splitlines() if line.strip()]
+    return list(dict.fromkeys(texts))[:limit]
+
+
+def _mix(base: dict[str, Any], donor: dict[str, Any], replica: int) -> dict[str, Any]:
+    """A new tool from two real ones: base's name and description joined with the donor's, the donor's first
+    parameter added to base's schema. Deterministic, and distinct in every embedded field."""
+    donor_words = str(donor["name"]).replace("-", "_").split("_")
+    description = str(base.get("description", "")).strip().rstrip(".")
+    extra = str(donor.get("description", "")).strip()
+    schema = dict(base.get("input_schema") or {"type": "object", "properties": {}})
+    properties = dict(schema.get("properties") or {})
+    donor_properties = (donor.get("input_schema") or {}).get("properties") or {}
+    for key, value in list(donor_properties.items())[:1]:
+        properties.setdefault(f"{key}_{donor_words[0].lower()}", value)
+    return {
+        **base,
+        "server": f"{base.get('server', 'bench')}-r{replica}",
+        "name": f"{base['name']}_{'_'.join(donor_words[:2])}",
+        "description": f"{description}, then {extra[:1].lower()}{extra[1:]}" if extra else description,
+        "input_schema": {**schema, "type": "object", "properties": properties},
+    }
 
 
 def build_catalog(source: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
-    """`size` tools cycling through the real ones; each replica is a distinct server and text."""
-    tools = []
-    for i in range(size):
-        base = source[i % len(source)]
-        replica = i // len(source)
-        server = str(base.get("server", "bench"))
-        tools.append({
-            **base,
-            "server": server if replica == 0 else f"{server}-r{replica}",
-            "description": f"{base.get('description', '')} (v{replica})" if replica else base.get("description", ""),
-        })
+    """`size` tools: the real ones first, then deterministic mixes of two real tools (distinct texts)."""
+    tools = [dict(tool) for tool in source[:size]]
+    count = len(source)
+    for i in range(len(tools), size):
+        replica, position = divmod(i, count)
+        donor = source[(position * 7919 + replica * 104729 + 1) % count]
+        if donor is source[position]:
+            donor = source[(position + 1) % count]
+        tools.append(_mix(source[position], donor, replica))
     return tools
+
+
+def distinct_texts(catalog: list[dict[str, Any]]) -> int:
+    """How many distinct field texts the catalog's tools embed."""
+    texts = set()
+    for tool in validate_batch(catalog).tools:
+        document = build_document(tool)
+        texts.update(getattr(document, field) for field in DENSE_FIELDS)
+    return len(texts)
 
 
 def _free_port() -> int:
@@ -72,76 +128,151 @@ def _free_port() -> int:
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM: unlike ru_maxrss it does not carry over exec from the parent)."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _measure_size(size: int, source: list[dict[str, Any]], queries: list[str], searches: int,
-                  backend: str) -> dict[str, Any]:
+def _timed_posts(client: httpx.Client, queries: list[str]) -> tuple[list[float], list[float]]:
+    """HTTP round trip and in-service latency (ms) of one search per query."""
+    over_http: list[float] = []
+    in_service: list[float] = []
+    for query in queries:
+        started = time.perf_counter()
+        response = client.post("/search", json={"query": query, "k": 5})
+        response.raise_for_status()
+        over_http.append((time.perf_counter() - started) * 1000)
+        in_service.append(response.json()["latency_ms"])
+    return over_http, in_service
+
+
+def _floor_ms(app: Any, queries: list[str]) -> float:
+    """Median ms of one query embedding alone, by the serving embedder (no cache), in this run."""
+    embedder = app.state.resources.embedder.inner
+    samples = []
+    for query in queries:
+        started = time.perf_counter()
+        embedder.embed([query])
+        samples.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(samples), 2)
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    return {name: round(percentile(values, q), 2) for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+
+
+def _index_catalog(client: httpx.Client, catalog: list[dict[str, Any]]) -> tuple[float, float]:
+    """Seconds of the full index and of the no-change re-index of the same catalog."""
+    started = time.perf_counter()
+    for offset in range(0, len(catalog), POST_BATCH):
+        client.post("/tools", json={"tools": catalog[offset : offset + POST_BATCH]}).raise_for_status()
+    index_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    for offset in range(0, len(catalog), POST_BATCH):
+        body = client.post("/tools", json={"tools": catalog[offset : offset + POST_BATCH]}).json()
+        assert body["created"] == body["updated"] == 0, body
+    return index_seconds, time.perf_counter() - started
+
+
+def measure_size(size: int, source: list[dict[str, Any]], searches: int, backend: str) -> dict[str, Any]:
+    """One catalog size, served in a thread of this process: index, re-index, searches, floor, peak RSS."""
     import uvicorn
 
     from service.main import create_app
 
+    catalog = build_catalog(source, size)
     with tempfile.TemporaryDirectory(prefix="toolscout-bench-") as tmp:
         settings = Settings(data_dir=Path(tmp), demo_catalog=False)
+        settings.embedding.models_dir = Settings().models_dir.resolve()  # reuse the exported model
         settings.policy.rate_limit_per_minute = 0  # the benchmark is one caller firing as fast as it can
         settings.execution.demo_servers = False
         settings.index.backend = backend  # type: ignore[assignment]
         if backend == "qdrant":
             settings.index.url = ":memory:"
+        app = create_app(settings)
         port = _free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         while not server.started:
             time.sleep(0.05)
-        catalog = build_catalog(source, size)
+        row: dict[str, Any] = {"tools": size, "distinct_texts": distinct_texts(catalog)}
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=3600, transport=nodelay_transport()) as client:
-            started = time.perf_counter()
-            for offset in range(0, size, 5000):
-                client.post("/tools", json={"tools": catalog[offset : offset + 5000]}).raise_for_status()
-            index_seconds = time.perf_counter() - started
-            started = time.perf_counter()
-            for offset in range(0, size, 5000):
-                body = client.post("/tools", json={"tools": catalog[offset : offset + 5000]}).json()
-                assert body["created"] == body["updated"] == 0, body
-            reindex_seconds = time.perf_counter() - started
-            client.post("/search", json={"query": "warm up the model"})
-            in_process: list[float] = []
-            over_http: list[float] = []
-            for query in queries[:searches]:
-                t0 = time.perf_counter()
-                response = client.post("/search", json={"query": query, "k": 5})
-                response.raise_for_status()
-                body = response.json()
-                over_http.append((time.perf_counter() - t0) * 1000)
-                in_process.append(body["latency_ms"])
+            index_seconds, reindex_seconds = _index_catalog(client, catalog)
+            row.update(
+                index_seconds=round(index_seconds, 2),
+                index_tools_per_s=round(size / index_seconds, 1),
+                reindex_unchanged_seconds=round(reindex_seconds, 3),
+            )
+            for kind in ("short", "long"):
+                queries = bench_queries(kind, searches)
+                over_http, in_service = _timed_posts(client, queries)
+                row[kind] = {
+                    "http_ms": _ms(over_http),
+                    "service_ms": _ms(in_service),
+                    "floor_ms": _floor_ms(app, queries[:100]),
+                    "searches": len(queries),
+                }
         server.should_exit = True
         thread.join(timeout=30)
-    return {
-        "tools": size,
-        "index_seconds": round(index_seconds, 2),
-        "index_tools_per_s": round(size / index_seconds, 1),
-        "reindex_unchanged_seconds": round(reindex_seconds, 3),
-        "search_ms": {"p50": round(percentile(in_process, 0.5), 2), "p99": round(percentile(in_process, 0.99), 2)},
-        "http_search_ms": {"p50": round(percentile(over_http, 0.5), 2), "p99": round(percentile(over_http, 0.99), 2)},
-        "searches": len(over_http),
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
-    }
+    row["peak_rss_mb"] = round(_peak_rss_mb(), 1)
+    return row
+
+
+def _in_own_process(size: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one size in a child process, so its peak RSS is its own."""
+    with tempfile.TemporaryDirectory(prefix="toolscout-bench-") as tmp:
+        out = Path(tmp) / "row.json"
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))",
+            "bench",
+            "search",
+            "--sizes",
+            str(size),
+            "--searches",
+            str(args.searches),
+            "--backend",
+            args.backend,
+            "--json",
+            str(out),
+        ]
+        for path in args.source or []:
+            command += ["--source", str(path)]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())["sizes"][0]  # type: ignore[no-any-return]
+
+
+def _print_row(row: dict[str, Any]) -> None:
+    short, long = row["short"], row["long"]
+    print(
+        f"{row['tools']:>7} {row['distinct_texts']:>8} {row['index_seconds']:>8} {row['index_tools_per_s']:>8} "
+        f"{row['reindex_unchanged_seconds']:>8} | {short['floor_ms']:>6} {short['http_ms']['p50']:>6} "
+        f"{short['http_ms']['p99']:>6} | {long['floor_ms']:>6} {long['http_ms']['p50']:>6} "
+        f"{long['http_ms']['p99']:>6} | {row['peak_rss_mb']:>7}",
+        flush=True,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    source = _source_tools(args.source)
-    queries = _queries(args.queries, source)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(
+        f"{'tools':>7} {'texts':>8} {'index s':>8} {'tools/s':>8} {'re-idx s':>8} | {'floor':>6} {'short':>6} "
+        f"{'p99':>6} | {'floor':>6} {'long':>6} {'p99':>6} | {'RSS MB':>7}   (HTTP ms; floor = one embedding)"
+    )
     rows = []
-    print(f"{'tools':>8} {'index s':>9} {'tools/s':>9} {'re-index s':>11} {'search p50':>11} {'p99':>8} "
-          f"{'HTTP p50':>9} {'p99':>8} {'peak RSS MB':>12}")
-    for size in (int(s) for s in args.sizes.split(",")):
-        row = _measure_size(size, source, queries, args.searches, args.backend)
+    for size in sizes:
+        if len(sizes) > 1:
+            row = _in_own_process(size, args)
+        else:
+            row = measure_size(size, source_tools(args.source), args.searches, args.backend)
         rows.append(row)
-        print(f"{row['tools']:>8} {row['index_seconds']:>9} {row['index_tools_per_s']:>9} "
-              f"{row['reindex_unchanged_seconds']:>11} {row['search_ms']['p50']:>11} {row['search_ms']['p99']:>8} "
-              f"{row['http_search_ms']['p50']:>9} {row['http_search_ms']['p99']:>8} {row['peak_rss_mb']:>12}",
-              flush=True)
+        _print_row(row)
     if args.json_out:
         args.json_out.write_text(json.dumps({"backend": args.backend, "sizes": rows}, indent=2))
     return 0

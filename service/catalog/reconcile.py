@@ -29,7 +29,7 @@ async def reconcile_index(resources: Resources) -> SyncReport:
         async with resources.session() as session:
             rows = (await session.scalars(select(Tool).where(Tool.deprecated.is_(False)))).all()
         tools = [to_definition(r) for r in rows]
-        indexed: dict[str, str] = await resources.run_index(index.content_hashes)
+        indexed: dict[str, str] = await resources.run_indexing(index.content_hashes)
         vectors, new = await vectors_for(resources, _not_indexed(tools, indexed))
         report = await index_definitions(resources, tools, vectors, known_hashes=indexed)
         if new:
@@ -84,6 +84,8 @@ async def follow_tools(resources: Resources, names: list[str]) -> set[str]:
                 await save_vectors(session, new, embedder_id(resources.embedder))
                 await session.commit()
         await index_definitions(resources, tools, vectors, known_hashes=indexed)
+        for tool in tools:  # a shared index may hold them already; this replica's directory learns them here
+            resources.retriever.directory.add(tool.qualified_name, tool.name, tool.server, tool.tags)
         active = {t.qualified_name for t in tools}
         gone = [name for name in names if name not in active]
         await unindex(resources, gone)
@@ -97,7 +99,7 @@ async def catalog_differences(resources: Resources) -> list[str]:
     async with resources.session() as session:
         rows = await session.execute(select(Tool.qualified_name, Tool.content_hash).where(Tool.deprecated.is_(False)))
         catalog = dict(rows.tuples().all())
-    indexed: dict[str, str] = await resources.run_index(index.content_hashes)
+    indexed: dict[str, str] = await resources.run_indexing(index.content_hashes)
     directory = set(resources.retriever.directory.names())
     differ = {name for name, digest in catalog.items() if indexed.get(name) != digest or name not in directory}
     differ |= (set(indexed) | directory) - set(catalog)

@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import content_hash
@@ -88,17 +88,31 @@ async def ensure_server(
 
 async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport) -> None:
     names = [t.qualified_name for t in tools]
+    # Hashes first: a re-registration of unchanged tools loads no row (only the changed ones are loaded).
+    hashes = {
+        name: (digest, deprecated)
+        for name, digest, deprecated in (
+            await session.execute(
+                select(Tool.qualified_name, Tool.content_hash, Tool.deprecated).where(among(Tool.qualified_name, names))
+            )
+        ).all()
+    } if names else {}
+    digests = {t.qualified_name: content_hash(t) for t in tools}
+    stale = [name for name, digest in digests.items() if name in hashes and hashes[name] != (digest, False)]
     existing = {
         row.qualified_name: row
-        for row in (await session.scalars(select(Tool).where(among(Tool.qualified_name, names)))).all()
-    } if names else {}
+        for row in (await session.scalars(select(Tool).where(among(Tool.qualified_name, stale)))).all()
+    } if stale else {}
     now = utcnow()
-    for server_id in {t.server for t in tools}:
-        await ensure_server(session, server_id)
+    await _ensure_servers(session, {t.server for t in tools})
+    unchanged: list[str] = []
     for tool in tools:
-        digest = content_hash(tool)
+        digest = digests[tool.qualified_name]
         row = existing.get(tool.qualified_name)
-        if row is None:
+        if row is None and tool.qualified_name in hashes:
+            unchanged.append(tool.qualified_name)
+            report.unchanged.append(tool.qualified_name)
+        elif row is None:
             session.add(Tool(
                 qualified_name=tool.qualified_name, server_id=tool.server, name=tool.name,
                 description=tool.description, input_schema=tool.input_schema, annotations=tool.annotations,
@@ -110,9 +124,20 @@ async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], repor
             row.input_schema, row.annotations, row.tags = tool.input_schema, tool.annotations, list(tool.tags)
             row.content_hash, row.deprecated, row.last_seen_at = digest, False, now
             report.updated.append(tool.qualified_name)
-        else:
-            row.last_seen_at = now
-            report.unchanged.append(tool.qualified_name)
+    if unchanged:  # one UPDATE for all unchanged tools, not one per row
+        await session.execute(
+            update(Tool).where(among(Tool.qualified_name, unchanged)).values(last_seen_at=now),
+            execution_options={"synchronize_session": False},
+        )
+
+
+async def _ensure_servers(session: AsyncSession, server_ids: set[str]) -> None:
+    """Create the catalog server rows that are missing, in one query and one flush."""
+    if not server_ids:
+        return
+    known = set((await session.scalars(select(Server.id).where(among(Server.id, server_ids)))).all())
+    session.add_all(Server(id=sid, transport="catalog", config={}) for sid in sorted(server_ids - known))
+    await session.flush()
 
 
 def _server_ids(raw_tools: list[Any], default_server: str | None) -> list[Any]:
@@ -185,7 +210,7 @@ async def index_definitions(
     """Index these tools (embedding only those without `vectors`) and add them to the name directory."""
     index = resources.index
     assert index is not None and resources.retriever is not None
-    report: SyncReport = await resources.run_index(
+    report: SyncReport = await resources.run_indexing(
         # Catalog texts bypass the query cache: they would only evict the queries it is there for.
         lambda: index_tools(
             index,
@@ -197,8 +222,10 @@ async def index_definitions(
             stored=vectors,
         )
     )
+    changed = set(report.upserted)  # unchanged tools are in the directory already (loaded from SQL at start)
     for tool in tools:
-        resources.retriever.directory.add(tool.qualified_name, tool.name, tool.server, tool.tags)
+        if tool.qualified_name in changed:
+            resources.retriever.directory.add(tool.qualified_name, tool.name, tool.server, tool.tags)
     return report
 
 

@@ -10,7 +10,7 @@ import sys
 # Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
 COMMAND_MODULES = [
     "service.cli.core", "service.cli.bench", "service.cli.keys", "service.cli.analytics", "service.cli.mcp",
-    "service.cli.servers",
+    "service.cli.servers", "service.cli.models",
 ]
 
 

@@ -7,8 +7,14 @@ import argparse
 import importlib
 
 BENCH_MODULES = [
-    "service.benchmarks.search", "service.cli.tokens_bench", "service.benchmarks.analytics",
-    "service.cli.execute_bench", "service.benchmarks.learning", "service.benchmarks.durability",
+    "service.benchmarks.search",
+    "service.cli.tokens_bench",
+    "service.benchmarks.analytics",
+    "service.cli.execute_bench",
+    "service.benchmarks.learning",
+    "service.benchmarks.durability",
+    "service.benchmarks.embedder",
+    "service.benchmarks.load",
 ]
 
 

@@ -28,10 +28,11 @@ _LOAD_BATCH = 500
 
 
 def embedder_id(embedder: Embedder) -> str:
-    """Which embedder computed a vector: its model name (or class) and dimension."""
+    """Which embedder computed a vector: its engine, model, variant (ONNX int8 or fp32) and dimension. Engines
+    give slightly different vectors for one text, so replicas share vectors only with the same embedder."""
     inner = getattr(embedder, "inner", embedder)
-    name = getattr(inner, "model_name", None) or type(inner).__name__
-    return f"{name}:{embedder.dimension}"[:128]
+    parts = (type(inner).__name__, getattr(inner, "model_name", ""), getattr(inner, "variant", ""))
+    return ":".join([*(str(p) for p in parts if p), str(embedder.dimension)])[:128]
 
 
 def pack(vectors: DenseVectors) -> bytes:
@@ -93,5 +94,5 @@ async def vectors_for(
     new: dict[str, DenseVectors] = {}
     if missing:
         # Catalog texts bypass the query cache: they would only evict the queries it is there for.
-        new = await resources.run_index(dense_vectors, missing, resources.embedder.inner)
+        new, _ = await resources.run_indexing(dense_vectors, missing, resources.embedder.inner)
     return {**stored, **new}, new

@@ -84,7 +84,10 @@ async def evaluate(
     with tempfile.TemporaryDirectory(prefix="toolscout-eval-") as tmp:
         base = settings or Settings()
         run_settings = base.model_copy(update={"data_dir": Path(tmp), "db": base.db.model_copy(update={"url": None}),
-                                               "index": base.index.model_copy(update={"path": None})})
+                                               "index": base.index.model_copy(update={"path": None}),
+                                               # the exported model stays cached in the real data folder
+                                               "embedding": base.embedding.model_copy(
+                                                   update={"models_dir": base.models_dir})})
         resources = build_resources(run_settings, embedder)
         await start_resources(resources)
         await start_search(resources)

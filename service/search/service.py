@@ -9,15 +9,18 @@ from typing import Any
 from indexer.index.base import SearchFilter
 from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
-from service.db.models import Search
+from service.db.models import Search, utcnow
 from service.errors import BadRequest, InvalidRequest
 from service.observability import observe_search, span
 from service.policy.callers import Caller
 from service.policy.service import permission_filter
 from service.resources import Resources
+from service.search.log import SearchLog
 from service.search.retrieval import Retriever, SearchOutcome
 
 logger = logging.getLogger(__name__)
+
+SEARCH_LOG_TASK = "search-log"
 
 
 async def start_search(resources: Resources) -> Retriever:
@@ -27,6 +30,9 @@ async def start_search(resources: Resources) -> Retriever:
         # Read before the names: a change committed while they load is followed again (harmlessly).
         cluster_state(resources).start_seq = await last_seq(session)
         await resources.retriever.load_names(session)
+    # Warm before ready: load (or export, on the first start) the model and embed one query, so the first
+    # search after start-up costs what the hundredth does.
+    await resources.embed(["warm up the query path"])
     return resources.retriever
 
 
@@ -82,13 +88,30 @@ async def search_tools(
     return search_id, outcome
 
 
+async def start_search_log(resources: Resources) -> None:
+    """Start-up hook: the batched writer of the search log, under the supervisor."""
+    resources.search_log = SearchLog(resources.session)
+    resources.supervisor.start(SEARCH_LOG_TASK, resources.search_log.run)
+
+
+async def stop_search_log(resources: Resources) -> None:
+    """Shutdown hook (the last one): write every pending search row before the database closes."""
+    log, resources.search_log = resources.search_log, None
+    if log is not None:
+        await log.close(resources.supervisor.task(SEARCH_LOG_TASK))
+
+
 async def log_search(resources: Resources, search_id: str, caller: Caller, query: str, k: int,
                      outcome: SearchOutcome) -> None:
-    """Write the search log row (runs after the response is sent)."""
+    """Log the search: queued for the batched writer when it runs, else written at once (CLI, evaluation)."""
+    row = {
+        "id": search_id, "caller": caller.id[:128], "query": query[:4000], "k": k,
+        "results": [{"name": r.name, "score": r.score} for r in outcome.results],
+        "result_count": len(outcome.results), "latency_ms": round(outcome.latency_ms, 3), "created_at": utcnow(),
+    }
+    if resources.search_log is not None:
+        resources.search_log.record(row)
+        return
     async with resources.session() as session:
-        session.add(Search(
-            id=search_id, caller=caller.id, query=query[:4000], k=k,
-            results=[{"name": r.name, "score": r.score} for r in outcome.results],
-            result_count=len(outcome.results), latency_ms=round(outcome.latency_ms, 3),
-        ))
+        session.add(Search(**row))
         await session.commit()

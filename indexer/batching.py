@@ -1,0 +1,102 @@
+"""Micro-batching of query embeddings: concurrent requests share one forward pass on one worker thread."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from indexer.embedding import Embedder, Vector
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Request:
+    texts: list[str]
+    future: Future[list[Vector]] = field(default_factory=Future)
+
+
+class MicroBatcher:
+    """Queues query embeds; one worker thread embeds what is queued together, waiting at most `max_wait` for more.
+
+    Alone, a request runs at once (no added latency). When the previous pass served several requests, the
+    worker waits up to `max_wait` seconds for more to arrive before the next pass: under load that turns many
+    small passes into a few larger ones. The worker thread is also the query path's limiter: query embeds never
+    queue behind indexing, which runs on other threads."""
+
+    def __init__(self, inner: Embedder, max_wait: float = 0.002, max_texts: int = 64) -> None:
+        self.inner = inner
+        self.max_wait = max_wait
+        self.max_texts = max_texts
+        self.passes = 0  # forward passes run
+        self.requests = 0  # requests served
+        self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._busy = False
+
+    def submit(self, texts: Sequence[str]) -> Future[list[Vector]]:
+        """Queue texts to embed; the future holds their vectors."""
+        request = _Request(list(texts))
+        if not request.texts:
+            request.future.set_result([])
+            return request.future
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="query-embedder", daemon=True)
+                self._thread.start()
+        self._queue.put(request)
+        return request.future
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        """Blocking form of submit, for callers on a thread."""
+        return self.submit(texts).result()
+
+    def close(self) -> None:
+        """Stop the worker after the queued requests."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(timeout=10)
+
+    def _collect(self, first: _Request) -> list[_Request]:
+        """The first request plus whatever is queued, waiting up to max_wait for more while under load."""
+        batch = [first]
+        size = len(first.texts)
+        deadline = time.perf_counter() + (self.max_wait if self._busy else 0.0)
+        while size < self.max_texts:
+            try:
+                remaining = deadline - time.perf_counter()
+                item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                self._queue.put(None)  # stop after this pass
+                break
+            batch.append(item)
+            size += len(item.texts)
+        return batch
+
+    def _work(self) -> None:
+        while (first := self._queue.get()) is not None:
+            batch = self._collect(first)
+            self._busy = len(batch) > 1
+            texts = [text for request in batch for text in request.texts]
+            try:
+                vectors = self.inner.embed(texts)
+            except Exception as exc:  # noqa: BLE001 - handed to every waiting caller
+                for request in batch:
+                    request.future.set_exception(exc)
+                continue
+            self.passes += 1
+            self.requests += len(batch)
+            offset = 0
+            for request in batch:
+                request.future.set_result(vectors[offset : offset + len(request.texts)])
+                offset += len(request.texts)

@@ -1,0 +1,138 @@
+"""The bundled MiniLM served by ONNX Runtime: same vectors as sentence-transformers, without importing torch."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexer.onnx_export import Variant, ensure_exported, model_dir
+
+logger = logging.getLogger(__name__)
+
+Vector = list[float]
+MAX_BATCH_TOKENS = 8192  # padded tokens in one forward pass
+
+
+def max_seq_length(source: Path) -> int:
+    """sentence-transformers' truncation length (256 for all-MiniLM-L6-v2, not the tokenizer file's 128)."""
+    config = source / "sentence_bert_config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text()).get("max_seq_length", 256))
+    return 256
+
+
+def load_tokenizer(source: Path, max_length: int) -> Any:
+    """The fast tokenizer from the model's tokenizer.json: truncation at `max_length`, no padding (done per batch)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    tokenizer.enable_truncation(max_length)
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def open_session(path: Path, threads: int | None, spinning: bool = False) -> Any:
+    """An ONNX Runtime CPU session with `threads` intra-op threads (all cores when None)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or os.cpu_count() or 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Spinning workers keep cores busy between runs; on a shared machine that costs more than it saves.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class OnnxEmbedder:
+    """Mean-pooled, unit-length MiniLM vectors from an exported ONNX graph, batched by token length."""
+
+    dimension = 384
+
+    def __init__(
+        self,
+        model: str = "bundled",
+        models_dir: Path = Path(".toolscout/models"),
+        variant: Variant = "int8",
+        batch_size: int = 64,
+        threads: int | None = None,
+    ) -> None:
+        self.model_name = model
+        self.models_dir = models_dir
+        self.variant = variant
+        self.batch_size = batch_size
+        self.threads = threads
+        self.path: Path | None = None
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._session is None:
+                source = model_dir(self.model_name)
+                self.path = ensure_exported(self.models_dir, self.model_name, self.variant)
+                self._tokenizer = load_tokenizer(source, max_seq_length(source))
+                self._session = open_session(self.path, self.threads)
+                self.dimension = int(self._session.get_outputs()[0].shape[-1] or 384)
+                logger.info(
+                    "loaded ONNX embedding model %s (%s, %d threads)",
+                    self.path,
+                    self.variant,
+                    self.threads or os.cpu_count() or 1,
+                )
+        return self._session, self._tokenizer
+
+    def warm(self) -> None:
+        """Load the model and run one embedding so the first query pays nothing."""
+        self.embed(["warm up"])
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_array(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors as a (len(texts), dimension) float32 array; texts of similar length share a batch."""
+        session, tokenizer = self._load()
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        # sentence-transformers strips each text before tokenizing.
+        encodings = tokenizer.encode_batch([str(text).strip() for text in texts])
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for chunk in self._batches(order, [len(e.ids) for e in encodings]):
+            out[chunk] = self._run(session, [encodings[i].ids for i in chunk])
+        return out
+
+    def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """Consecutive runs of the length-sorted texts: at most batch_size texts and MAX_BATCH_TOKENS padded
+        tokens each (attention memory grows with rows x tokens squared)."""
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            if current and (len(current) >= self.batch_size or (len(current) + 1) * lengths[i] > MAX_BATCH_TOKENS):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    @staticmethod
+    def _run(session: Any, ids: list[list[int]]) -> np.ndarray:
+        """One forward pass over right-padded token ids."""
+        width = max(len(row) for row in ids)
+        input_ids = np.zeros((len(ids), width), dtype=np.int64)
+        mask = np.zeros((len(ids), width), dtype=np.int64)
+        for row, tokens in enumerate(ids):
+            input_ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1
+        feed = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
+        return session.run(None, feed)[0]  # type: ignore[no-any-return]

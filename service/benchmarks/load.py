@@ -1,0 +1,188 @@
+"""`toolscout bench load`: drive a Toolscout server in another process over real HTTP with wrk (a Lua script
+cycling real queries) at several concurrencies; p50/p95/p99, requests/s and errors, short and long queries apart,
+next to the embedding floor measured in the same run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.benchmarks.search import POST_BATCH, _free_port, bench_queries, build_catalog, source_tools
+from service.settings import Settings
+
+# wrk's Lua side: cycle the request bodies, print the summary as JSON (latencies in microseconds).
+WRK_SCRIPT = """
+local bodies = {%s}
+local i = 0
+request = function()
+  i = i %% #bodies + 1
+  return wrk.format("POST", "/search", {["Content-Type"] = "application/json"}, bodies[i])
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('RESULT {"requests": %%d, "duration_us": %%d, "errors": %%d, "non2xx": %%d, ' ..
+    '"p50": %%d, "p95": %%d, "p99": %%d, "max": %%d}\\n', summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.timeout, e.status, latency:percentile(50), latency:percentile(95),
+    latency:percentile(99), latency.max))
+end
+"""
+
+
+def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser("load", help="HTTP load on a server in another process (wrk)")
+    parser.add_argument("--url", default=None, help="a running server; default: start one with --tools tools")
+    parser.add_argument("--tools", type=int, default=10000, help="catalog size of the started server")
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--duration", type=int, default=10, help="seconds per concurrency and query kind")
+    parser.add_argument("--queries", type=int, default=2000, help="distinct queries cycled per kind")
+    parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.set_defaults(func=run)
+
+
+def _lua_string(text: str) -> str:
+    return json.dumps(json.dumps({"query": text, "k": 5}))  # a JSON body as a double-quoted Lua string
+
+
+def wrk_run(url: str, queries: list[str], concurrency: int, duration: int, workdir: Path) -> dict[str, Any]:
+    """One wrk run; its summary with latencies in ms and requests/s."""
+    script = workdir / "search.lua"
+    script.write_text(WRK_SCRIPT % ", ".join(_lua_string(q) for q in queries))
+    threads = max(1, min(concurrency, 2))
+    command = [
+        "wrk",
+        "-t",
+        str(threads),
+        "-c",
+        str(concurrency),
+        "-d",
+        f"{duration}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(script),
+        url,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    line = next(row for row in done.stdout.splitlines() if row.startswith("RESULT "))
+    raw = json.loads(line.removeprefix("RESULT "))
+    return {
+        "concurrency": concurrency,
+        "requests_per_s": round(raw["requests"] / (raw["duration_us"] / 1e6), 1),
+        "p50_ms": raw["p50"] / 1000,
+        "p95_ms": raw["p95"] / 1000,
+        "p99_ms": raw["p99"] / 1000,
+        "errors": raw["errors"] + raw["non2xx"],
+        "requests": raw["requests"],
+    }
+
+
+def embedding_floor_ms(queries: list[str]) -> float:
+    """Median ms of one query embedding alone with the configured embedder, in this process."""
+    from service.resources import build_resources
+
+    embedder = build_resources(Settings()).embedder.inner
+    for query in queries[:20]:
+        embedder.embed([query])  # warm up
+    samples = []
+    for query in queries:
+        started = time.perf_counter()
+        embedder.embed([query])
+        samples.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(samples), 2)
+
+
+def _start_server(tools: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`toolscout serve` in a child process on a free port, with `tools` distinct tools registered."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "TOOLSCOUT_DATA_DIR": str(data_dir),
+        "TOOLSCOUT_DEMO_CATALOG": "false",
+        "TOOLSCOUT_EXECUTION__DEMO_SERVERS": "false",
+        "TOOLSCOUT_POLICY__RATE_LIMIT_PER_MINUTE": "0",
+        "TOOLSCOUT_EMBEDDING__MODELS_DIR": str(Settings().models_dir.resolve()),
+    }
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))",
+        "serve",
+        "--port",
+        str(port),
+    ]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    catalog = build_catalog(source_tools(), tools)
+    with httpx.Client(base_url=url, timeout=3600) as client:
+        for offset in range(0, len(catalog), POST_BATCH):
+            client.post("/tools", json={"tools": catalog[offset : offset + POST_BATCH]}).raise_for_status()
+    return process, url
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def run(args: argparse.Namespace) -> int:
+    if shutil.which("wrk") is None:
+        print("wrk is not installed (apt-get install wrk, or scripts/install-test-extras.sh)", file=sys.stderr)
+        return 2
+    kinds = {kind: bench_queries(kind, args.queries) for kind in ("short", "long")}
+    result: dict[str, Any] = {"floor_ms": {kind: embedding_floor_ms(q[:200]) for kind, q in kinds.items()}}
+    with tempfile.TemporaryDirectory(prefix="toolscout-load-") as tmp:
+        process = None
+        url = args.url
+        if url is None:
+            process, url = _start_server(args.tools, Path(tmp))
+            result["tools"] = args.tools
+        try:
+            for kind, queries in kinds.items():
+                wrk_run(url, queries[:50], 4, 2, Path(tmp))  # warm the connection pool and caches of nothing
+                result[kind] = [
+                    wrk_run(url, queries, int(c), args.duration, Path(tmp)) for c in args.concurrency.split(",")
+                ]
+            if process is not None:
+                result["server_peak_rss_mb"] = _peak_rss_mb(process.pid)
+        finally:
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=30)
+    _print(result)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(
+        f"floor (one embedding): short {result['floor_ms']['short']} ms, long {result['floor_ms']['long']} ms; "
+        f"server peak RSS {result.get('server_peak_rss_mb', '?')} MB"
+    )
+    print(f"{'kind':>6} {'conc':>5} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    for kind in ("short", "long"):
+        for row in result[kind]:
+            print(
+                f"{kind:>6} {row['concurrency']:>5} {row['requests_per_s']:>8} {row['p50_ms']:>8} "
+                f"{row['p95_ms']:>8} {row['p99_ms']:>8} {row['errors']:>7}"
+            )

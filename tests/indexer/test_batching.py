@@ -1,0 +1,75 @@
+"""The query micro-batcher: concurrent embeds share forward passes and get the vectors of single calls."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from indexer.batching import MicroBatcher
+from indexer.embedding import HashingEmbedder, Vector
+
+
+class SlowRecorder:
+    """HashingEmbedder that takes `seconds` per pass and records the size of each pass."""
+
+    dimension = 384
+    model_name = "recorder"
+
+    def __init__(self, seconds: float = 0.02) -> None:
+        self.inner = HashingEmbedder()
+        self.seconds = seconds
+        self.passes: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        self.passes.append(len(texts))
+        time.sleep(self.seconds)
+        return self.inner.embed(texts)
+
+
+def test_concurrent_embeds_are_batched_and_equal_single_calls() -> None:
+    recorder = SlowRecorder()
+    batcher = MicroBatcher(recorder, max_wait=0.002)
+    queries = [[f"query number {i}", f"part {i} of it"] if i % 3 == 0 else [f"query number {i}"] for i in range(24)]
+    results: dict[int, list[Vector]] = {}
+    start = threading.Barrier(len(queries))
+
+    def call(i: int) -> None:
+        start.wait()
+        results[i] = batcher.embed(queries[i])
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(queries))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    batcher.close()
+    single = HashingEmbedder()
+    assert all(results[i] == single.embed(queries[i]) for i in range(len(queries)))
+    assert sum(recorder.passes) == sum(len(q) for q in queries) == 32
+    # The first pass may hold one request; the 23 others arrive while it runs and share very few passes.
+    assert len(recorder.passes) <= 4 and max(recorder.passes) >= 16, recorder.passes
+    assert batcher.requests == 24 and batcher.passes == len(recorder.passes)
+
+
+def test_a_lone_request_runs_without_waiting() -> None:
+    recorder = SlowRecorder(seconds=0.0)
+    batcher = MicroBatcher(recorder, max_wait=0.5)
+    started = time.perf_counter()
+    assert batcher.embed(["alone"]) == HashingEmbedder().embed(["alone"])
+    assert time.perf_counter() - started < 0.25
+    batcher.close()
+
+
+def test_an_embedder_error_reaches_every_caller_of_the_pass() -> None:
+    class Broken(SlowRecorder):
+        def embed(self, texts: Sequence[str]) -> list[Vector]:
+            raise RuntimeError("model failed")
+
+    batcher = MicroBatcher(Broken())
+    with pytest.raises(RuntimeError, match="model failed"):
+        batcher.embed(["x"])
+    assert batcher.embed([]) == []
+    batcher.close()
