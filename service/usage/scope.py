@@ -15,7 +15,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from service.db.among import among
 from service.db.models import as_utc, usage_hourly
-from service.errors import PermissionDenied
+from service.errors import InvalidRequest, PermissionDenied
 from service.policy.callers import Caller
 from service.policy.service import visible_names
 from service.usage.rollups import day_of, hour_of
@@ -106,4 +106,16 @@ def build_scope(
         if of_caller is not None and of_caller != caller.id:
             raise PermissionDenied("Only admins may read other callers' analytics", caller=of_caller)
         of_caller = caller.id
-    return Scope(as_utc(since), as_utc(until), of_caller, visible_names(resources, caller))
+    return Scope(
+        _window_bound("since", since), _window_bound("until", until), of_caller, visible_names(resources, caller)
+    )
+
+
+def _window_bound(name: str, moment: datetime | None) -> datetime | None:
+    """A window bound in UTC; one that has no UTC time (year 1 with a positive offset) is a 422, not a 500."""
+    try:
+        return as_utc(moment)
+    except OverflowError as exc:
+        raise InvalidRequest(
+            f"`{name}` is out of the range of dates", errors=[{"pointer": name, "reason": str(exc)}]
+        ) from exc

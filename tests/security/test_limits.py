@@ -93,3 +93,11 @@ async def test_deeply_nested_arguments_are_a_4xx_problem(tmp_path: Path) -> None
         )
         assert 400 <= response.status_code < 500
         assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_an_analytics_window_without_a_utc_time_is_422(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, permissions=None)
+    async with running(settings) as (_app, http):
+        answer = await http.get("/analytics/tools", params={"since": "0001-01-01T00:00:00+05:00"})
+        body = assert_problem(answer, 422, "invalid-request")
+        assert body["errors"][0]["pointer"] == "since"
