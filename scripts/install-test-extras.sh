@@ -2,6 +2,10 @@
 # What the tests with real parts need beyond the Python package: upstream MCP servers and Node tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Redis for the cluster tests (shared rate limits, change events); scripts/test.sh starts it.
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then apt-get install -y --no-install-recommends redis-server; else sudo apt-get install -y --no-install-recommends redis-server; fi
+fi
 tests/mcp/install_node_tools.sh
 # Upstream MCP servers (PyPI ones in their own venv, npm ones when Node is present) for the execution tests.
 .venv/bin/toolscout servers install

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything the tests need, make sure PostgreSQL runs, then run the whole suite.
+# Install everything the tests need, make sure PostgreSQL and Redis run, then run the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
@@ -7,6 +7,10 @@ scripts/install.sh
 if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
   for _ in $(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+  for _ in $(seq 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.2; done
 fi
 scripts/install-test-extras.sh
 python -m pytest "$@"

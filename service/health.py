@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from service.cluster.state import cluster_state, readiness
 from service.deps import ResourcesDep
 
 router = APIRouter(tags=["health"])
@@ -39,7 +40,18 @@ async def readyz(resources: ResourcesDep) -> JSONResponse:
     supervisor = resources.supervisor
     failing = sorted(name for name, status in supervisor.status.items() if status.state == "backoff")
     checks["background"] = "ok" if not failing else "restarting: " + ", ".join(failing)
+    cluster = cluster_state(resources)
+    checks["redis"] = readiness(cluster)
     ready = checks["database"] == "ok" and checks["index"] == "ok"
-    status = ("ready" if not failing else "degraded") if ready else "not ready"
-    body = {"status": status, "checks": checks, "background": supervisor.report()}
+    # Redis down is degraded, not unready: limits hold per replica and the catalog is followed by polling.
+    degraded = bool(failing) or checks["redis"].startswith("degraded")
+    status = ("degraded" if degraded else "ready") if ready else "not ready"
+    body: dict[str, object] = {
+        "status": status,
+        "checks": checks,
+        "background": supervisor.report(),
+        "replica": cluster.replica_id,
+    }
+    if (follower := cluster.follower) is not None:
+        body["catalog"] = {"followed_seq": follower.watermark, "changes_applied": follower.applied}
     return JSONResponse(body, 200 if ready else 503)

@@ -14,7 +14,10 @@ from service import health
 from service.catalog import event_routes as events
 from service.catalog import routes as tools
 from service.catalog.files import demo_catalog
-from service.catalog.service import reconcile_index, register_tools
+from service.catalog.reconcile import reconcile_index
+from service.catalog.service import register_tools
+from service.cluster.runtime import start_cluster, stop_cluster
+from service.cluster.servers import start_server_following, stop_server_following
 from service.console.routes import install_console
 from service.errors import install_error_handlers, problem_responses
 from service.execution import routes as execute
@@ -77,8 +80,12 @@ def create_app(
     app.state.shutdown_hooks.append(stop_search_log)
     app.state.startup_hooks += [policy.start_policy, learning.start_learning]
     app.state.shutdown_hooks += [policy.stop_policy, learning.stop_learning]
-    app.state.startup_hooks.append(gateway.start_gateway)
-    app.state.shutdown_hooks.append(gateway.stop_gateway)
+    # The cluster first (the gateway's first syncs ask for writer locks) and, after the gateway, the
+    # following of servers added or removed on other replicas; shutdown runs the hooks in reverse.
+    app.state.startup_hooks.insert(0, start_cluster)
+    app.state.shutdown_hooks.insert(0, stop_cluster)
+    app.state.startup_hooks += [gateway.start_gateway, start_server_following]
+    app.state.shutdown_hooks += [gateway.stop_gateway, stop_server_following]
     install_error_handlers(app)
     install_observability(app, resources)  # inside the edge guards: the host check still sees every request first
     install_edge_guards(app, settings)

@@ -22,6 +22,7 @@ from service.supervisor import Supervisor
 if TYPE_CHECKING:
     # Types only: the domains build these objects and attach them; this module imports none of them.
     from service.catalog.events import EventHub
+    from service.cluster.state import Cluster
     from service.execution.code_mode.runner import CodeMode
     from service.execution.runtime import Gateway
     from service.observability import Observability
@@ -64,6 +65,7 @@ class Resources:
     gateway: Gateway | None = None  # execution.runtime.start_gateway
     code_mode: CodeMode | None = None  # execution.code_mode.runner.code_mode
     observability: Observability | None = None  # observability.install_observability (metrics, tracer, logs)
+    cluster: Cluster | None = None  # cluster.state.cluster_state: replica id, Redis bus, writer locks, follower
     progress: Callable[[int, int], None] | None = None  # the CLI's progress bar while indexing
     # Every background loop runs under it: restarted with backoff on any error, shown in /readyz.
     supervisor: Supervisor = field(default_factory=Supervisor)
@@ -130,6 +132,7 @@ async def start_resources(resources: Resources, index: VectorIndex | None = None
                 api_key=settings.index.api_key,
                 collection=settings.index.collection,
                 dimension=resources.embedder.dimension,
+                options=settings.index,
             )
         )
     resources.index = index

@@ -24,6 +24,20 @@ class IndexSettings(BaseModel):
     url: str | None = None
     api_key: str | None = None
     collection: str = "toolscout_tools"
+    # Qdrant server only (ignored by `edge` and ':memory:'): collection layout, query effort and retries.
+    shards: int = 1
+    replication_factor: int = 1
+    write_consistency_factor: int = 1
+    on_disk: bool = False  # dense vectors memory-mapped from disk instead of held in RAM
+    hnsw_ef: int = 128  # search-time HNSW beam; raised to the candidate limit when that is larger
+    retries: int = 3  # attempts after the first on a transient failure, with exponential backoff
+    retry_backoff_seconds: float = 0.2
+    timeout_seconds: float = 10.0
+    # True: one query per text, its per-signal prefetches fused by Qdrant (`fusion`). Off by default: on the dev
+    # sets it loses 5-13 points of R@1 to the z-score fusion done here (bench/compare_qdrant_fusion.py); the
+    # per-signal HNSW queries go in one batch request either way.
+    server_fusion: bool = False
+    fusion: Literal["rrf", "dbsf"] = "rrf"
 
 
 class EmbeddingSettings(BaseModel):
@@ -153,6 +167,8 @@ class FrontendSettings(BaseModel):
     dynamic_max_active: int = 64
     dynamic_idle_seconds: int = 1800
     dynamic_max_sessions: int = 1000  # dynamic-mode activation sets kept at once (least recently used go first)
+    # Several front-end instances behind one balancer share dynamic-mode sessions here (default: cluster.redis_url).
+    redis_url: str | None = None
     request_timeout_seconds: float = 120.0  # one REST call; above the execution timeout so the API answers first
     events_retry_seconds: float = 2.0  # first wait before reconnecting to GET /events (doubles up to 60 s)
     http_host: str = "127.0.0.1"  # `toolscout mcp --transport http` listens here
@@ -181,6 +197,20 @@ class ObservabilitySettings(BaseModel):
 
     # A caller label on the execution metrics: one series per caller, so only for a bounded set of callers.
     metrics_caller_label: bool = False
+class ClusterSettings(BaseModel):
+    """Several replicas: shared ephemeral state in Redis; unset `redis_url` keeps everything in one process."""
+
+    redis_url: str | None = None
+    key_prefix: str = "toolscout"  # Redis keys and channels start with this (several deployments per Redis)
+    replica_id: str | None = None  # default: host name and process id
+    # Catalog follow-up: a change event wakes every replica at once; this poll catches missed events
+    # (fallback_poll_seconds while Redis is down), and the whole catalog is compared every full_catchup_seconds.
+    poll_seconds: float = 5.0
+    fallback_poll_seconds: float = 1.0
+    full_catchup_seconds: float = 60.0
+    gap_horizon_seconds: float = 30.0  # a hole in the change sequence older than this was a rolled-back write
+    lock_retry_seconds: float = 5.0  # how often a replica tries to become the writer of a server's catalog
+    redis_timeout_seconds: float = 1.0
 
 
 class Settings(BaseSettings):
@@ -210,6 +240,7 @@ class Settings(BaseSettings):
     frontend: FrontendSettings = Field(default_factory=FrontendSettings)
     code_mode: CodeModeSettings = Field(default_factory=CodeModeSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
 
     @property
     def database_url(self) -> str:

@@ -19,6 +19,11 @@ DOMAINS = ("catalog", "search", "upstream", "execution", "policy", "usage", "obs
 # What the MCP front end may import of the service: the REST client side, never a domain package.
 # service.security: edge guards (hosts, limits, failed-auth delays) that import only settings and errors.
 MCP_MAY_IMPORT = ("service.mcp", "service.errors", "service.settings", "service.http_transport", "service.security")
+# cluster/ is two layers: these modules sit under the domains (which call them in their own transactions) ...
+CLUSTER_BELOW_DOMAINS = ("bus", "changes", "ratelimit", "state", "vectors", "writers")
+CLUSTER_BELOW_MAY_IMPORT = ("service.settings", "service.db", "service.policy.ratelimit")
+# ... and these apply other replicas' changes through the domains; only main.py wires them in.
+CLUSTER_ABOVE_DOMAINS = ("follower", "servers", "runtime")
 # The web console reads analytics (usage) and who the caller is (policy) and serves them through deps.
 CONSOLE_MAY_IMPORT = ("service.console", "service.usage", "service.policy", "service.deps", "service.db")
 # The /metrics route and the console are assembled by main.py only.
@@ -169,6 +174,25 @@ def test_the_mcp_front_end_talks_to_the_rest_api_only(graph: dict[str, set[str]]
     assert {m: ts for m, ts in wrong.items() if ts} == {}
 
 
+def test_the_cluster_state_below_the_domains_imports_no_domain(graph: dict[str, set[str]]) -> None:
+    below = {f"service.cluster.{m}" for m in CLUSTER_BELOW_DOMAINS}
+    assert below <= set(graph)
+
+    def allowed(target: str) -> bool:
+        return not target.startswith("service") or target in below or target.startswith(CLUSTER_BELOW_MAY_IMPORT)
+
+    wrong = {module: sorted(t for t in graph[module] if not allowed(t)) for module in below}
+    assert {m: ts for m, ts in wrong.items() if ts} == {}
+
+
+def test_only_main_wires_the_cluster_modules_above_the_domains(graph: dict[str, set[str]]) -> None:
+    above = {f"service.cluster.{m}" for m in CLUSTER_ABOVE_DOMAINS}
+    importers = {
+        module: sorted(targets & above)
+        for module, targets in graph.items()
+        if targets & above and not module.startswith("service.cluster")
+    }
+    assert importers == {"service.main": ["service.cluster.runtime", "service.cluster.servers"]}
 def test_the_observability_hooks_import_nothing_of_the_service(graph: dict[str, set[str]]) -> None:
     """stage, span, observe_* and the trace ids are called by wiring (errors.py) and by search and execution,
     so below routes.py observability/ imports only itself; routes.py (the /metrics scrape) reads the catalog."""

@@ -13,9 +13,12 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import content_hash
-from indexer.pipeline import SyncReport, index_tools, sync_catalog
+from indexer.pipeline import DenseVectors, SyncReport, index_tools
 from indexer.tools import ToolDefinition, ToolProblem, normalize_server_id, validate_batch
 from service.catalog.events import publish_tools_changed
+from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
+from service.cluster.state import announce, cluster_state
+from service.cluster.vectors import embedder_id, save_vectors, vectors_for
 from service.db.among import among
 from service.db.models import Server, Tool, utcnow
 from service.errors import HiddenTool, NotFound
@@ -157,24 +160,69 @@ async def register_tools(
     batch = validate_batch(_server_ids(raw_tools, default_server), default_id)
     report = RegisterReport(errors=list(batch.problems))
     async with resources.index_lock:
+        vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
         async with resources.session() as session:
             await _upsert_rows(session, batch.tools, report)
+            await save_vectors(session, new, embedder_id(resources.embedder))
+            changed = set(report.created) | set(report.updated)
+            _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed])
             await session.commit()
-        await _index(resources, batch.tools)
-    changed = set(report.created) | set(report.updated)
+        await index_definitions(resources, batch.tools, vectors)
     for server in sorted({t.server for t in batch.tools if t.qualified_name in changed}):
         publish_tools_changed(resources, server)  # MCP front ends re-list (GET /events)
+    if changed:
+        await announce(resources)
     return report
 
 
-async def _index(resources: Resources, tools: list[ToolDefinition]) -> SyncReport:
+async def _changed_tools(resources: Resources, tools: list[ToolDefinition]) -> list[ToolDefinition]:
+    """The tools whose catalog row is missing, deprecated or of another content."""
+    names = [t.qualified_name for t in tools]
+    if not names:
+        return []
+    async with resources.session() as session:
+        rows = await session.execute(
+            select(Tool.qualified_name, Tool.content_hash).where(
+                among(Tool.qualified_name, names), Tool.deprecated.is_(False)
+            )
+        )
+        current = dict(rows.tuples().all())
+    return [t for t in tools if current.get(t.qualified_name) != content_hash(t)]
+
+
+def _record_tools(resources: Resources, session: AsyncSession, tools: list[ToolDefinition], *extra: str) -> None:
+    """One change row per server, in the session's transaction (`extra`: names removed)."""
+    by_server: dict[str, set[str]] = {}
+    for tool in tools:
+        by_server.setdefault(tool.server, set()).add(tool.qualified_name)
+    for name in extra:
+        by_server.setdefault(name.split("__", 1)[0], set()).add(name)
+    for server, names in sorted(by_server.items()):
+        record_change(session, TOOLS, names, server=server, origin=cluster_state(resources).replica_id)
+
+
+async def index_definitions(
+    resources: Resources,
+    tools: list[ToolDefinition],
+    vectors: dict[str, DenseVectors] | None = None,
+    known_hashes: dict[str, str] | None = None,
+) -> SyncReport:
+    """Index these tools (embedding only those without `vectors`) and add them to the name directory."""
     index = resources.index
     assert index is not None and resources.retriever is not None
     report: SyncReport = await resources.run_indexing(
         # Catalog texts bypass the query cache: they would only evict the queries it is there for.
-        lambda: index_tools(index, resources.embedder.inner, resources.encoder, tools, progress=resources.progress)
+        lambda: index_tools(
+            index,
+            resources.embedder.inner,
+            resources.encoder,
+            tools,
+            progress=resources.progress,
+            known_hashes=known_hashes,
+            stored=vectors,
+        )
     )
-    changed = set(report.embedded)  # unchanged tools are in the directory already (loaded from SQL at start)
+    changed = set(report.upserted)  # unchanged tools are in the directory already (loaded from SQL at start)
     for tool in tools:
         if tool.qualified_name in changed:
             resources.retriever.directory.add(tool.qualified_name, tool.name, tool.server, tool.tags)
@@ -191,6 +239,7 @@ async def sync_server_tools(
     report = RegisterReport(errors=list(batch.problems))
     listed = {t.qualified_name for t in batch.tools}
     async with resources.index_lock:
+        vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
         async with resources.session() as session:
             server = await ensure_server(session, server_id, transport, config)
             await _upsert_rows(session, batch.tools, report)
@@ -202,14 +251,22 @@ async def sync_server_tools(
                     row.deprecated = True
                     report.removed.append(row.qualified_name)
             server.last_sync_at = utcnow()
+            await save_vectors(session, new, embedder_id(resources.embedder))
+            changed = set(report.created) | set(report.updated)
+            if changed or report.removed:
+                _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed],
+                              *report.removed)
             await session.commit()
-        await _index(resources, batch.tools)
+        await index_definitions(resources, batch.tools, vectors)
         if report.removed:
-            await _unindex(resources, report.removed)
+            await unindex(resources, report.removed)
+    if changed or report.removed:
+        await announce(resources)
     return report
 
 
-async def _unindex(resources: Resources, names: list[str]) -> None:
+async def unindex(resources: Resources, names: list[str]) -> None:
+    """Remove these tools from the index and the name directory."""
     index = resources.index
     assert index is not None and resources.retriever is not None
     await resources.run_index(index.delete, names)
@@ -280,9 +337,11 @@ async def delete_tool(resources: Resources, name: str) -> None:
             row = await find_tool(session, name, resources)
             server_id = row.server_id
             await session.delete(row)
+            record_change(session, TOOLS, [name], server=server_id, origin=cluster_state(resources).replica_id)
             await session.commit()
-        await _unindex(resources, [name])
+        await unindex(resources, [name])
     publish_tools_changed(resources, server_id)
+    await announce(resources)
 
 
 async def remove_server(resources: Resources, server_id: str) -> list[str]:
@@ -295,23 +354,12 @@ async def remove_server(resources: Resources, server_id: str) -> list[str]:
             names = list((await session.scalars(select(Tool.qualified_name).where(Tool.server_id == server_id))).all())
             await session.execute(delete(Tool).where(Tool.server_id == server_id))
             await session.delete(server)
+            record_change(session, SERVER_REMOVED, names, server=server_id, origin=cluster_state(resources).replica_id)
             await session.commit()
-        await _unindex(resources, names)
+        await unindex(resources, names)
     publish_tools_changed(resources, server_id)
+    await announce(resources)
     return names
-
-
-async def reconcile_index(resources: Resources) -> SyncReport:
-    """At start-up: make the index hold exactly the active catalog (embeds only what differs)."""
-    async with resources.index_lock:
-        async with resources.session() as session:
-            rows = (await session.scalars(select(Tool).where(Tool.deprecated.is_(False)))).all()
-        tools = [to_definition(r) for r in rows]
-        index = resources.index
-        assert index is not None
-        return await resources.run_indexing(
-            lambda: sync_catalog(index, resources.embedder.inner, resources.encoder, tools)
-        )
 
 
 async def count_tools(session: AsyncSession) -> dict[str, int]:

@@ -132,7 +132,7 @@ def _fail(error: ToolscoutError | dict[str, Any]) -> int:
 
 async def _direct(fn: Any) -> Any:
     """Run fn(resources) against the local data folder with the service's own start-up and shutdown."""
-    from service.catalog.service import reconcile_index
+    from service.catalog.reconcile import reconcile_index
     from service.resources import build_resources, close_resources, start_resources
     from service.search.service import start_search
 

@@ -15,6 +15,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -342,3 +343,31 @@ caller_last_call = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
 )
 """Each caller's latest call seen by the refresh, to pair it with the next one."""
+
+
+class CatalogChange(Base):
+    """The catalog's change sequence: one row per committed change, written in the change's transaction.
+
+    Replicas follow it (woken by a Redis event, or by polling) to keep their name directory, permission
+    snapshot, tool cache and embedded index in step; `names` are the qualified names whose rows changed."""
+
+    __tablename__ = "catalog_changes"
+
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32))  # tools | server_added | server_removed
+    server_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    names: Mapped[list[Any]] = mapped_column(default=list)
+    origin: Mapped[str] = mapped_column(String(128), default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ToolVectors(Base):
+    """Dense vectors of a tool's fields per content hash and embedder, so no replica embeds a tool twice."""
+
+    __tablename__ = "tool_vectors"
+
+    content_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    dimension: Mapped[int] = mapped_column(Integer)
+    vectors: Mapped[bytes] = mapped_column(LargeBinary)  # float32 little-endian, fields in DENSE_FIELDS order
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

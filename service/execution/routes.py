@@ -109,7 +109,8 @@ async def execute_batch(
             limit="execution.batch_max_calls",
         )
     # The request took one token when its caller was resolved; each further call takes its own.
-    if wait := key_resolver(resources).limiter.acquire(caller.key_id or caller.id, len(request.calls) - 1):
+    limiter = key_resolver(resources).limiter
+    if wait := await limiter.acquire_async(caller.key_id or caller.id, len(request.calls) - 1):
         raise RateLimited(f"A batch of {len(request.calls)} calls costs {len(request.calls)} tokens", retry_after=wait)
     concurrency = min(request.concurrency or settings.batch_concurrency, settings.batch_concurrency)
     items = await gateway.executor.execute_batch(caller, [call.model_dump() for call in request.calls], concurrency)

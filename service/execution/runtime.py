@@ -16,6 +16,8 @@ from typing import Any
 
 from service.catalog.events import publish_tools_changed
 from service.catalog.service import sync_server_tools
+from service.cluster.state import cluster_state
+from service.db.models import Server
 from service.errors import ToolscoutError
 from service.execution.executor import Executor
 from service.execution.log import ExecutionLog
@@ -60,6 +62,10 @@ def build_gateway(resources: Resources) -> Gateway:
     settings = resources.settings
 
     async def on_tools(spec: ServerSpec, tools: list[dict[str, Any]]) -> Any:
+        if not await may_write_catalog(resources, spec, spec.id in pool.adding):
+            if (gateway := resources.gateway) is not None:
+                gateway.executor.tools.invalidate_server(spec.id)
+            return {"writer": False, "listed": len(tools)}  # the writer replica syncs the catalog
         report = await sync_server_tools(resources, spec.id, tools, transport=spec.transport, config=spec.config())
         if (gateway := resources.gateway) is not None:
             gateway.executor.tools.invalidate_server(spec.id)
@@ -87,6 +93,19 @@ def build_gateway(resources: Resources) -> Gateway:
     )
     results = ResultStore(resources)
     return Gateway(resources, pool, log, results, Executor(resources, pool, log, results))
+
+
+async def may_write_catalog(resources: Resources, spec: ServerSpec, adding: bool) -> bool:
+    """Whether this replica syncs the server's listing into the catalog: it holds the server's writer lock,
+    and an API-added server still exists (a listing arriving after another replica removed it must not bring
+    the server back)."""
+    writers = cluster_state(resources).writers
+    if writers is not None and not await writers.claim(spec.id):
+        return False
+    if spec.source != "api" or adding:
+        return True
+    async with resources.session() as session:
+        return await session.get(Server, spec.id) is not None
 
 
 async def start_gateway(resources: Resources) -> None:

@@ -39,6 +39,7 @@ from service.mcp.notify import Notifier
 from service.mcp.profiles import Profile
 from service.mcp.render import CALL, FETCH, HELP_PREFIX, RUN, SEARCH, STATUS
 from service.mcp.sessions import SessionStore
+from service.mcp.shared_sessions import shared_sessions
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -155,6 +156,7 @@ class Frontend:
             timeout=frontend.request_timeout_seconds,
             transport=self._api_transport,
         )
+        self.sessions.shared = shared_sessions(self.settings)
         try:
             async with anyio.create_task_group() as tg:
                 retry = self.settings.frontend.events_retry_seconds
@@ -167,6 +169,7 @@ class Frontend:
         finally:
             await self._api.aclose()
             self._api = None
+            await self.sessions.detach()
 
     @property
     def events_connected(self) -> bool:
@@ -192,14 +195,10 @@ class Frontend:
         except ApiError as exc:
             logger.warning("could not refresh activated tools after a catalog change: %s", exc.detail)
             return
-        for state in states:
-            for name, tool in list(state.active.items()):
-                if server is not None and tool.get("server") != server:
-                    continue
-                if name in current:
-                    state.active[name] = current[name]
-                else:
-                    del state.active[name]
+        for key in [s.key for s in states]:  # read again: another front end may have changed a shared one
+            state = await self.sessions.load(key)
+            if state is not None and self.sessions.refresh_tools(state, server, current):
+                await self.sessions.save(state)
 
     # ---- sessions -----------------------------------------------------------------------------------------
 
@@ -255,7 +254,7 @@ class Frontend:
     async def list_tools_for(self, session: str) -> list[types.Tool]:
         """The tool list a session sees in this mode."""
         catalog = await self.catalog() if self.mode in ("full", "grouped") else []
-        state = self.sessions.peek(session) if self.mode == "dynamic" else None
+        state = await self.sessions.load(session) if self.mode == "dynamic" else None
         return render.mode_tools(
             self.mode,
             catalog=catalog,
@@ -270,7 +269,7 @@ class Frontend:
     ) -> types.ListToolsResult:
         session = self.session_key(ctx)
         if self.mode == "dynamic":
-            self.sessions.get(session)  # listing counts as activity
+            await self.sessions.open(session)  # listing counts as activity
         try:
             tools = await self.list_tools_for(session)
         except ApiError as exc:
@@ -332,7 +331,7 @@ class Frontend:
         servers = [
             s for s in await self.api.servers() if self.profile is None or self.profile.allows_server(s["id"])
         ]
-        state = self.sessions.peek(self.session_key(ctx))
+        state = await self.sessions.load(self.session_key(ctx))
         active = list(state.active) if state is not None else []
         return _text(
             render.status_text(self.mode, self.profile.name if self.profile else None, servers, active)
@@ -355,10 +354,12 @@ class Frontend:
         body = await self.api.search(query, k=k, servers=servers, tags=tags)
         results = [r for r in body.get("results") or [] if self.view.in_scope(r)]
         session = self.session_key(ctx)
-        state = self.sessions.get(session)
+        state = await self.sessions.open(session)
         if body.get("search_id"):
             self.sessions.remember_search(state, [r["name"] for r in results], str(body["search_id"]))
-        if self.mode == "dynamic" and self.sessions.activate(state, (_catalog_shape(r) for r in results)):
+        activated = self.mode == "dynamic" and self.sessions.activate(state, (_catalog_shape(r) for r in results))
+        await self.sessions.save(state)
+        if activated:
             await self.notifier.tools_changed(session, origin=self._origin(ctx))
         return _text(render.search_text(results, self.mode))
 
@@ -376,7 +377,7 @@ class Frontend:
                     f"Tool {name!r} is outside the profile {self.profile.name!r}", tool=name
                 )
             name = str(tool["name"])
-        state = self.sessions.peek(self.session_key(ctx))
+        state = await self.sessions.load(self.session_key(ctx))
         search_id = state.search_ids.get(name) if state is not None else None
         return render.execution_result(await self.api.execute(name, arguments, search_id, approval_id))
 

@@ -3,6 +3,10 @@
 Bounded three ways: at most `max_active` activated tools per session (the least recently used leave first),
 at most `max_sessions` sessions (the least recently seen leave first), and a session idle for `idle_seconds`
 is forgotten. A forgotten session starts again from the meta-tools; its tools stay callable by name.
+
+With a `shared` store (Redis, shared_sessions.py) the sessions a client carries between front-end instances
+are read from it before use (`load`) and written back after each change (`save`); this store then holds
+the copies of this instance.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from service.mcp.shared_sessions import SharedSessions, unreachable
 
 
 @dataclass
@@ -39,6 +45,7 @@ class SessionStore:
         self.idle_seconds = idle_seconds
         self._clock = clock
         self._sessions: OrderedDict[str, SessionState] = OrderedDict()
+        self.shared: SharedSessions | None = None  # set by the front end while it runs with Redis
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -74,6 +81,61 @@ class SessionStore:
         """Every live session."""
         self._expire(self._clock())
         return list(self._sessions.values())
+
+    async def load(self, key: str) -> SessionState | None:
+        """`peek`, after reading the session again from the shared store when it holds this session."""
+        await self._read_shared(key, touch=False)
+        return self.peek(key)
+
+    async def open(self, key: str) -> SessionState:
+        """`get` (created if needed, marked seen), after reading the session again from the shared store."""
+        await self._read_shared(key, touch=True)
+        return self.get(key)
+
+    async def _read_shared(self, key: str, *, touch: bool) -> None:
+        shared = self.shared
+        if shared is None or not shared.shares(key):
+            return
+        stored = await shared.load(key)
+        if unreachable(stored):
+            return  # while Redis is away this instance's copy answers
+        self._sessions.pop(key, None)
+        if isinstance(stored, dict):
+            self._adopt(key, stored)
+            if touch:
+                await shared.touch(key)
+
+    def _adopt(self, key: str, stored: dict[str, Any]) -> None:
+        state = SessionState(key=key, last_seen=self._clock())
+        state.active.update((str(name), dict(tool)) for name, tool in stored.get("active") or [])
+        state.search_ids.update((str(name), str(search)) for name, search in stored.get("search_ids") or [])
+        while len(state.active) > self.max_active:
+            state.active.popitem(last=False)
+        self._sessions[key] = state
+
+    async def detach(self) -> None:
+        """Stop sharing (the front end stops): close the shared store's connection."""
+        shared, self.shared = self.shared, None
+        if shared is not None:
+            await shared.aclose()
+
+    async def save(self, state: SessionState) -> None:
+        """Write a changed state to the shared store (no-op without one, or for a session of this instance)."""
+        if self.shared is not None and self.shared.shares(state.key):
+            await self.shared.save(state.key, state.active, state.search_ids)
+
+    def refresh_tools(self, state: SessionState, server: str | None, current: Mapping[str, dict[str, Any]]) -> bool:
+        """Set a session's activated tools of `server` (None: all) to the catalog's `current` entries, dropping
+        the ones gone; True when it changed."""
+        before = dict(state.active)
+        for name, tool in list(state.active.items()):
+            if server is not None and tool.get("server") != server:
+                continue
+            if name in current:
+                state.active[name] = current[name]
+            else:
+                del state.active[name]
+        return dict(state.active) != before
 
     def activate(self, state: SessionState, tools: Iterable[Mapping[str, Any]]) -> bool:
         """Add catalog tools (REST shape) to the session's list, most recent last; True when it changed."""

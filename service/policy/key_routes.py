@@ -51,7 +51,7 @@ async def create(
         )
     created = await keys.create_key(session, request.caller, request.roles)
     await session.commit()
-    keys.key_resolver(resources).invalidate()
+    await keys.key_resolver(resources).changed()  # the other replicas' key caches forget too
     row = await session.get(ApiKey, created.id)
     assert row is not None
     return {**keys.key_view(row), "key": created.key}
@@ -65,8 +65,8 @@ async def list_keys(session: SessionDep, caller: KeysAdminDep, include_revoked: 
 
 @router.delete("/{key_id}", response_model=KeyResponse)
 async def revoke(key_id: str, session: SessionDep, resources: ResourcesDep, caller: KeysAdminDep) -> dict[str, Any]:
-    """Revoke a key by id or shown prefix; it stops working at once in this process."""
+    """Revoke a key by id or shown prefix; it stops working at once (other replicas hear of it over Redis)."""
     row = await keys.revoke_key(session, key_id)
     await session.commit()
-    keys.key_resolver(resources).invalidate()
+    await keys.key_resolver(resources).changed()  # the other replicas' key caches forget too
     return keys.key_view(row)

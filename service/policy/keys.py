@@ -12,7 +12,7 @@ import secrets
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.db.models import ApiKey, as_utc, utcnow
 from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized
 from service.policy.callers import OPEN_CALLER, Caller
-from service.policy.ratelimit import TokenBucketLimiter
+from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
 from service.security.auth_failures import FailedAuthLimiter
 from service.security.openmode import open_mode_allowed
 
@@ -117,7 +117,9 @@ class KeyResolver:
         self.resources = resources
         self.ttl = policy.key_cache_seconds
         self.open_allowed = open_mode_allowed(resources.settings)
-        self.limiter = TokenBucketLimiter(policy.rate_limit_per_minute, policy.rate_limit_burst)
+        # With several replicas cluster.runtime.start_cluster swaps in the shared Redis buckets and `on_change`.
+        self.limiter: RateLimiter = TokenBucketLimiter(policy.rate_limit_per_minute, policy.rate_limit_burst)
+        self.on_change: Callable[[], Awaitable[None]] | None = None
         self.failures = FailedAuthLimiter(policy.auth_failures_free, policy.auth_failure_max_delay_seconds)
         self._cache: OrderedDict[str, tuple[Caller | None, float]] = OrderedDict()
         self._keys_exist: tuple[bool, float] | None = None
@@ -126,6 +128,13 @@ class KeyResolver:
         """Forget cached keys (after a key is created or revoked in this process)."""
         self._cache.clear()
         self._keys_exist = None
+
+    async def changed(self) -> None:
+        """A key was created or revoked here: forget cached keys in this process and, through `on_change`, on
+        every other replica."""
+        self.invalidate()
+        if self.on_change is not None:
+            await self.on_change()
 
     async def keys_exist(self) -> bool:
         """Whether any key was ever created: revoking every key must not reopen the service to anyone."""
@@ -169,7 +178,7 @@ class KeyResolver:
             caller = OPEN_CALLER
         else:
             raise Unauthorized("No API key exists and open mode is off; create one with `toolscout keys create`")
-        wait = self.limiter.acquire(caller.key_id or caller.id)
+        wait = await self.limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
             raise RateLimited(
                 f"Rate limit of {self.limiter.rate * 60:g} requests per minute exceeded", retry_after=wait

@@ -1,4 +1,5 @@
-"""Token buckets per API key, in process memory (one replica; several replicas need a shared store)."""
+"""Token buckets per API key: the `RateLimiter` protocol the key resolver charges, and its in-process buckets
+(one replica; several replicas share buckets in Redis through cluster/ratelimit.py, which implements it too)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class RateLimiter(Protocol):
+    """Buckets of `burst` tokens per key refilled at `rate` tokens per second; `enabled` is False at rate 0."""
+
+    rate: float
+    burst: float
+
+    @property
+    def enabled(self) -> bool: ...
+
+    async def acquire_async(self, key: str, cost: float = 1.0) -> float:
+        """Take `cost` tokens from the key's bucket: 0.0 when granted, else the seconds until it would be."""
+        ...
 
 
 @dataclass
@@ -56,6 +72,10 @@ class TokenBucketLimiter:
                 bucket.tokens -= cost
                 return 0.0
             return (cost - bucket.tokens) / self.rate
+
+    async def acquire_async(self, key: str, cost: float = 1.0) -> float:
+        """`acquire` for async callers (the `RateLimiter` protocol)."""
+        return self.acquire(key, cost)
 
     def _evict(self, now: float) -> None:
         # Forgetting a bucket refills it, so only buckets that would be full by now are dropped early;

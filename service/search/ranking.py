@@ -86,6 +86,16 @@ def fuse(
     return fused
 
 
+def from_fused(scores: Mapping[str, float]) -> dict[str, Candidate]:
+    """Candidates of a list the index fused itself (Qdrant server: prefetch + fusion), z-normalised so that
+    their scale, and so the weight of the usage boosts, matches the weighted z-score sums of `fuse`."""
+    normalised, _ = zscores(scores)
+    return {
+        name: Candidate(name, score=z, signals={"fused": z}, raw={"fused": scores[name]})
+        for name, z in normalised.items()
+    }
+
+
 def max_merge(whole: dict[str, Candidate], parts: Sequence[tuple[str, dict[str, Candidate]]]) -> dict[str, Candidate]:
     """Each tool keeps its best score over the whole request and each of its parts."""
     merged = dict(whole)

@@ -23,6 +23,7 @@ from service.search.ranking import (
     add_signal,
     apply_boosts,
     apply_name_verbs,
+    from_fused,
     fuse,
     max_merge,
     rank,
@@ -174,17 +175,9 @@ class Retriever:
         index = self.resources.index
         assert index is not None
         with stage(self.resources, "index"):
-            hit_lists: list[list[Hit]] = await self.resources.run_index(index.search, queries, where)
+            fused, hit_lists = await self._index_hits(index, queries, len(texts), where)
         ranking = Stage(self.resources, "rank")
-        per_text: list[dict[str, Candidate]] = []
-        weights = self.weights()
-        width = len(SIGNALS)
-        for t in range(len(texts)):
-            signal_scores = {
-                signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
-                for s, signal in enumerate(SIGNALS)
-            }
-            per_text.append(fuse(signal_scores, weights))
+        per_text = self._candidates(fused, hit_lists, len(texts))
         candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
         apply_name_verbs(candidates, self.directory.verbs, query_stems(query), settings.weight_name_verb)
         exact = self.directory.exact_tiers(query, where)
@@ -203,6 +196,34 @@ class Retriever:
             if c.name in payloads
         ]
         return SearchOutcome(results, (time.perf_counter() - started) * 1000, parts)
+
+    async def _index_hits(
+        self, index: Any, queries: list[SignalQuery], texts: int, where: SearchFilter
+    ) -> tuple[bool, list[list[Hit]]]:
+        """The index's hits: one list per text fused by the index when it can (a Qdrant server with
+        `index.server_fusion`; True), else one list per signal query (False)."""
+        fused_search = getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
+        if fused_search is not None:
+            width = len(SIGNALS)
+            groups = [queries[t * width : (t + 1) * width] for t in range(texts)]
+            limit = self.resources.settings.search.candidates
+            return True, await self.resources.run_index(fused_search, groups, self.weights(), limit, where)
+        return False, await self.resources.run_index(index.search, queries, where)
+
+    def _candidates(self, fused: bool, hit_lists: list[list[Hit]], texts: int) -> list[dict[str, Candidate]]:
+        """Fused candidates per text: the index's own fusion z-normalised, else the signals fused here."""
+        if fused:
+            return [from_fused({h.qualified_name: h.score for h in hits}) for hits in hit_lists]
+        weights = self.weights()
+        width = len(SIGNALS)
+        per_text: list[dict[str, Candidate]] = []
+        for t in range(texts):
+            signal_scores = {
+                signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
+                for s, signal in enumerate(SIGNALS)
+            }
+            per_text.append(fuse(signal_scores, weights))
+        return per_text
 
     @staticmethod
     def _explain(candidate: Candidate) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import uuid
 from typing import Any
 
 from indexer.index.base import SearchFilter
+from service.cluster.changes import last_seq
+from service.cluster.state import cluster_state
 from service.db.models import Search, utcnow
 from service.errors import BadRequest, InvalidRequest
 from service.observability import observe_search, span
@@ -26,6 +28,8 @@ async def start_search(resources: Resources) -> Retriever:
     """Build the retriever of started resources and load the catalog's names into it."""
     resources.retriever = Retriever(resources)
     async with resources.session() as session:
+        # Read before the names: a change committed while they load is followed again (harmlessly).
+        cluster_state(resources).start_seq = await last_seq(session)
         await resources.retriever.load_names(session)
     # Warm before ready: load (or export, on the first start) the model and embed one query, so the first
     # search after start-up costs what the hundredth does.

@@ -29,6 +29,7 @@ class UpstreamPool:
         self._backoff = backoff or Backoff()
         self._heartbeat_seconds = heartbeat_seconds
         self._connections: dict[str, UpstreamConnection] = {}
+        self.adding: set[str] = set()  # servers being added over the API on this replica (upstream.service)
 
     def __contains__(self, server_id: str) -> bool:
         return server_id in self._connections

@@ -14,7 +14,9 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select
 
-from service.catalog.service import count_tools, remove_server
+from service.catalog.service import count_tools, ensure_server, remove_server
+from service.cluster.changes import SERVER_ADDED, record_change
+from service.cluster.state import announce, cluster_state
 from service.db.models import Server
 from service.errors import Conflict, NotFound, UpstreamError
 from service.resources import Resources
@@ -121,13 +123,28 @@ async def add_server(resources: Resources, pool: UpstreamPool, spec: ServerSpec,
         existing = await session.get(Server, spec.id)
     if existing is not None:
         raise Conflict(f"A server named {spec.id!r} already exists", server=spec.id)
-    connection = pool.add(spec)
-    await connection.wait_started(wait_seconds)
-    if not connection.ready and connection.health.state == "backoff":
-        error = connection.health.last_error or "the first connection failed"
-        await pool.remove(spec.id)
-        raise UpstreamError(f"Could not connect to MCP server {spec.id!r}: {error}", server=spec.id)
+    pool.adding.add(spec.id)
+    try:
+        connection = pool.add(spec)
+        await connection.wait_started(wait_seconds)
+        if not connection.ready and connection.health.state == "backoff":
+            error = connection.health.last_error or "the first connection failed"
+            await pool.remove(spec.id)
+            raise UpstreamError(f"Could not connect to MCP server {spec.id!r}: {error}", server=spec.id)
+        await _announce_server(resources, spec)
+    finally:
+        pool.adding.discard(spec.id)
     return await get_server(resources, pool, spec.id)
+
+
+async def _announce_server(resources: Resources, spec: ServerSpec) -> None:
+    """Record the new server in the change sequence (its row exists once the first sync ran), so that the
+    other replicas connect to it too."""
+    async with resources.session() as session:
+        await ensure_server(session, spec.id, spec.transport, spec.config())
+        record_change(session, SERVER_ADDED, [], server=spec.id, origin=cluster_state(resources).replica_id)
+        await session.commit()
+    await announce(resources)
 
 
 async def delete_server(
@@ -137,6 +154,8 @@ async def delete_server(
     connected = server_id in pool
     await pool.remove(server_id)
     forget(server_id)  # the executor's cached rows of this server
+    if (writers := cluster_state(resources).writers) is not None:
+        await writers.release(server_id)
     try:
         removed = await remove_server(resources, server_id)
     except NotFound:

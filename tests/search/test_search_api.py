@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 from sqlalchemy import select
 
+from indexer.embedding import HashingEmbedder
 from service.db.models import Search
+from service.main import create_app
+from tests.conftest import make_settings
 
 TOOLS = [
     {"server": "weather", "name": "get_forecast", "description": "Weather forecast for a city", "tags": ["outdoor"]},
@@ -86,3 +90,19 @@ async def test_every_search_is_logged(client: httpx.AsyncClient) -> None:
     assert [r["name"] for r in row.results] == [r["name"] for r in body["results"]]
     async with resources.session() as session:
         assert len((await session.scalars(select(Search))).all()) == 1
+
+
+async def test_a_qdrant_index_may_fuse_the_signals_itself(tmp_path: Path) -> None:
+    """index.server_fusion: one prefetch-and-fuse query per text; the fused score is the one signal."""
+    settings = make_settings(tmp_path, index={"backend": "qdrant", "url": ":memory:", "server_fusion": True})
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            await _seed(client)
+            body = (await client.post("/search", json={"query": "weather forecast", "k": 2, "explain": True})).json()
+            filtered = (await client.post("/search", json={"query": "send email", "servers": ["chat"]})).json()
+    top = body["results"][0]
+    assert top["name"] == "weather__get_forecast"
+    assert set(top["explain"]["signals"]) == {"fused"} and top["explain"]["similarity"]["fused"] > 0
+    assert {r["server"] for r in filtered["results"]} == {"chat"}

@@ -260,7 +260,7 @@ class CodeMode:
         await sandbox.send({"id": record.index, "ok": ok, "value": value})
 
     async def _tool(self, run: ScriptRun, record: CallRecord, arguments: dict[str, Any]) -> tuple[Any, bool]:
-        self._charge(run.caller)
+        await self._charge(run.caller)
         waiting = run.approvals.get((record.name, arguments_digest(arguments))) or []
         approval_id = waiting.pop(0) if waiting else None
         executor = get_gateway(self.resources).executor
@@ -274,7 +274,7 @@ class CodeMode:
         return value_of(result), True
 
     async def _search(self, run: ScriptRun, arguments: dict[str, Any]) -> list[dict[str, Any]]:
-        self._charge(run.caller)
+        await self._charge(run.caller)
         query, k = arguments.get("query"), arguments.get("k")
         if not isinstance(query, str) or not query.strip():
             raise InvalidArguments("search_tools(query, k) needs a query string", errors=[{"pointer": "/query"}])
@@ -285,10 +285,10 @@ class CodeMode:
         keys = ("name", "server", "description", "input_schema", "annotations", "score")
         return [{key: view[key] for key in keys} for view in map(result_view, outcome.results)]
 
-    def _charge(self, caller: Caller) -> None:
+    async def _charge(self, caller: Caller) -> None:
         """One rate-limit token per call, from the caller's bucket, as a request to /execute takes."""
         limiter = key_resolver(self.resources).limiter
-        wait = limiter.acquire(caller.key_id or caller.id)
+        wait = await limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
             raise RateLimited(f"Rate limit of {limiter.rate * 60:g} requests per minute exceeded", retry_after=wait)
 

@@ -1,0 +1,69 @@
+"""Token buckets in Redis, shared by every replica: one Lua script takes tokens atomically.
+
+It implements policy's `RateLimiter` protocol, like the in-process `TokenBucketLimiter`; cluster/runtime.py
+installs it in the key resolver. While Redis is unreachable the local bucket of this replica answers instead
+(limits per replica: fail safe, never open)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from redis.exceptions import RedisError
+
+from service.cluster.bus import ClusterBus
+from service.policy.ratelimit import TokenBucketLimiter
+
+# KEYS[1] bucket; ARGV rate per second, burst, cost. Redis' own clock, so replicas' clocks do not matter.
+# Returns the seconds to wait as a string (a Lua number would be truncated to an integer reply).
+TOKEN_BUCKET_LUA = """
+local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1])
+local ts = tonumber(state[2])
+if tokens == nil or ts == nil then
+  tokens = burst
+  ts = now
+end
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+local wait = 0
+if tokens >= cost then
+  tokens = tokens - cost
+else
+  wait = (cost - tokens) / rate
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+return tostring(wait)
+"""
+
+
+class RedisTokenBucketLimiter:
+    """`burst` tokens per key, refilled at `rate_per_minute / 60` per second, kept in Redis."""
+
+    def __init__(self, bus: ClusterBus, rate_per_minute: float, burst: int) -> None:
+        self.bus = bus
+        self.local = TokenBucketLimiter(rate_per_minute, burst)
+        self.rate = self.local.rate
+        self.burst = self.local.burst
+        self._script = bus.redis.register_script(TOKEN_BUCKET_LUA)
+
+    @property
+    def enabled(self) -> bool:
+        return self.local.enabled
+
+    async def acquire_async(self, key: str, cost: float = 1.0) -> float:
+        """Take `cost` tokens from the key's shared bucket: 0.0 when granted, else the seconds until it would be."""
+        if not self.enabled:
+            return 0.0
+        # Keys are hashed: a bucket name never carries a caller id or key id into Redis in clear.
+        bucket = self.bus.key("ratelimit", hashlib.sha256(key.encode()).hexdigest()[:32])
+        try:
+            wait = await self._script(keys=[bucket], args=[self.rate, self.burst, cost])
+        except (RedisError, OSError) as exc:
+            self.bus.mark_down(exc)
+            return self.local.acquire(key, cost)
+        return max(0.0, float(wait))

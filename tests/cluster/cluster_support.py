@@ -1,0 +1,126 @@
+"""Replicas of `toolscout serve` in child processes on one PostgreSQL database and one Redis (own key prefix)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from tests.upstream.upstream_support import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass
+class Replica:
+    """One `toolscout serve` process."""
+
+    name: str
+    port: int
+    data_dir: Path
+    process: subprocess.Popen[bytes] | None = None
+    log: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = self.data_dir / "serve.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+class Cluster:
+    """Start and stop replicas sharing a database URL and a Redis key prefix."""
+
+    def __init__(self, tmp_path: Path, database_url: str, **env: str) -> None:
+        self.tmp_path = tmp_path
+        self.prefix = f"toolscout-test-{uuid.uuid4().hex[:8]}"
+        self.env = {
+            "TOOLSCOUT_DB__URL": database_url,
+            "TOOLSCOUT_CLUSTER__REDIS_URL": REDIS_URL,
+            "TOOLSCOUT_CLUSTER__KEY_PREFIX": self.prefix,
+            "TOOLSCOUT_DEMO_CATALOG": "false",
+            "TOOLSCOUT_EXECUTION__DEMO_SERVERS": "false",
+            "TOOLSCOUT_LOG_LEVEL": "INFO",
+            **env,
+        }
+        self.replicas: list[Replica] = []
+
+    def start(self, count: int, timeout: float = 120.0) -> list[Replica]:
+        """Start `count` more replicas and wait until each answers /readyz with Redis connected."""
+        started = []
+        for _ in range(count):
+            name = f"r{len(self.replicas)}"
+            replica = Replica(name, free_port(), self.tmp_path / name)
+            replica.data_dir.mkdir(parents=True)
+            env = {
+                **os.environ,
+                **self.env,
+                "PYTHONPATH": str(ROOT),
+                "TOOLSCOUT_DATA_DIR": str(replica.data_dir),
+                "TOOLSCOUT_CLUSTER__REPLICA_ID": f"{self.prefix}-{name}",
+            }
+            command = [
+                sys.executable,
+                "-c",
+                "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))",
+                "--log-level",
+                "INFO",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(replica.port),
+            ]
+            with replica.log.open("wb") as log:
+                replica.process = subprocess.Popen(
+                    command, env=env, cwd=replica.data_dir, stdout=log, stderr=subprocess.STDOUT
+                )
+            self.replicas.append(replica)
+            started.append(replica)
+            if len(self.replicas) == 1:
+                # The first replica migrates the new database alone (the migration lock is not this test's topic).
+                self._wait_ready(replica, timeout)
+        for replica in started:
+            self._wait_ready(replica, timeout)
+        return started
+
+    @staticmethod
+    def _wait_ready(replica: Replica, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert replica.process is not None
+            if replica.process.poll() is not None:
+                raise RuntimeError(f"replica {replica.name} exited:\n{replica.log_text()[-4000:]}")
+            try:
+                body = httpx.get(f"{replica.url}/readyz", timeout=2).json()
+                if body.get("status") == "ready" and body["checks"].get("redis") == "ok":
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"replica {replica.name} not ready in {timeout} s:\n{replica.log_text()[-4000:]}")
+
+    def stop(self) -> None:
+        """Stop every replica (SIGTERM, then SIGKILL)."""
+        for replica in self.replicas:
+            if replica.process is not None and replica.process.poll() is None:
+                replica.process.terminate()
+        for replica in self.replicas:
+            if replica.process is None:
+                continue
+            try:
+                replica.process.wait(40)
+            except subprocess.TimeoutExpired:
+                replica.process.kill()
+                replica.process.wait(10)

@@ -1,0 +1,105 @@
+"""Shared state of the replicas, in process: the Redis token bucket, Redis down, stored vectors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+
+from indexer.embedding import HashingEmbedder
+from service.cluster.bus import ClusterBus
+from service.cluster.ratelimit import RedisTokenBucketLimiter
+from service.main import create_app
+from service.settings import ClusterSettings, PolicySettings
+from tests.conftest import make_settings
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+TOOLS = [
+    {"server": "files", "name": "read_file", "description": "Read the contents of a file from disk."},
+    {"server": "mail", "name": "send_email", "description": "Send an email message to a recipient."},
+]
+
+
+class CountingEmbedder(HashingEmbedder):
+    """Counts the texts it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts = 0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts += len(texts)
+        return super().embed(texts)
+
+
+async def test_two_replicas_take_tokens_from_one_bucket() -> None:
+    prefix = f"toolscout-test-{uuid.uuid4().hex[:8]}"
+    buses = [ClusterBus(REDIS_URL, prefix, f"replica-{i}") for i in range(2)]
+    limiters = [RedisTokenBucketLimiter(bus, rate_per_minute=3, burst=3) for bus in buses]
+    try:
+        waits = [await limiters[i % 2].acquire_async("caller-key") for i in range(6)]
+        other = await limiters[1].acquire_async("another-key")
+    finally:
+        for bus in buses:
+            await bus.close()
+    assert waits[:3] == [0.0, 0.0, 0.0]
+    # 3 per minute: the next token is 20 s away (less the few ms the calls took).
+    assert all(19.0 < w <= 20.0 for w in waits[3:]), waits
+    assert other == 0.0
+
+
+async def test_with_redis_down_limits_are_enforced_locally() -> None:
+    bus = ClusterBus(NO_REDIS, "toolscout-test", "replica", timeout_seconds=0.2)
+    limiter = RedisTokenBucketLimiter(bus, rate_per_minute=60, burst=2)
+    try:
+        waits = [await limiter.acquire_async("key") for _ in range(3)]
+    finally:
+        await bus.close()
+    assert waits[:2] == [0.0, 0.0] and 0.9 < waits[2] <= 1.0
+    assert bus.healthy is False and "ConnectionError" in (bus.last_error or "")
+
+
+async def test_readyz_says_degraded_while_redis_is_down(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path,
+        cluster=ClusterSettings(redis_url=NO_REDIS, redis_timeout_seconds=0.2),
+        policy=PolicySettings(rate_limit_per_minute=60, rate_limit_burst=2),
+    )
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
+            ready = await client.get("/readyz")
+            codes = [(await client.get("/tools")).status_code for _ in range(3)]
+    body = ready.json()
+    assert ready.status_code == 200 and body["status"] == "degraded"
+    assert body["checks"]["redis"].startswith("degraded: ")
+    # Redis away is expected, not a failing loop: the bus retries by itself, the follower polls meanwhile.
+    assert body["checks"]["background"] == "ok"
+    assert {body["background"][name]["state"] for name in ("cluster-bus", "catalog-follower")} == {"running"}
+    assert codes == [200, 200, 429]  # the local bucket holds the limit meanwhile
+
+
+@pytest.mark.postgres
+async def test_a_restart_and_a_new_replica_embed_nothing(tmp_path: Path, postgres_url: str) -> None:
+    first = CountingEmbedder()
+    settings = make_settings(tmp_path / "a", db={"url": postgres_url})
+    app = create_app(settings, embedder=first)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
+            assert (await client.post("/tools", json={"tools": TOOLS})).json()["created"] == 2
+    assert first.texts > 0
+
+    # Another replica (its own empty index folder) on the same database: vectors come from the catalog.
+    second = CountingEmbedder()
+    app = create_app(make_settings(tmp_path / "b", db={"url": postgres_url}), embedder=second)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
+            ready = (await client.get("/readyz")).json()
+            found = (await client.post("/search", json={"query": "read a file from disk", "k": 1})).json()
+    assert ready["checks"]["tools"] == "2"
+    assert second.texts == 2  # the start-up warm-up and the query: no tool text
+    assert found["results"][0]["name"] == "files__read_file"

@@ -1,0 +1,75 @@
+"""docker-compose.yml against the Compose specification schema, and the properties a team relies on.
+
+The schema is tests/fixtures/compose-spec.json: the Compose specification's `compose-spec.json` as shipped by
+the npm package dclint 3.1.0 (`schemas/compose.schema.json`, MIT), vendored because `docker compose config`
+and the internet are not available here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "tests" / "fixtures" / "compose-spec.json"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_file_is_valid_against_the_compose_specification(compose: dict[str, Any]) -> None:
+    schema = json.loads(SCHEMA.read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = sorted(validator.iter_errors(compose), key=lambda e: list(e.path))
+    assert [f"{list(e.path)}: {e.message}" for e in errors] == []
+
+
+def test_the_schema_rejects_what_compose_rejects() -> None:
+    schema = json.loads(SCHEMA.read_text())
+    broken = {"services": {"api": {"image": "x", "deploy": {"replicas": "three"}, "unknown_key": 1}}}
+    messages = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(broken)]
+    assert any("unknown_key" in m for m in messages)
+
+
+def test_three_api_replicas_behind_a_load_balancer(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["api"]["deploy"]["replicas"] == 3
+    assert "ports" not in services["api"]  # only the balancer is published
+    assert services["lb"]["ports"] == ["8765:80"]
+    assert "server api:8765" in compose["configs"]["nginx"]["content"]
+    assert set(services) == {"api", "init-key", "lb", "postgres", "redis", "qdrant"}
+
+
+def test_replicas_share_state_through_services_not_a_volume(compose: dict[str, Any]) -> None:
+    api = compose["services"]["api"]
+    assert "volumes" not in api
+    env = api["environment"]
+    assert env["TOOLSCOUT_CLUSTER__REDIS_URL"].startswith("redis://redis:")
+    assert env["TOOLSCOUT_DB__URL"].startswith("postgresql+psycopg://")
+    assert env["TOOLSCOUT_INDEX__BACKEND"] == "qdrant"
+    assert env["TOOLSCOUT_POLICY__OPEN_WITHOUT_KEYS"] == "false"
+    assert env["TOOLSCOUT_EXECUTION__DEMO_SERVERS"] == "false"
+    conditions = {name: dep["condition"] for name, dep in api["depends_on"].items()}
+    assert conditions == {
+        "postgres": "service_healthy",
+        "redis": "service_healthy",
+        "qdrant": "service_healthy",
+        "init-key": "service_completed_successfully",  # the first admin key exists before any replica serves
+    }
+
+
+def test_qdrant_needs_a_key_and_every_backing_service_has_a_health_check(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert "QDRANT_API_KEY" in services["qdrant"]["environment"]["QDRANT__SERVICE__API_KEY"]
+    assert (
+        services["api"]["environment"]["TOOLSCOUT_INDEX__API_KEY"]
+        == services["qdrant"]["environment"]["QDRANT__SERVICE__API_KEY"]
+    )
+    for name in ("api", "postgres", "redis", "qdrant"):
+        assert services[name]["healthcheck"]["test"], name
