@@ -14,5 +14,6 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
 fi
 scripts/install-test-extras.sh
 python -m pytest "$@"
-# Second step: schemathesis fuzzing of the whole OpenAPI (zero 5xx, every answer documented).
-python -m pytest -m fuzz -s tests/security/test_fuzz_openapi.py "$@"
+# Second step, the slow suites: schemathesis over the whole OpenAPI (zero 5xx, every answer documented), the
+# console in Chromium, and several replicas on PostgreSQL and Redis.
+python -m pytest -m "fuzz or browser or cluster" "$@"
