@@ -104,7 +104,8 @@ async def test_inspector_lists_and_calls_over_stdio(live_api: tuple[str, FastAPI
 async def test_inspector_lists_and_calls_over_http(http_frontend: str, tmp_path: Path) -> None:
     listed = await inspect([http_frontend], "--method", "tools/list", cwd=tmp_path)
     names = [t["name"] for t in listed["tools"]]
-    assert len(names) == 85 + 7 and "probe__echo" in names and "github__create_issue" in names
+    assert len(names) == 85 + 7 + 1 and "probe__echo" in names and "github__create_issue" in names  # and run_script
+    assert "run_script" in names
     called = await inspect(
         [http_frontend],
         "--method",
