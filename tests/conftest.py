@@ -14,6 +14,8 @@ from sqlalchemy import create_engine, text
 from indexer.embedding import HashingEmbedder
 from service.main import create_app
 from service.settings import Settings
+from service.upstream.demo import NODE_DEMO, PYTHON_DEMO, ensure_node_packages, ensure_python_packages, node_available
+from tests.upstream.upstream_support import toolchain_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -83,3 +85,19 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     finally:
         _drop_database(name)
+
+
+@pytest.fixture(scope="session")
+async def python_servers() -> str:
+    """An interpreter running mcp-server-time, -git and -fetch (installed on first use)."""
+    return await ensure_python_packages(
+        toolchain_path(), [p for p, _ in PYTHON_DEMO.values()], [m for _, m in PYTHON_DEMO.values()]
+    )
+
+
+@pytest.fixture(scope="session")
+async def node_modules() -> Path:
+    """node_modules with server-memory, server-filesystem and server-everything (installed on first use)."""
+    if not node_available():
+        pytest.skip("Node.js and npm are not installed")
+    return await ensure_node_packages(toolchain_path(), list(NODE_DEMO.values()))
