@@ -80,21 +80,27 @@ def bench_queries(kind: str, limit: int) -> list[str]:
 
 
 def _mix(base: dict[str, Any], donor: dict[str, Any], replica: int) -> dict[str, Any]:
-    """A new tool from two real ones: base's name and description joined with the donor's, the donor's first
-    parameter added to base's schema. Deterministic, and distinct in every embedded field."""
+    """A new tool from two real ones, as long as a real one: base's name with a word of the donor's, the first
+    half of base's description followed by the second half of the donor's, and base's parameters with its last
+    one swapped for the donor's first. Deterministic, and distinct in every embedded field."""
     donor_words = str(donor["name"]).replace("-", "_").split("_")
-    description = str(base.get("description", "")).strip().rstrip(".")
-    extra = str(donor.get("description", "")).strip()
+    head = str(base.get("description", "")).split()
+    tail = str(donor.get("description", "")).split()
+    description = " ".join(head[: max(1, len(head) // 2)] + tail[len(tail) // 2 :])
     schema = dict(base.get("input_schema") or {"type": "object", "properties": {}})
     properties = dict(schema.get("properties") or {})
-    donor_properties = (donor.get("input_schema") or {}).get("properties") or {}
-    for key, value in list(donor_properties.items())[:1]:
+    donor_properties = list(((donor.get("input_schema") or {}).get("properties") or {}).items())
+    if donor_properties:
+        if properties:
+            properties.pop(list(properties)[-1])
+        key, value = donor_properties[0]
         properties.setdefault(f"{key}_{donor_words[0].lower()}", value)
+    schema.pop("required", None)  # the swapped parameter may have been required
     return {
         **base,
         "server": f"{base.get('server', 'bench')}-r{replica}",
-        "name": f"{base['name']}_{'_'.join(donor_words[:2])}",
-        "description": f"{description}, then {extra[:1].lower()}{extra[1:]}" if extra else description,
+        "name": f"{base['name']}_{donor_words[0]}",
+        "description": description,
         "input_schema": {**schema, "type": "object", "properties": properties},
     }
 

@@ -13,8 +13,12 @@ def test_qualified_name_joins_server_and_tool() -> None:
 
 @pytest.mark.parametrize(
     ("server", "name"),
-    [("Chemical Engineering/Forensic engineering", "analyzeEvidence"), ("a" * 90, "b" * 90), ("srv", "do.thing v2"),
-     ("日本", "天気")],
+    [
+        ("Chemical Engineering/Forensic engineering", "analyzeEvidence"),
+        ("a" * 90, "b" * 90),
+        ("srv", "do.thing v2"),
+        ("日本", "天気"),
+    ],
 )
 def test_invalid_or_long_names_are_normalised_deterministically(server: str, name: str) -> None:
     first = qualify(server, name)
@@ -27,20 +31,26 @@ def test_long_names_that_differ_only_at_the_end_stay_distinct() -> None:
 
 
 def test_one_bad_tool_does_not_lose_the_others() -> None:
-    batch = validate_batch([
-        {"server": "a", "name": "good", "input_schema": {"type": "object"}},
-        {"server": "a", "description": "no name"},
-        {"server": "a", "name": "scalar", "input_schema": {"type": "string"}},
-        {"server": "a", "name": "broken", "input_schema": {"type": "object", "properties": {"x": {"type": 3}}}},
-        {"server": "a", "name": "huge", "description": "x" * 20_000},
-        {"server": "a", "name": "good"},
-        "not an object",
-    ])
+    batch = validate_batch(
+        [
+            {"server": "a", "name": "good", "input_schema": {"type": "object"}},
+            {"server": "a", "description": "no name"},
+            {"server": "a", "name": "scalar", "input_schema": {"type": "string"}},
+            {"server": "a", "name": "broken", "input_schema": {"type": "object", "properties": {"x": {"type": 3}}}},
+            {"server": "a", "name": "huge", "description": "x" * 20_000},
+            {"server": "a", "name": "good"},
+            "not an object",
+        ]
+    )
     assert [t.name for t in batch.tools] == ["good"]
     problems = {(p.index, p.field, p.kind) for p in batch.problems}
     assert problems == {
-        (1, "name", "invalid"), (2, "input_schema", "invalid"), (3, "input_schema", "invalid"),
-        (4, "description", "invalid"), (5, "name", "duplicate"), (6, "", "invalid"),
+        (1, "name", "invalid"),
+        (2, "input_schema", "invalid"),
+        (3, "input_schema", "invalid"),
+        (4, "description", "invalid"),
+        (5, "name", "duplicate"),
+        (6, "", "invalid"),
     }
     broken = next(p for p in batch.problems if p.index == 3)
     assert "properties/x/type" in broken.reason
@@ -55,9 +65,53 @@ def test_colliding_qualified_names_first_wins_second_is_a_conflict() -> None:
 
 
 def test_empty_schema_is_accepted_and_mcp_spelling_too() -> None:
-    batch = validate_batch([
-        {"server": "a", "name": "x", "input_schema": {}},
-        {"server": "a", "name": "y", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}},
-    ])
+    batch = validate_batch(
+        [
+            {"server": "a", "name": "x", "input_schema": {}},
+            {"server": "a", "name": "y", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+        ]
+    )
     assert not batch.problems
     assert batch.tools[1].input_schema["properties"]["q"]["type"] == "string"
+
+
+def test_schemas_are_checked_against_2020_12_whatever_their_dialect_and_nothing_is_fetched() -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    batch = validate_batch(
+        [
+            {
+                "server": "a",
+                "name": "remote",
+                "input_schema": {"$schema": f"http://127.0.0.1:{port}/meta", "type": "object"},
+            },
+            {
+                "server": "a",
+                "name": "draft7",
+                "input_schema": {
+                    "$schema": "http://json-schema.org/draft-07/schema#",
+                    "type": "object",
+                    "prefixItems": 3,
+                },
+            },
+            {
+                "server": "a",
+                "name": "nested",
+                "input_schema": {"type": "object", "properties": {"q": {"type": "strin"}}},
+            },
+            {"server": "a", "name": "dialect", "input_schema": {"$schema": 7, "type": "object"}},
+        ]
+    )
+    with pytest.raises(BlockingIOError):
+        listener.accept()  # no connection was attempted
+    listener.close()
+    assert [t.name for t in batch.tools] == ["remote"]
+    reasons = {p.as_dict()["pointer"]: p.reason for p in batch.problems}
+    assert "prefixItems" in reasons["/1/input_schema"]  # 2020-12 rules, as before
+    assert "properties/q/type" in reasons["/2/input_schema"]
+    assert "$schema" in reasons["/3/input_schema"]
