@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,12 @@ from indexer.onnx_export import Variant, ensure_exported, model_dir
 logger = logging.getLogger(__name__)
 
 Vector = list[float]
-MAX_BATCH_TOKENS = 8192  # padded tokens in one forward pass
+# Padded tokens in one forward pass. Measured on 4,495 catalog texts: batches of 32 texts / 2,048 tokens cost 14%
+# less CPU than 64 / 8,192 (and 256-text batches 27% more).
+MAX_BATCH_TOKENS = 2048
+# From this many texts (a catalog, not a query) the batches are spread over one single-threaded run per core:
+# 18% less CPU than one run using every core, whose threads wait on each other at every layer.
+BULK_TEXTS = 256
 
 
 def max_seq_length(source: Path) -> int:
@@ -62,7 +68,7 @@ class OnnxEmbedder:
         model: str = "bundled",
         models_dir: Path = Path(".toolscout/models"),
         variant: Variant = "int8",
-        batch_size: int = 64,
+        batch_size: int = 32,
         threads: int | None = None,
     ) -> None:
         self.model_name = model
@@ -72,6 +78,7 @@ class OnnxEmbedder:
         self.threads = threads
         self.path: Path | None = None
         self._session: Any = None
+        self._bulk_session: Any = None  # one intra-op thread, run from several threads at once
         self._tokenizer: Any = None
         self._lock = threading.Lock()
 
@@ -107,9 +114,28 @@ class OnnxEmbedder:
         encodings = tokenizer.encode_batch([str(text).strip() for text in texts])
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for chunk in self._batches(order, [len(e.ids) for e in encodings]):
-            out[chunk] = self._run(session, [encodings[i].ids for i in chunk])
+        batches = self._batches(order, [len(e.ids) for e in encodings])
+        workers = self.threads or os.cpu_count() or 1
+        if len(texts) < BULK_TEXTS or workers < 2:
+            for chunk in batches:
+                out[chunk] = self._run(session, [encodings[i].ids for i in chunk])
+            return out
+        bulk = self._bulk()
+
+        def run(chunk: list[int]) -> None:
+            out[chunk] = self._run(bulk, [encodings[i].ids for i in chunk])
+
+        # Longest batches first, so no worker is left with a long one at the end.
+        with ThreadPoolExecutor(workers, thread_name_prefix="embed-bulk") as pool:
+            list(pool.map(run, batches[::-1]))
         return out
+
+    def _bulk(self) -> Any:
+        with self._lock:
+            if self._bulk_session is None:
+                assert self.path is not None
+                self._bulk_session = open_session(self.path, 1)
+        return self._bulk_session
 
     def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
         """Consecutive runs of the length-sorted texts: at most batch_size texts and MAX_BATCH_TOKENS padded

@@ -49,7 +49,7 @@ class EmbeddingSettings(BaseModel):
     backend: Literal["onnx", "torch"] = "onnx"
     onnx_variant: Literal["int8", "fp32"] = "int8"
     models_dir: Path | None = None  # where exported models are cached; default <data_dir>/models
-    batch_size: int = 64
+    batch_size: int = 32  # texts per forward pass (also bounded by padded tokens, see indexer/onnx_embedder.py)
     cache_size: int = 4096
     threads: int | None = None  # intra-op threads; None = all cores
 
