@@ -132,6 +132,22 @@ def apply_name_verbs(
             candidate.score += weight
 
 
+def apply_server_signal(
+    candidates: dict[str, Candidate], server_of: Mapping[str, str], similarity: Mapping[str, float], weight: float
+) -> None:
+    """Add `weight` times the z-score, over the candidates, of the similarity of each candidate's server to the
+    request: a tool of the server the request is about moves up among its look-alikes of other servers."""
+    if weight == 0.0 or not similarity:
+        return
+    raw = {name: similarity[server] for name in candidates if (server := server_of.get(name)) in similarity}
+    normalised, _ = zscores(raw)
+    for name, z in normalised.items():
+        candidate = candidates[name]
+        candidate.raw["server"] = raw[name]
+        candidate.signals["server"] = weight * z
+        candidate.score += weight * z
+
+
 def add_signal(candidates: dict[str, Candidate], signal: str, values: Mapping[str, float]) -> None:
     """Add a signal's value to the candidates it names (the others are left as they are)."""
     for name, value in values.items():

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery
 from indexer.names import name_verb, query_stems, spelling_tier
+from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool
 from service.observability import Stage, stage
 from service.search.ranking import (
@@ -23,6 +24,7 @@ from service.search.ranking import (
     add_signal,
     apply_boosts,
     apply_name_verbs,
+    apply_server_signal,
     from_fused,
     fuse,
     max_merge,
@@ -122,6 +124,10 @@ class NameDirectory:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def server(self, qualified: str) -> str | None:
+        entry = self._entries.get(qualified)
+        return entry.server if entry else None
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -132,6 +138,7 @@ class Retriever:
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
         self.directory = NameDirectory()
+        self.servers = ServerVectors()
 
     async def load_names(self, session: AsyncSession) -> None:
         """Fill the name directory from the catalog of record."""
@@ -178,6 +185,10 @@ class Retriever:
             fused, hit_lists = await self._index_hits(index, queries, len(texts), where)
         ranking = Stage(self.resources, "rank")
         per_text = self._candidates(fused, hit_lists, len(texts))
+        for found, vector in zip(per_text, vectors, strict=True) if settings.weight_server else ():
+            owners = {name: self.directory.server(name) or "" for name in found}
+            servers = self.servers.similarities(vector, set(owners.values()))
+            apply_server_signal(found, owners, servers, settings.weight_server)
         candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
         apply_name_verbs(candidates, self.directory.verbs, query_stems(query), settings.weight_name_verb)
         exact = self.directory.exact_tiers(query, where)

@@ -12,6 +12,7 @@ import pytest
 from indexer.embedding import SentenceTransformerEmbedder
 from indexer.index.base import SearchFilter
 from service.catalog.files import demo_catalog
+from service.catalog.server_info import demo_servers
 from service.catalog.service import register_tools
 from service.resources import Resources, build_resources, close_resources, start_resources
 from service.search.service import start_search
@@ -33,7 +34,7 @@ async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Resour
     resources = build_resources(make_settings(Path(tmp_path_factory.mktemp("real"))), SentenceTransformerEmbedder())
     await start_resources(resources)
     await start_search(resources)
-    report = await register_tools(resources, demo_catalog())
+    report = await register_tools(resources, demo_catalog(), servers=demo_servers())
     assert not report.errors
     yield resources
     await close_resources(resources)
