@@ -1,10 +1,12 @@
 """Name words against parameter words, offline: variants of the lexical document (BM25F-like field weights by
-repetition) and of the name-verb bonus, each measured on both dev sets and the bundled real catalogs.
+repetition) and a bonus for the verb a request leads with, measured on both dev sets and the real catalogs.
+Neither paid (README, Quality), so the service has neither.
 
 Usage: python bench/name_terms.py EMBEDDINGS.pkl (a bench/embed_cache.py cache; missing texts are embedded)"""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -19,8 +21,6 @@ from indexer.lexical import Bm25Encoder, _stem
 from indexer.names import name_verb
 from service.settings import SearchSettings
 
-OPENERS = frozenset("please can could would will you i we me us let lets let's help want need to just kindly".split())
-
 
 def lexical_variant(s: EvalSet, name: int, description: int, params: int) -> np.ndarray:
     """BM25 over a document whose name, description and parameter texts are repeated these many times."""
@@ -33,15 +33,26 @@ def lexical_variant(s: EvalSet, name: int, description: int, params: int) -> np.
     return lexical_signal(s, [encoder.encode_document(t) for t in texts], encoder)
 
 
-def lead_verb(s: EvalSet) -> np.ndarray:
-    """1 where the first word of a text past request openers (please, can you, ...) is the verb of a tool's name."""
+OPENERS = frozenset("please kindly can could would will you i we me us let lets help want need to just".split())
+QUESTIONS = frozenset("what which who whom whose when where why how is are was were do does did".split())
+
+
+def lead_verb(query: str) -> str:
+    """The stemmed first word of a request past its openers ("please", "can you"); empty for a question."""
+    for word in re.findall(r"[a-z0-9]+", query.lower()):
+        if word not in OPENERS:
+            return _stem(word) if word not in QUESTIONS else ""
+    return ""
+
+
+def lead_verbs(s: EvalSet) -> np.ndarray:
+    """1 where a text leads with the verb of a tool's name (indexer.names.lead_verb, as the service applies it)."""
     verbs = np.array([name_verb(t.name, t.server) for t in s.tools])
     out = np.zeros((len(s.texts), len(s.tools)))
-    for r, text in enumerate(s.texts):
-        words = [w.strip(".,!?:;\"'()").lower() for w in text.split()]
-        words = [w for w in words if w and w not in OPENERS]
-        if words:
-            out[r] = verbs == _stem(words[0])
+    for i, rows in enumerate(s.text_rows):
+        lead = lead_verb(s.queries[i].text)
+        for r in rows:
+            out[r] = (verbs == lead) if lead else 0.0
     return out
 
 
@@ -54,7 +65,7 @@ def main() -> None:
         z = prepare(cache, s)
         mask = candidates(s)
         z["server"] = server_signal(cache, s, mask)
-        z["lead_verb"] = lead_verb(s)
+        z["lead_verb"] = lead_verbs(s)
         variants: list[tuple[str, dict[str, float], dict[str, np.ndarray]]] = [("today", base, {})]
         for reps in ((2, 2, 1), (2, 1, 1), (1, 1, 0), (3, 2, 1)):
             lex = s.signals["lexical"] if reps == (1, 1, 1) else lexical_variant(s, *reps)

@@ -66,7 +66,7 @@ class SearchSettings(BaseModel):
     weight_name_verb: float = 0.2
     # Times the z-score of the similarity of a tool's server document (name, title, description, instructions,
     # its tools' names) to the request; 0 turns server-aware scoring off. A one-server catalog is unaffected.
-    weight_server: float = 0.2
+    weight_server: float = 0.4
     candidates: int = 100
     default_k: int = 5
     max_k: int = 50

@@ -85,11 +85,11 @@ async def test_restart_reconciles_without_embedding_again(tmp_path: Path) -> Non
     async with app.router.lifespan_context(app):
         await register_tools(app.state.resources, [{"server": "s", "name": f"t{i}"} for i in range(20)])
     # A tool with only a name indexes the same text in all three dense fields; it is embedded once (plus the one
-    # warm-up query of each start and the server's document, whose vector is stored too).
-    assert embedder.texts == 20 + 1 + 1
+    # warm-up query of each start).
+    assert embedder.texts == 20 + 1
     app = create_app(settings, embedder=embedder)
     async with app.router.lifespan_context(app):
         resources = app.state.resources
-        assert embedder.texts == 20 + 1 + 2
+        assert embedder.texts == 20 + 2
         assert resources.index.count() == 20
         assert len(resources.retriever.directory) == 20

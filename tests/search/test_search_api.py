@@ -52,7 +52,7 @@ async def test_results_are_ready_to_call_and_explain_shows_signals(client: httpx
     body = (await client.post("/search", json={"query": "weather forecast", "k": 2, "explain": True})).json()
     top = body["results"][0]
     assert top["name"] == "weather__get_forecast" and top["tool"] == "get_forecast" and top["server"] == "weather"
-    assert set(top["explain"]["signals"]) == {"name", "description", "params", "lexical", "server"}
+    assert set(top["explain"]["signals"]) == {"name", "description", "params", "lexical"}
     assert top["score"] == sum(top["explain"]["signals"].values()) or abs(
         top["score"] - sum(top["explain"]["signals"].values())) < 1e-3
     assert "explain" not in (await client.post("/search", json={"query": "weather"})).json()["results"][0]
@@ -104,5 +104,5 @@ async def test_a_qdrant_index_may_fuse_the_signals_itself(tmp_path: Path) -> Non
             filtered = (await client.post("/search", json={"query": "send email", "servers": ["chat"]})).json()
     top = body["results"][0]
     assert top["name"] == "weather__get_forecast"
-    assert set(top["explain"]["signals"]) == {"fused", "server"} and top["explain"]["similarity"]["fused"] > 0
+    assert set(top["explain"]["signals"]) == {"fused"} and top["explain"]["similarity"]["fused"] > 0
     assert {r["server"] for r in filtered["results"]} == {"chat"}

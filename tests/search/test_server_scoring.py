@@ -123,8 +123,10 @@ async def test_a_changed_description_is_embedded_once_and_another_replica_embeds
         assert await session.scalar(select(func.count()).select_from(ToolVectors)) >= 85 + 9
 
 
-async def test_a_removed_server_loses_its_vector(demo: Resources) -> None:
+async def test_a_removed_server_loses_its_vector_and_one_that_says_nothing_gets_none(demo: Resources) -> None:
     assert demo.retriever is not None
+    await register_tools(demo, [{"server": "plain", "name": "get_weather", "description": "Weather of a city"}])
+    assert "plain" not in demo.retriever.servers.servers()
     await remove_server(demo, "fetch")
     assert "fetch" not in demo.retriever.servers.servers()
     assert len(demo.retriever.servers) == len(demo_servers()) - 1
