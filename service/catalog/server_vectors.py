@@ -77,17 +77,16 @@ async def _documents(session: AsyncSession, server_ids: list[str] | None) -> dic
     A server that says nothing about itself gets no document: its id and tool names are in its tools' own
     fields already, and such documents cost Seal-Tools (category ids as servers) R@5 (README, Quality)."""
     servers = select(Server.id, Server.info)
-    tools = select(Tool.server_id, Tool.name).where(Tool.deprecated.is_(False))
     if server_ids is not None:
-        servers, tools = servers.where(among(Server.id, server_ids)), tools.where(among(Tool.server_id, server_ids))
+        servers = servers.where(among(Server.id, server_ids))
+    described = {server: info for server, raw in await session.execute(servers) if (info := server_info(raw))}
+    if not described:  # most catalogs of tool definitions: no tool name needs reading
+        return {}
     names: dict[str, list[str]] = defaultdict(list)
+    tools = select(Tool.server_id, Tool.name).where(Tool.deprecated.is_(False), among(Tool.server_id, described))
     for server, name in await session.execute(tools):
         names[server].append(name)
-    return {
-        server: server_document(server, server_info(info), names[server])
-        for server, info in await session.execute(servers)
-        if names.get(server) and server_info(info)
-    }
+    return {server: server_document(server, info, names[server]) for server, info in described.items() if names[server]}
 
 
 async def _load(session: AsyncSession, digests: Iterable[str], model: str) -> dict[str, list[float]]:
