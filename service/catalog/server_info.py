@@ -3,14 +3,13 @@ kept on their catalog rows for server-aware scoring (service/search/servers.py).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.servers import server_info
-from service.catalog.files import DEMO_CATALOGS
+from service.catalog.files import DEMO_CATALOGS, load_catalog_file
 from service.cluster.changes import TOOLS, record_change
 from service.db.models import Server
 
@@ -31,9 +30,7 @@ async def store_info(session: AsyncSession, servers: Mapping[str, Any], origin: 
 
 def demo_servers() -> dict[str, dict[str, Any]]:
     """The server info blocks of the bundled catalogs (file name -> the file's `server` object)."""
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for path in sorted(DEMO_CATALOGS.glob("*.json")):
-        block = json.loads(path.read_text(encoding="utf-8")).get("server")
-        if isinstance(block, dict):
-            out[path.stem] = block
+        out.update(load_catalog_file(path).servers)
     return out
