@@ -72,14 +72,17 @@ class ServerVectors:
 
 
 async def _documents(session: AsyncSession, server_ids: list[str] | None) -> dict[str, str]:
-    """server id -> document text, for the servers (of `server_ids`, or all) with active tools and an info block.
+    """server id -> document text, for the servers (of `server_ids`, or all) with active tools that describe
+    themselves (a title, a description or instructions).
 
-    A server that says nothing about itself gets no document: its id and tool names are in its tools' own
+    A server that says no more than its name gets no document: its id and tool names are in its tools' own
     fields already, and such documents cost Seal-Tools (category ids as servers) R@5 (README, Quality)."""
     servers = select(Server.id, Server.info)
     if server_ids is not None:
         servers = servers.where(among(Server.id, server_ids))
-    described = {server: info for server, raw in await session.execute(servers) if (info := server_info(raw))}
+    described = {
+        server: info for server, raw in await session.execute(servers) if set(info := server_info(raw)) - {"name"}
+    }
     if not described:  # most catalogs of tool definitions: no tool name needs reading
         return {}
     names: dict[str, list[str]] = defaultdict(list)

@@ -125,8 +125,9 @@ async def test_a_changed_description_is_embedded_once_and_another_replica_embeds
 
 async def test_a_removed_server_loses_its_vector_and_one_that_says_nothing_gets_none(demo: Resources) -> None:
     assert demo.retriever is not None
-    await register_tools(demo, [{"server": "plain", "name": "get_weather", "description": "Weather of a city"}])
-    assert "plain" not in demo.retriever.servers.servers()
+    await register_tools(demo, [{"server": "plain", "name": "get_weather", "description": "Weather of a city"}],
+                         servers={"plain": {"name": "weather-server", "version": "1.0"}})
+    assert "plain" not in demo.retriever.servers.servers()  # a name is no description
     await remove_server(demo, "fetch")
     assert "fetch" not in demo.retriever.servers.servers()
     assert len(demo.retriever.servers) == len(demo_servers()) - 1
