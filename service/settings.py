@@ -64,6 +64,9 @@ class SearchSettings(BaseModel):
     weight_lexical: float = 0.35
     # Added to a tool whose name leads with a verb the request uses (git_commit for "commit my changes").
     weight_name_verb: float = 0.2
+    # Times the z-score of the similarity of a tool's server document (name, title, description, instructions,
+    # its tools' names) to the request; 0 turns server-aware scoring off. A one-server catalog is unaffected.
+    weight_server: float = 0.4
     candidates: int = 100
     default_k: int = 5
     max_k: int = 50

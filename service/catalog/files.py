@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ class CatalogFile:
 
     tools: list[dict[str, Any]]
     ids: dict[str, str]  # qualified name -> catalog id
+    servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # server -> its info block, when the file has one
 
 
 def _from_jsonl(path: Path, server: str | None) -> CatalogFile:
@@ -72,7 +73,9 @@ def _from_tools_list(path: Path, data: Any, server: str | None) -> CatalogFile:
         qualify(normalize_server_id(t["server"]), t["name"]): t["name"]
         for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("server"), str)
     }
-    return CatalogFile(tools, ids)
+    # An export may carry the server's own description (`serverInfo` and `instructions`), as the bundled ones do.
+    info = data.get("server") if isinstance(data, dict) else None
+    return CatalogFile(tools, ids, {server: info} if isinstance(info, dict) else {})
 
 
 def load_catalog_file(path: Path, server: str | None = None) -> CatalogFile:

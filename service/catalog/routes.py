@@ -14,11 +14,23 @@ from service.errors import InvalidTool, PayloadTooLarge
 router = APIRouter(tags=["tools"])
 
 
+class ServerInfo(BaseModel):
+    """An MCP server info block (`serverInfo` of initialize) with the server's `instructions`."""
+
+    name: str | None = Field(default=None, max_length=256)
+    title: str | None = Field(default=None, max_length=256)
+    description: str | None = Field(default=None, max_length=4000)
+    instructions: str | None = Field(default=None, max_length=20000)
+
+
 class RegisterRequest(BaseModel):
     """A batch of tools; each names its server or takes the batch's `server`."""
 
     server: str | None = Field(default=None, description="Default server for tools that name none")
     tools: list[Any] = Field(description="Tool definitions: server, name, description, input_schema, annotations, tags")
+    servers: dict[str, ServerInfo] | None = Field(
+        default=None, description="What the batch's servers say about themselves (server name -> info), for ranking"
+    )
 
 
 class RegisterResponse(BaseModel):
@@ -62,7 +74,8 @@ async def register(request: RegisterRequest, resources: ResourcesDep, caller: To
             errors=[{"pointer": "/tools", "reason": f"at most {limit} tools"}],
             limit="policy.max_tools_per_registration",
         )
-    report = await catalog.register_tools(resources, request.tools, request.server)
+    servers = {name: info.model_dump(exclude_none=True) for name, info in (request.servers or {}).items()}
+    report = await catalog.register_tools(resources, request.tools, request.server, servers)
     body = report.as_dict()
     if report.errors and not body["tools"]:
         first = report.errors[0]

@@ -6,6 +6,7 @@ between loses nothing."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,8 @@ from indexer.documents import content_hash
 from indexer.pipeline import DenseVectors, SyncReport, index_tools
 from indexer.tools import ToolDefinition, ToolProblem, normalize_server_id, validate_batch
 from service.catalog.events import publish_tools_changed
+from service.catalog.server_info import store_info
+from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
 from service.cluster.state import announce, cluster_state
 from service.cluster.vectors import embedder_id, save_vectors, vectors_for
@@ -153,12 +156,15 @@ def _server_ids(raw_tools: list[Any], default_server: str | None) -> list[Any]:
 
 
 async def register_tools(
-    resources: Resources, raw_tools: list[Any], default_server: str | None = None
+    resources: Resources, raw_tools: list[Any], default_server: str | None = None,
+    servers: Mapping[str, Any] | None = None,
 ) -> RegisterReport:
-    """Validate a batch, write the good tools to SQL, index the new and changed ones."""
+    """Validate a batch, write the good tools to SQL, index the new and changed ones (`servers`: server name ->
+    the MCP server info block of the servers of the batch, for server-aware scoring)."""
     default_id = normalize_server_id(default_server) if default_server else None
     batch = validate_batch(_server_ids(raw_tools, default_server), default_id)
     report = RegisterReport(errors=list(batch.problems))
+    infos = {normalize_server_id(name): info for name, info in (servers or {}).items()}
     async with resources.index_lock:
         vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
         async with resources.session() as session:
@@ -166,11 +172,13 @@ async def register_tools(
             await save_vectors(session, new, embedder_id(resources.embedder))
             changed = set(report.created) | set(report.updated)
             _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed])
+            described = await store_info(session, infos, cluster_state(resources).replica_id)
             await session.commit()
         await index_definitions(resources, batch.tools, vectors)
+        await refresh_servers(resources, {t.server for t in batch.tools} | described)
     for server in sorted({t.server for t in batch.tools if t.qualified_name in changed}):
         publish_tools_changed(resources, server)  # MCP front ends re-list (GET /events)
-    if changed:
+    if changed or described:
         await announce(resources)
     return report
 
@@ -230,10 +238,11 @@ async def index_definitions(
 
 
 async def sync_server_tools(
-    resources: Resources, server_id: str, raw_tools: list[Any], *, transport: str, config: dict[str, Any]
+    resources: Resources, server_id: str, raw_tools: list[Any], *, transport: str, config: dict[str, Any],
+    info: Mapping[str, Any] | None = None,
 ) -> RegisterReport:
     """Make the catalog hold exactly this server's listed tools: new and changed ones indexed, the ones that
-    disappeared marked deprecated and removed from the index."""
+    disappeared marked deprecated and removed from the index (`info`: what the server said at initialize)."""
     raw = [{**t, "server": server_id} for t in raw_tools if isinstance(t, dict)]
     batch = validate_batch(raw, server_id)
     report = RegisterReport(errors=list(batch.problems))
@@ -256,11 +265,14 @@ async def sync_server_tools(
             if changed or report.removed:
                 _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed],
                               *report.removed)
+            described = await store_info(session, {server_id: info} if info else {},
+                                          cluster_state(resources).replica_id)
             await session.commit()
         await index_definitions(resources, batch.tools, vectors)
         if report.removed:
             await unindex(resources, report.removed)
-    if changed or report.removed:
+        await refresh_servers(resources, [server_id])
+    if changed or report.removed or described:
         await announce(resources)
     return report
 
@@ -340,6 +352,7 @@ async def delete_tool(resources: Resources, name: str) -> None:
             record_change(session, TOOLS, [name], server=server_id, origin=cluster_state(resources).replica_id)
             await session.commit()
         await unindex(resources, [name])
+        await refresh_servers(resources, [server_id])
     publish_tools_changed(resources, server_id)
     await announce(resources)
 
@@ -357,6 +370,7 @@ async def remove_server(resources: Resources, server_id: str) -> list[str]:
             record_change(session, SERVER_REMOVED, names, server=server_id, origin=cluster_state(resources).replica_id)
             await session.commit()
         await unindex(resources, names)
+        await refresh_servers(resources, [server_id])
     publish_tools_changed(resources, server_id)
     await announce(resources)
     return names

@@ -99,7 +99,9 @@ def _post_to_service(settings: Settings, path: str, payload: Any) -> httpx.Respo
 INDEX_PART = 1000  # tools per POST /tools: well under the service's registration and body limits
 
 
-def _post_in_parts(settings: Settings, tools: list[Any]) -> dict[str, Any] | int | None:
+def _post_in_parts(
+    settings: Settings, tools: list[Any], servers: dict[str, Any] | None = None
+) -> dict[str, Any] | int | None:
     """Register tools with the running service a part at a time: the summed report, an exit code on a
     refusal, or None when no service runs."""
     client = _api(settings)
@@ -108,7 +110,8 @@ def _post_in_parts(settings: Settings, tools: list[Any]) -> dict[str, Any] | int
     total: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": []}
     try:
         for start in range(0, max(len(tools), 1), INDEX_PART):
-            response = client.post("/tools", json={"tools": tools[start : start + INDEX_PART]})
+            part = {"tools": tools[start : start + INDEX_PART], **({"servers": servers} if servers else {})}
+            response = client.post("/tools", json=part)
             body = response.json()
             if response.status_code == 422 and body.get("errors"):
                 total["errors"] += body["errors"]  # every tool of this part was refused: report them, go on
@@ -165,10 +168,11 @@ class _Progress:
 def cmd_index(args: argparse.Namespace) -> int:
     settings = Settings()
     try:
-        tools = load_catalog_file(args.file, args.server).tools
+        catalog_file = load_catalog_file(args.file, args.server)
     except ToolscoutError as exc:
         return _fail(exc)
-    body = _post_in_parts(settings, tools)
+    tools, servers = catalog_file.tools, catalog_file.servers
+    body = _post_in_parts(settings, tools, servers)
     if isinstance(body, int):
         return body
     if body is None:
@@ -176,7 +180,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
         async def run(resources: Any) -> dict[str, Any]:
             resources.progress = _Progress()
-            report = await catalog.register_tools(resources, tools)
+            report = await catalog.register_tools(resources, tools, servers=servers)
             return report.as_dict()
 
         body = asyncio.run(_direct(run))

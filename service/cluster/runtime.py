@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.catalog.server_vectors import refresh_servers
 from service.cluster.follower import CatalogFollower
 from service.cluster.ratelimit import RedisTokenBucketLimiter
 from service.cluster.state import CATALOG_EVENT, KEYS_EVENT, announce, cluster_state
@@ -42,6 +43,14 @@ async def start_cluster(resources: Resources) -> None:
     async def on_connect() -> None:
         follower.wake(full=True)  # events published while we were away are caught up from SQL
 
+    async def servers_changed(server_id: str) -> None:
+        await refresh_servers(resources, [server_id])
+
+    async def all_servers() -> None:
+        await refresh_servers(resources)
+
+    follower.on_tools_changed.append(servers_changed)  # server documents, as the tools and info changed
+    follower.on_full.append(all_servers)
     resolver.on_change = keys_changed
     bus.on(CATALOG_EVENT, on_catalog)
     bus.on(KEYS_EVENT, on_keys)

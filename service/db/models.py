@@ -63,6 +63,8 @@ class Server(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     transport: Mapped[str] = mapped_column(String(16), default="catalog")  # stdio | http | catalog
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # What the server says about itself (serverInfo name, title, description; initialize's instructions).
+    info: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
     state: Mapped[str] = mapped_column(String(16), default="registered")
     last_error: Mapped[str | None] = mapped_column(Text, default=None)
     last_sync_at: Mapped[datetime | None] = mapped_column(default=None)

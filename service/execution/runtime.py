@@ -66,7 +66,9 @@ def build_gateway(resources: Resources) -> Gateway:
             if (gateway := resources.gateway) is not None:
                 gateway.executor.tools.invalidate_server(spec.id)
             return {"writer": False, "listed": len(tools)}  # the writer replica syncs the catalog
-        report = await sync_server_tools(resources, spec.id, tools, transport=spec.transport, config=spec.config())
+        connection = pool.get(spec.id)
+        report = await sync_server_tools(resources, spec.id, tools, transport=spec.transport, config=spec.config(),
+                                         info=connection.server_info if connection else None)
         if (gateway := resources.gateway) is not None:
             gateway.executor.tools.invalidate_server(spec.id)
         if report.created or report.updated or report.removed:

@@ -70,9 +70,12 @@ def fuse(
     signal_scores: Mapping[str, Mapping[str, float]],
     weights: Mapping[str, float],
     keep: tuple[int, float] | None = None,
+    covering: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, Candidate]:
     """Weighted sum of per-signal z-scores over the union of candidates (vectorised: ~400 hits a query).
 
+    `covering` signals score some of those candidates (the server signal: the tools of servers that describe
+    themselves): z-scored over the ones they score, adding nothing to the others.
     keep=(k, margin) drops the tools that cannot reach the top k even with `margin` added later (every bonus
     after fusion summed): their fused score is below the k-th best minus the margin. Fewer candidates make every
     later step cheaper, and the top k stays exactly what it would be."""
@@ -80,13 +83,15 @@ def fuse(
     if not names:
         return {}
     row = {name: i for i, name in enumerate(names)}
-    used = [(signal, weights.get(signal, 0.0), scores) for signal, scores in signal_scores.items()]
-    used = [(signal, weight, scores) for signal, weight, scores in used if weight != 0.0]
+    used = [(signal, weights.get(signal, 0.0), scores, False) for signal, scores in signal_scores.items()]
+    used += [(signal, weights.get(signal, 0.0), scores, True) for signal, scores in (covering or {}).items()]
+    used = [u for u in used if u[1] != 0.0 and (u[2] or not u[3])]  # covering signals that score nobody: none
     columns = np.zeros((len(used), len(names)))
-    for c, (_signal, weight, scores) in enumerate(used):
+    for c, (_signal, weight, scores, partial) in enumerate(used):
+        scores = {name: v for name, v in scores.items() if name in row} if partial else scores
         if scores:
             z, floor = _zscore_array(np.fromiter(scores.values(), dtype=np.float64, count=len(scores)))
-            columns[c].fill(floor)
+            columns[c].fill(0.0 if partial else floor)
             columns[c, [row[name] for name in scores]] = z
         columns[c] *= weight
     totals = columns.sum(axis=0)
@@ -95,12 +100,12 @@ def fuse(
         threshold = np.partition(totals, len(names) - keep[0])[len(names) - keep[0]] - keep[1]
         rows = np.flatnonzero(totals >= threshold)
     per_name = columns[:, rows].T.tolist()
-    signals = [signal for signal, _, _ in used]
+    signals = [signal for signal, _, _, _ in used]
     fused = {
         names[i]: Candidate(names[i], score, dict(zip(signals, per_name[r], strict=True)), {})
         for r, (i, score) in enumerate(zip(rows.tolist(), totals[rows].tolist(), strict=True))
     }
-    for signal, _, scores in used:
+    for signal, _, scores, _partial in used:
         for name, value in scores.items():
             candidate = fused.get(name)
             if candidate is not None:

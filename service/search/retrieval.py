@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery
 from indexer.names import name_verb, query_stems, spelling_tier
+from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool
 from service.observability import Stage, stage
 from service.search.ranking import (
@@ -122,6 +123,10 @@ class NameDirectory:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def server(self, qualified: str) -> str | None:
+        entry = self._entries.get(qualified)
+        return entry.server if entry else None
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -132,6 +137,7 @@ class Retriever:
     def __init__(self, resources: Resources) -> None:
         self.resources = resources
         self.directory = NameDirectory()
+        self.servers = ServerVectors()
 
     async def load_names(self, session: AsyncSession) -> None:
         """Fill the name directory from the catalog of record."""
@@ -143,8 +149,12 @@ class Retriever:
 
     def weights(self) -> dict[str, float]:
         s = self.resources.settings.search
-        return {"name": s.weight_name, "description": s.weight_description, "params": s.weight_params,
-                "lexical": s.weight_lexical}
+        return {
+            "name": s.weight_name,
+            "description": s.weight_description,
+            "params": s.weight_params,
+            "lexical": s.weight_lexical,
+        }
 
     async def search(
         self,
@@ -179,7 +189,7 @@ class Retriever:
         with stage(self.resources, "index"):
             fused, hit_lists = await self._index_hits(index, queries, len(texts), where)
         ranking = Stage(self.resources, "rank")
-        per_text = self._candidates(fused, hit_lists, len(texts), k)
+        per_text = self._candidates(fused, hit_lists, vectors, k)
         candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
         apply_name_verbs(candidates, self.directory.verbs, query_stems(query), settings.weight_name_verb)
         exact = self.directory.exact_tiers(query, where)
@@ -221,23 +231,33 @@ class Retriever:
         return bound
 
     def _candidates(
-        self, fused: bool, hit_lists: list[list[Hit]], texts: int, k: int
+        self, fused: bool, hit_lists: list[list[Hit]], vectors: list[list[float]], k: int
     ) -> list[dict[str, Candidate]]:
-        """Fused candidates per text: the index's own fusion z-normalised, else the signals fused here, without
-        the tools that cannot reach the top k."""
+        """Fused candidates per text: the index's own fusion z-normalised, else the signals fused here (with the
+        server signal), without the tools that cannot reach the top k."""
         if fused:
             return [from_fused({h.qualified_name: h.score for h in hits}) for hits in hit_lists]
-        weights = self.weights()
+        weights = {**self.weights(), "server": self.resources.settings.search.weight_server}
         keep = (k, self.bonus_bound() + 1e-9)
         width = len(SIGNALS)
         per_text: list[dict[str, Candidate]] = []
-        for t in range(texts):
+        for t, vector in enumerate(vectors):
             signal_scores = {
                 signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
                 for s, signal in enumerate(SIGNALS)
             }
-            per_text.append(fuse(signal_scores, weights, keep))
+            per_text.append(fuse(signal_scores, weights, keep, self._server_signal(signal_scores, vector)))
         return per_text
+
+    def _server_signal(
+        self, signal_scores: dict[str, dict[str, float]], vector: list[float]
+    ) -> dict[str, dict[str, float]]:
+        """The similarity of each candidate's server to the request, for the candidates of described servers."""
+        if not self.resources.settings.search.weight_server:
+            return {}
+        owners = {name: self.directory.server(name) or "" for scores in signal_scores.values() for name in scores}
+        similarity = self.servers.similarities(vector, set(owners.values()))
+        return {"server": {name: similarity[s] for name, s in owners.items() if s in similarity}}
 
     @staticmethod
     def _explain(candidate: Candidate) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from indexer.index.base import SearchFilter
+from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
 from service.db.models import Search, utcnow
@@ -31,6 +32,7 @@ async def start_search(resources: Resources) -> Retriever:
         # Read before the names: a change committed while they load is followed again (harmlessly).
         cluster_state(resources).start_seq = await last_seq(session)
         await resources.retriever.load_names(session)
+    await refresh_servers(resources)
     # Warm before ready: load (or export, on the first start) the model and embed one query, so the first
     # search after start-up costs what the hundredth does.
     await resources.embed(["warm up the query path"])

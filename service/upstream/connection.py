@@ -63,6 +63,7 @@ class UpstreamConnection(ToolCalls):
         self.spec = spec
         self._children_registry = children
         self.health = ServerHealth()
+        self.server_info: dict[str, Any] = {}  # initialize's serverInfo and instructions (server-aware scoring)
         self.last_report: dict[str, Any] | None = None
         self._on_tools = on_tools
         self._prepare = prepare
@@ -213,6 +214,8 @@ class UpstreamConnection(ToolCalls):
             info = client.server_info
             self.health.server_name = info.name if info else None
             self.health.server_version = info.version if info else None
+            self.server_info = {**(info.model_dump(exclude_none=True) if info else {}),
+                                "instructions": client.instructions or ""}
             tools = await self._list_tools(client)
             self._client = client
             self.health.connected_at = utcnow()

@@ -84,3 +84,17 @@ async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
     assert {"execution-log", "usage-statistics", "purge-results"} <= set(ready["background"])
     assert ready["background"]["execution-log"]["state"] == "running"
     assert "/search" in (await client.get("/openapi.json")).json()["paths"]
+
+
+async def test_servers_described_with_a_batch_rank_their_tools(client: httpx.AsyncClient) -> None:
+    weather = {"server": "weather", "name": "get_forecast", "description": "Forecast for a city"}
+    servers = {"time": {"title": "Time", "description": "Clocks and time zones", "instructions": "Use IANA names"},
+               "weather": {"description": "Weather forecasts", "version": "1.2"}}
+    assert (await client.post("/tools", json={"tools": [*TIME_TOOLS, weather], "servers": servers})).status_code == 200
+    found = (await client.post("/search", json={"query": "time zones", "explain": True})).json()["results"]
+    assert all("server" in r["explain"]["signals"] for r in found)
+    assert {r["explain"]["similarity"]["server"] for r in found if r["server"] == "time"} != {
+        r["explain"]["similarity"]["server"] for r in found if r["server"] == "weather"}
+    too_long = {"time": {"instructions": "x" * 20001}}
+    refused = await client.post("/tools", json={"tools": TIME_TOOLS, "servers": too_long})
+    assert refused.status_code == 422 and refused.headers["content-type"].startswith("application/problem+json")

@@ -17,7 +17,10 @@ import sys
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
-server = MCPServer("toolscout-test", version="1.0.0", log_level="WARNING")
+server = MCPServer(
+    "toolscout-test", title="Toolscout test server", version="1.0.0", log_level="WARNING",
+    instructions="Tools to exercise a gateway: echo text, sleep, fail and crash on purpose.",
+)
 
 
 @server.tool(description="Echo the text back, repeated `times` times.")

@@ -17,6 +17,8 @@ import httpx
 import pytest
 from upstream_support import HttpServer, local_server, node_server, running
 
+from service.db.models import Server
+
 pytestmark = pytest.mark.upstream
 
 
@@ -176,6 +178,19 @@ async def test_child_killed_mid_call_then_next_call_succeeds(tmp_path: Path) -> 
     assert crashed.status_code == 502
     assert after.json()["content"][0]["text"] == "alive"
     assert health["restarts"] == 2 and health["failures"] == 2
+
+
+async def test_what_a_server_says_at_initialize_is_kept_for_ranking(tmp_path: Path) -> None:
+    async with running(tmp_path, {"t": local_server("stdio")}) as (app, _):
+        resources = app.state.resources
+        async with resources.session() as session:
+            row = await session.get(Server, "t")
+        servers = resources.retriever.servers.servers()
+    assert row is not None and row.info == {
+        "name": "toolscout-test", "title": "Toolscout test server",
+        "instructions": "Tools to exercise a gateway: echo text, sleep, fail and crash on purpose.",
+    }
+    assert servers == ["t"]
 
 
 async def test_list_changed_from_a_stdio_child_resyncs_the_catalog(tmp_path: Path) -> None:

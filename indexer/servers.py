@@ -1,0 +1,37 @@
+"""The text indexed for a server: what it says about itself and the names of its tools. Pure functions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from indexer.documents import split_identifier
+
+INFO_FIELDS = ("name", "title", "description", "instructions")
+MAX_INFO_CHARS = 2000  # per field: instructions can run to pages; MiniLM reads ~256 tokens anyway
+MAX_TOOL_NAMES = 64
+
+
+def server_info(raw: Any) -> dict[str, str]:
+    """The string fields of an MCP server info block (`serverInfo` plus the `instructions` of initialize)."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {f: " ".join(raw[f].split())[:MAX_INFO_CHARS] for f in INFO_FIELDS if isinstance(raw.get(f), str)
+            and raw[f].strip()}
+
+
+def server_document(server_id: str, info: Mapping[str, str], tool_names: Iterable[str]) -> str:
+    """Id, title and description first, then the tools' names, instructions last (the model truncates)."""
+    words = dict.fromkeys(split_identifier(n) for n in (server_id, info.get("name", "")) if n)
+    head = " ".join(words)
+    tools = ", ".join(split_identifier(n) for n in sorted(tool_names)[:MAX_TOOL_NAMES])
+    parts = [head, info.get("title", ""), info.get("description", ""), f"tools: {tools}" if tools else "",
+             info.get("instructions", "")]
+    return ". ".join(p.strip(" .") for p in parts if p.strip(" ."))
+
+
+def server_hash(document: str) -> str:
+    """Whether a server's vector must be embedded again."""
+    return hashlib.sha256(json.dumps(document).encode()).hexdigest()

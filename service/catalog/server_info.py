@@ -1,0 +1,36 @@
+"""What servers say about themselves (MCP serverInfo name, title, description and initialize's instructions),
+kept on their catalog rows for server-aware scoring (service/search/servers.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from indexer.servers import server_info
+from service.catalog.files import DEMO_CATALOGS, load_catalog_file
+from service.cluster.changes import TOOLS, record_change
+from service.db.models import Server
+
+
+async def store_info(session: AsyncSession, servers: Mapping[str, Any], origin: str) -> set[str]:
+    """Set the info of these existing servers (server id -> info block); returns the ids whose info changed.
+    Each gets a change row without tool names, so other replicas refresh that server's document."""
+    changed: set[str] = set()
+    for server_id, raw in sorted(servers.items()):
+        info = server_info(raw)
+        row = await session.get(Server, server_id)
+        if row is not None and info and row.info != info:
+            row.info = info
+            record_change(session, TOOLS, [], server=server_id, origin=origin)
+            changed.add(server_id)
+    return changed
+
+
+def demo_servers() -> dict[str, dict[str, Any]]:
+    """The server info blocks of the bundled catalogs (file name -> the file's `server` object)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(DEMO_CATALOGS.glob("*.json")):
+        out.update(load_catalog_file(path).servers)
+    return out
