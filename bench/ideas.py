@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.embed_cache import EmbeddingCache
-from bench.offline import EvalSet, load_demo_set, load_set, metrics, query_scores, zclip
+from bench.offline import EvalSet, load_demo_set, load_set, metrics, zclip
 from indexer.documents import build_document
 from indexer.lexical import Bm25Encoder, tokenize
 from service.search.ranking import MIN_PART_WORDS
@@ -75,7 +75,7 @@ def prepare(cache: EmbeddingCache, s: EvalSet, chosen: list[str]) -> Vectors:
     texts = {f: [getattr(d, f) for d in docs] for f in DENSE}
     encoder = Bm25Encoder()
     longer = [str(r.get("description_for_model") or "") for r in s.raw]
-    long_texts = [f"{d.description} {x}".strip()[:4000] for d, x in zip(docs, longer)]
+    long_texts = [f"{d.description} {x}".strip()[:4000] for d, x in zip(docs, longer, strict=True)]
     return Vectors(
         queries=cache.embed(s.texts),
         stripped=cache.embed([strip_boilerplate(t) for t in s.texts]) if "boilerplate" in chosen else np.zeros(0),
@@ -86,7 +86,9 @@ def prepare(cache: EmbeddingCache, s: EvalSet, chosen: list[str]) -> Vectors:
         long_docs=cache.embed(long_texts),
         other_means=None,
         combined=cache.embed([f"{d.name}: {d.description}" for d in docs]) if "combined" in chosen else None,
-        long_lexical=lexical_signal(s, [encoder.encode_document(f"{d.lexical} {x}") for d, x in zip(docs, longer)]),
+        long_lexical=lexical_signal(
+            s, [encoder.encode_document(f"{d.lexical} {x}") for d, x in zip(docs, longer, strict=True)]
+        ),
     )
 
 
@@ -151,9 +153,7 @@ def run(s: EvalSet, v: Vectors, p: dict) -> dict[str, float]:
         lex_w = lex_w * (1 + p["adaptive"] * (2 * name_coverage(s) - 1))
     total += lex_w[:, None] * lex + p.get("verb", DEFAULTS.weight_name_verb) * v.verb
     off.TOP = 100
-    if "part_penalty" in p or "min_words" in p:
-        return metrics(s, merged_scores(s, total, p.get("part_penalty", 0.0), p.get("min_words", 0)))
-    return metrics(s, query_scores(s, total))
+    return metrics(s, merged_scores(s, total, p.get("part_penalty", 0.0), p.get("min_words", 0)))
 
 
 def merged_scores(s: EvalSet, per_text: np.ndarray, penalty: float, min_words: int) -> np.ndarray:
@@ -177,6 +177,7 @@ IDEAS: dict[str, list[dict]] = {
     "combo": [{"centre": 1.0, "docs_only": True, "part_penalty": x} for x in (0.3, 0.5, 1.0)]
     + [{"centre": 1.0, "docs_only": True, "mean": "demo", "part_penalty": 0.5}]
     + [{"centre": 1.0, "docs_only": True, "part_penalty": 0.5, "long": "both"}],
+    "csls_one": [{"csls": 0.25, "csls_k": 10}],
     "csls": [{"csls": b, "csls_k": k} for b in (0.25, 0.5, 1.0) for k in (5, 10, 25)],
     "adaptive_lexical": [{"adaptive": g} for g in (0.25, 0.5, 0.75, 1.0)],
     "boilerplate": [{"strip": True}],
