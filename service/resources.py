@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -77,15 +77,26 @@ class Resources:
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """Embed query texts off the event loop: cached ones at once, the rest micro-batched."""
+        return await self.embed_soon(texts)
+
+    def embed_soon(self, texts: list[str]) -> Awaitable[list[list[float]]]:
+        """Queue the embedding now (so the caller can work while the embedder does) and await it later."""
         found, missing = self.embedder.lookup(texts)
+        pending: asyncio.Future[list[list[float]]] | None = None
+        wanted = [texts[i] for i in missing]
         if missing:
-            wanted = [texts[i] for i in missing]
             if self.batcher is None:
                 self.batcher = MicroBatcher(self.embedder.inner)
-            computed = await asyncio.wrap_future(self.batcher.submit(wanted))
-            self.embedder.store(wanted, computed)
-            found.update(zip(missing, computed, strict=True))
-        return [found[i] for i in range(len(texts))]
+            pending = asyncio.wrap_future(self.batcher.submit(wanted))
+
+        async def vectors() -> list[list[float]]:
+            if pending is not None:
+                computed = await pending
+                self.embedder.store(wanted, computed)
+                found.update(zip(missing, computed, strict=True))
+            return [found[i] for i in range(len(texts))]
+
+        return vectors()
 
     async def run_index(self, fn: Any, *args: Any) -> Any:
         """Run a short blocking index call (search, payloads, count, delete) off the event loop."""

@@ -165,19 +165,21 @@ class Retriever:
         texts = [query]
         parts = split_intents(query) if settings.split_multi_intent else []
         texts.extend(parts)
+        # The lexical vectors are encoded while the embedder works (it runs in its own thread).
+        embedding = self.resources.embed_soon(texts)
+        sparse = [self.resources.encoder.encode_query(text) for text in texts]
         with stage(self.resources, "embed"):
-            vectors = await self.resources.embed(texts)
+            vectors = await embedding
         queries: list[SignalQuery] = []
-        for text, vector in zip(texts, vectors, strict=True):
+        for vector, lexical in zip(vectors, sparse, strict=True):
             queries.extend(SignalQuery(f, settings.candidates, dense=vector) for f in DENSE_FIELDS)  # type: ignore[arg-type]
-            sparse = self.resources.encoder.encode_query(text)
-            queries.append(SignalQuery("lexical", settings.candidates, sparse=sparse))
+            queries.append(SignalQuery("lexical", settings.candidates, sparse=lexical))
         index = self.resources.index
         assert index is not None
         with stage(self.resources, "index"):
             fused, hit_lists = await self._index_hits(index, queries, len(texts), where)
         ranking = Stage(self.resources, "rank")
-        per_text = self._candidates(fused, hit_lists, len(texts))
+        per_text = self._candidates(fused, hit_lists, len(texts), k)
         candidates = (max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True)), settings.part_penalty)
                       if parts else per_text[0])
         apply_name_verbs(candidates, self.directory.verbs, query_stems(query), settings.weight_name_verb)
@@ -211,11 +213,23 @@ class Retriever:
             return True, await self.resources.run_index(fused_search, groups, self.weights(), limit, where)
         return False, await self.resources.run_index(index.search, queries, where)
 
-    def _candidates(self, fused: bool, hit_lists: list[list[Hit]], texts: int) -> list[dict[str, Candidate]]:
-        """Fused candidates per text: the index's own fusion z-normalised, else the signals fused here."""
+    def bonus_bound(self) -> float:
+        """The most that every signal added after fusion can lift a tool (name verb, usage, learned boosts)."""
+        search, learning = self.resources.settings.search, self.resources.settings.learning
+        bound = max(0.0, search.weight_name_verb)
+        if learning.enabled:
+            bound += max(0.0, learning.usage_weight) + learning.max_popularity_boost + learning.max_caller_boost
+        return bound
+
+    def _candidates(
+        self, fused: bool, hit_lists: list[list[Hit]], texts: int, k: int
+    ) -> list[dict[str, Candidate]]:
+        """Fused candidates per text: the index's own fusion z-normalised, else the signals fused here, without
+        the tools that cannot reach the top k."""
         if fused:
             return [from_fused({h.qualified_name: h.score for h in hits}) for hits in hit_lists]
         weights = self.weights()
+        keep = (k, self.bonus_bound() + 1e-9)
         width = len(SIGNALS)
         per_text: list[dict[str, Candidate]] = []
         for t in range(texts):
@@ -223,7 +237,7 @@ class Retriever:
                 signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
                 for s, signal in enumerate(SIGNALS)
             }
-            per_text.append(fuse(signal_scores, weights))
+            per_text.append(fuse(signal_scores, weights, keep))
         return per_text
 
     @staticmethod

@@ -60,3 +60,24 @@ def test_max_merge_lowers_a_parts_score_by_the_part_penalty() -> None:
     assert {n: round(c.score, 6) for n, c in merged.items()} == {"a": 1.0, "b": 0.4, "c": -0.1}
     assert merged["a"].matched_part is None and merged["b"].matched_part == "part"
     assert merged["b"].signals == {"part": -0.5}
+
+
+def test_fuse_keeps_only_the_tools_that_can_still_reach_the_top_k() -> None:
+    import random
+
+    rnd = random.Random(7)
+    pool = [f"t{i}" for i in range(300)]
+    weights = {"name": 0.1, "description": 0.45, "params": 0.1, "lexical": 0.35}
+    for _ in range(20):
+        scores = {s: {n: rnd.random() for n in rnd.sample(pool, 100)} for s in weights}
+        full = fuse(scores, weights)
+        kept = fuse(scores, weights, keep=(5, 0.5))
+        best = sorted(full.values(), key=lambda c: -c.score)
+        threshold = best[4].score - 0.5
+        assert set(kept) == {c.name for c in best if c.score >= threshold}
+        assert len(kept) < len(full)
+        for name, candidate in kept.items():
+            assert candidate.score == pytest.approx(full[name].score)
+            assert candidate.signals == pytest.approx(full[name].signals)
+            assert candidate.raw == full[name].raw
+    assert len(fuse(scores, weights, keep=(500, 0.0))) == len(full)  # k beyond the union keeps everything
