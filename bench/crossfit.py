@@ -13,6 +13,7 @@ import numpy as np
 from bench.embed_cache import EmbeddingCache
 from bench.offline import EvalSet, base_signals, fused_scores, load_set, metrics, query_scores, zclip
 from indexer.names import name_verb, query_stems
+from service.settings import SearchSettings
 
 GRID = [round(x * 0.1, 1) for x in range(6)]
 VERB_WEIGHTS = (0.0, 0.2, 0.4)
@@ -63,6 +64,11 @@ def main() -> None:
     cache = EmbeddingCache(Path(sys.argv[1]))
     meta, seal = load_set("metatool", 3000, 1), load_set("sealtools", None, 0)
     zm, zs = prepare(cache, meta), prepare(cache, seal)
+    d = SearchSettings()
+    defaults = {"name": d.weight_name, "description": d.weight_description, "params": d.weight_params,
+                "lexical": d.weight_lexical, "name_verb": d.weight_name_verb}
+    print(f"defaults {defaults}: metatool {score(meta, zm, defaults)} sealtools {score(seal, zs, defaults)}",
+          flush=True)
     best_meta = max(grid(), key=lambda w: (score(meta, zm, w)["recall@5"], score(meta, zm, w)["mrr"]))
     print(
         f"tuned on metatool: {best_meta} in-sample {score(meta, zm, best_meta)} "

@@ -22,6 +22,7 @@ from indexer.tools import ToolDefinition, normalize_server_id
 from service.catalog.files import load_catalog_file
 from service.search.evaluation import load_queries
 from service.search.ranking import split_intents
+from service.settings import SearchSettings
 
 
 def find_eval() -> Path:
@@ -168,11 +169,15 @@ def fused_scores(
     return total
 
 
-def query_scores(s: EvalSet, per_text: np.ndarray) -> np.ndarray:
-    """Max over the whole request and its parts, exact names first."""
+def query_scores(s: EvalSet, per_text: np.ndarray, part_penalty: float | None = None) -> np.ndarray:
+    """Max over the whole request and its parts (each part `part_penalty` lower, the service's default unless
+    given), exact names first."""
+    penalty = SearchSettings().part_penalty if part_penalty is None else part_penalty
     out = np.empty((len(s.queries), per_text.shape[1]))
     for i, rows in enumerate(s.text_rows):
-        out[i] = per_text[rows].max(axis=0) if len(rows) > 1 else per_text[rows[0]]
+        out[i] = per_text[rows[0]]
+        if len(rows) > 1:
+            out[i] = np.maximum(out[i], per_text[rows[1:]].max(axis=0) - penalty)
         if s.exact[i]:
             out[i, s.exact[i]] += 1e6
     return out

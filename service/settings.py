@@ -71,6 +71,9 @@ class SearchSettings(BaseModel):
     default_k: int = 5
     max_k: int = 50
     split_multi_intent: bool = True
+    # Subtracted from the fused score a tool gets from one part of a split request (the whole request scores as
+    # is): a part that is only a question's framing then wins less often (bench/ideas.py, README "Quality").
+    part_penalty: float = 0.5
     max_query_chars: int = 8000
 
 

@@ -123,13 +123,19 @@ def from_fused(scores: Mapping[str, float]) -> dict[str, Candidate]:
     }
 
 
-def max_merge(whole: dict[str, Candidate], parts: Sequence[tuple[str, dict[str, Candidate]]]) -> dict[str, Candidate]:
-    """Each tool keeps its best score over the whole request and each of its parts."""
+def max_merge(
+    whole: dict[str, Candidate], parts: Sequence[tuple[str, dict[str, Candidate]]], part_penalty: float = 0.0
+) -> dict[str, Candidate]:
+    """Each tool keeps its best score over the whole request and each of its parts, a part's score lowered by
+    `part_penalty` (a part is less of the request than the whole: "Can you suggest any good ones?")."""
     merged = dict(whole)
     for part, candidates in parts:
         for name, candidate in candidates.items():
             current = merged.get(name)
-            if current is None or candidate.score > current.score:
+            if current is None or candidate.score - part_penalty > current.score:
+                if part_penalty:
+                    candidate.signals["part"] = -part_penalty
+                    candidate.score -= part_penalty
                 candidate.matched_part = part
                 merged[name] = candidate
     return merged

@@ -190,7 +190,11 @@ class Retriever:
             fused, hit_lists = await self._index_hits(index, queries, len(texts), where)
         ranking = Stage(self.resources, "rank")
         per_text = self._candidates(fused, hit_lists, vectors, k)
-        candidates = max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True))) if parts else per_text[0]
+        candidates = (
+            max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True)), settings.part_penalty)
+            if parts
+            else per_text[0]
+        )
         apply_name_verbs(candidates, self.directory.verbs, query_stems(query), settings.weight_name_verb)
         exact = self.directory.exact_tiers(query, where)
         usage, learning = self.resources.usage, self.resources.settings.learning

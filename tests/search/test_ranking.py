@@ -53,6 +53,15 @@ def test_boosts_add_to_the_score_and_are_recorded() -> None:
     assert [c.name for c in rank(candidates, [], 2)] == ["b", "a"]
 
 
+def test_max_merge_lowers_a_parts_score_by_the_part_penalty() -> None:
+    whole = {"a": Candidate("a", 1.0), "b": Candidate("b", 0.2)}
+    parts = [("part", {"a": Candidate("a", 1.3), "b": Candidate("b", 0.9), "c": Candidate("c", 0.4)})]
+    merged = max_merge(whole, parts, part_penalty=0.5)
+    assert {n: round(c.score, 6) for n, c in merged.items()} == {"a": 1.0, "b": 0.4, "c": -0.1}
+    assert merged["a"].matched_part is None and merged["b"].matched_part == "part"
+    assert merged["b"].signals == {"part": -0.5}
+
+
 def test_fuse_keeps_only_the_tools_that_can_still_reach_the_top_k() -> None:
     import random
 
