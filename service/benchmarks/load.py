@@ -112,6 +112,9 @@ def _start_server(tools: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], 
         "TOOLSCOUT_EXECUTION__DEMO_SERVERS": "false",
         "TOOLSCOUT_POLICY__RATE_LIMIT_PER_MINUTE": "0",
         "TOOLSCOUT_EMBEDDING__MODELS_DIR": str(Settings().models_dir.resolve()),
+        # wrk cycles the same queries at every concurrency: without this they would be embedded once and then
+        # served from the query cache. Every request embeds its query here.
+        "TOOLSCOUT_EMBEDDING__CACHE_SIZE": "0",
     }
     command = [
         sys.executable,
