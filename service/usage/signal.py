@@ -148,10 +148,11 @@ async def refresh_usage(resources: Resources, state: UsageVectors) -> int:
         return 0
     await _embedded(resources, state, {q for usage in state.tools.values() for q, _ in usage.queries})
     now = utcnow()
-    for usage in state.tools.values():
+    for key, usage in state.tools.items():
         ages = np.array([(now - at).total_seconds() / 86400.0 for _, at in usage.queries], dtype=np.float32)
         weights = np.power(0.5, np.maximum(ages, 0.0) / settings.half_life_days)
-        usage.vectors = np.stack([state.cache[q] for q, _ in usage.queries])
+        if key in touched or usage.vectors is None:  # the kept queries changed only where evidence came in
+            usage.vectors = np.stack([state.cache[q] for q, _ in usage.queries])
         usage.weight = float(weights.sum())
     if touched:
         logger.debug("usage signal: %d tool scopes gained evidence", len(touched))
