@@ -136,6 +136,9 @@ async def replay_usage(catalog_path: Path, queries_path: Path, max_queries: int 
     with tempfile.TemporaryDirectory(prefix="toolscout-usage-") as tmp:
         settings = Settings(data_dir=Path(tmp), demo_catalog=False)
         settings.learning.refresh_lag_seconds = 0.0
+        # Every text embedded once: a re-embedded text (evicted, then batched differently) differs in the last
+        # digits, and the rankings it moves are not the signal's doing.
+        settings.embedding.cache_size = 1_000_000
         resources = build_resources(settings)
         await start_resources(resources)
         await start_search(resources)
