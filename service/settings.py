@@ -157,10 +157,13 @@ class LearningSettings(BaseModel):
     reliability_tolerance: float = 0.20  # a smoothed failure rate up to this costs nothing
     latency_smoothing: float = 0.1  # weight of a new call in the moving average of latency
     cooccurrence_window_seconds: float = 300.0  # two calls this close by one caller count as used together
-    # The usage signal (issue 12): weight * n / (n + usage_half_evidence) * rescaled cosine to the tool's past queries.
-    usage_weight: float = 0.6
-    usage_half_evidence: float = 4.0  # decayed successful queries at which the signal reaches half its weight
-    usage_floor: float = 0.3  # cosines up to this count as unrelated (MiniLM puts unrelated texts near 0.1-0.3)
+    # The usage signal (issue 12, service/usage/signal.py): weight * n / (n + usage_half_evidence) * the tool's
+    # share of a softmax over the candidates' nearest past queries and "nobody". Tuned with
+    # `toolscout bench learning --signal usage` (MetaTool and Seal-Tools, split by query and by tool).
+    usage_weight: float = 3.0  # the most it adds to a fused score (sums of z-scores)
+    usage_half_evidence: float = 2.0  # decayed successful queries at which the signal reaches half its weight
+    usage_floor: float = 0.7  # a nearest past query this similar weighs as much as "nobody's history"
+    usage_temperature: float = 0.05  # softmax temperature over cosines (lower: only near paraphrases count)
     usage_max_queries: int = 32  # kept per scope and tool (the latest)
 
 

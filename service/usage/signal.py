@@ -2,15 +2,19 @@
 
 Evidence is a successful execution that carries a `search_id`: that search's query text led to the tool. Per
 permission scope (the sorted roles of the searching caller, logged with the search) and tool, the latest
-`usage_max_queries` such queries are kept with a decayed weight; the tool's `usage` vector is the normalised,
-weighted centroid of their embeddings (embedded through the service's embedder, each text once). On a search,
-a candidate with history in the caller's scope gets
+`usage_max_queries` such queries are kept, embedded (through the service's embedder, each text once), with a
+decayed weight each. On a search, each candidate with history in the caller's scope has `s`, the cosine of the
+query to its nearest past query, and the candidates share one softmax with a "nobody" class of similarity
+`usage_floor`:
 
-    usage_weight * evidence(n) * max(0, (cos(query, centroid) - usage_floor) / (1 - usage_floor)),
-    evidence(n) = n / (n + usage_half_evidence),
+    usage_weight * evidence(n) * exp((s - floor) / T) / (1 + sum over candidates with history of exp((s' - floor) / T)),
+    evidence(n) = n / (n + usage_half_evidence),   T = usage_temperature,
 
-so it is zero without history, grows with the (decayed) evidence and never exceeds `usage_weight`: a new tool
-whose text match leads by more than that stays first. A scope never reads another scope's evidence."""
+so a query near nobody's past queries moves nothing, a query as near to two tools' pasts splits the signal, it is
+zero without history, grows with the (decayed) evidence and never exceeds `usage_weight`: a new tool whose text
+match leads by more than that stays first. Nearest past query rather than a centroid: LLM-written and real
+requests for one tool come in several phrasings, and a centroid of them is near none (measured in
+`toolscout bench learning --signal usage`). A scope never reads another scope's evidence."""
 
 from __future__ import annotations
 
@@ -45,11 +49,11 @@ def evidence(n: float, half: float) -> float:
 
 @dataclass
 class ToolUsage:
-    """One tool's recent successful queries in one scope, and the vector they make."""
+    """One tool's recent successful queries in one scope, and their embeddings."""
 
     queries: deque[tuple[str, datetime]]
-    centroid: np.ndarray | None = None
-    weight: float = 0.0  # decayed number of queries behind the centroid
+    vectors: np.ndarray | None = None  # one unit row per kept query
+    weight: float = 0.0  # decayed number of kept queries
 
 
 @dataclass
@@ -76,15 +80,16 @@ class UsageVectors:
         if not scoped or s.usage_weight == 0.0:
             return {}
         query = _unit(np.asarray(vector, dtype=np.float32))
+        known = [(n, u) for n in names if (u := scoped.get(n)) is not None and u.vectors is not None]
+        if not known:
+            return {}
+        nearest = np.array([float((usage.vectors @ query).max()) for _, usage in known])  # type: ignore[operator]
+        energy = np.exp((nearest - s.usage_floor) / s.usage_temperature)
+        share = energy / (1.0 + energy.sum())  # the 1 is "nobody's history": a query near none moves nothing
         out: dict[str, float] = {}
-        for name in names:
-            usage = scoped.get(name)
-            if usage is None or usage.centroid is None:
-                continue
-            cosine = float(query @ usage.centroid)
-            closeness = max(0.0, (cosine - s.usage_floor) / (1.0 - s.usage_floor))
-            value = s.usage_weight * evidence(usage.weight, s.usage_half_evidence) * closeness
-            if value > 1e-6:
+        for (name, usage), p in zip(known, share, strict=True):
+            value = s.usage_weight * evidence(usage.weight, s.usage_half_evidence) * float(p)
+            if value > 1e-4:
                 out[name] = round(value, 6)
         return out
 
@@ -136,18 +141,18 @@ async def _read_evidence(resources: Resources, state: UsageVectors, batch: int) 
 
 
 async def refresh_usage(resources: Resources, state: UsageVectors) -> int:
-    """Read new evidence, then recompute the decayed centroids (all of them: the decay moves every weight)."""
+    """Read new evidence, then refresh every tool's vectors and decayed weight (the decay moves every weight)."""
     settings = resources.settings.learning
     touched = await _read_evidence(resources, state, settings.refresh_batch)
     if not state.tools:
         return 0
     await _embedded(resources, state, {q for usage in state.tools.values() for q, _ in usage.queries})
     now = utcnow()
-    for usage in state.tools.values():
+    for key, usage in state.tools.items():
         ages = np.array([(now - at).total_seconds() / 86400.0 for _, at in usage.queries], dtype=np.float32)
         weights = np.power(0.5, np.maximum(ages, 0.0) / settings.half_life_days)
-        vectors = np.stack([state.cache[q] for q, _ in usage.queries])
-        usage.centroid = _unit(weights @ vectors)
+        if key in touched or usage.vectors is None:  # the kept queries changed only where evidence came in
+            usage.vectors = np.stack([state.cache[q] for q, _ in usage.queries])
         usage.weight = float(weights.sum())
     if touched:
         logger.debug("usage signal: %d tool scopes gained evidence", len(touched))

@@ -16,6 +16,7 @@ from service.catalog.service import register_tools
 from service.db.models import Execution, Search
 from service.policy.callers import Caller
 from service.resources import Resources, build_resources, close_resources, start_resources
+from service.search.ranking import Candidate, add_signal, rank
 from service.search.service import log_search, search_tools, start_search
 from service.settings import LearningSettings
 from service.usage.learning import refresh_stats, start_learning, stop_learning
@@ -26,13 +27,21 @@ SETTINGS = LearningSettings()
 NOW = datetime.now(UTC)
 
 
-def _vectors_with(uses: int, scope: str = "dev") -> UsageVectors:
-    state = UsageVectors()
+def _vectors_with(
+    uses: int,
+    scope: str = "dev",
+    tool: str = "a__tool",
+    rows: list[list[float]] | None = None,
+    state: UsageVectors | None = None,
+) -> UsageVectors:
+    """`uses` past queries of `tool`, embedded as `rows` (default: all [1, 0])."""
+    state = state or UsageVectors()
     for i in range(uses):
-        state.add(scope, "a__tool", f"query {i}", NOW, SETTINGS.usage_max_queries)
-    usage = state.tools.get((scope, "a__tool"))
+        state.add(scope, tool, f"query {i}", NOW, SETTINGS.usage_max_queries)
+    usage = state.tools.get((scope, tool))
     if usage is not None:
-        usage.centroid, usage.weight = np.array([1.0, 0.0], dtype=np.float32), float(uses)
+        usage.vectors = np.array(rows or [[1.0, 0.0]] * len(usage.queries), dtype=np.float32)
+        usage.weight = float(uses)
     return state
 
 
@@ -44,6 +53,33 @@ def test_zero_without_history_growing_with_evidence_and_bounded() -> None:
     assert evidence(SETTINGS.usage_half_evidence, SETTINGS.usage_half_evidence) == 0.5
     # A query unlike the tool's past queries gets nothing, however much history there is.
     assert _vectors_with(64).signal("dev", [0.0, 1.0], ["a__tool"], SETTINGS) == {}
+
+
+def test_the_nearest_past_query_counts_and_two_tools_with_the_same_past_share_it() -> None:
+    # Two phrasings far apart: a query like either one gets the signal (a centroid of both would be near neither).
+    state = _vectors_with(2, rows=[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    near_one = state.signal("dev", [0.0, 1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"]
+    assert near_one > 0.9 * SETTINGS.usage_weight * evidence(2, SETTINGS.usage_half_evidence)
+    # A second tool asked for in the same words: the two split what one alone would get.
+    _vectors_with(2, tool="b__tool", rows=[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], state=state)
+    shared = state.signal("dev", [0.0, 1.0, 0.0], ["a__tool", "b__tool"], SETTINGS)
+    assert shared["a__tool"] == shared["b__tool"] < 0.51 * near_one
+    # Only candidates compete: a tool with history that is not a candidate takes nothing.
+    assert state.signal("dev", [0.0, 1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"] == near_one
+    # A query near nobody's past (cosine 0.6 < usage_floor) gets a small share only.
+    assert state.signal("dev", [0.6, 0.0, 0.8], ["a__tool"], SETTINGS)["a__tool"] < 0.15 * near_one
+
+
+def test_a_new_tool_leading_by_more_than_the_weight_stays_first() -> None:
+    state = _vectors_with(10_000, tool="used__tool")
+    values = state.signal("dev", [1.0, 0.0], ["used__tool", "new__tool"], SETTINGS)
+    assert set(values) == {"used__tool"} and 0.99 * SETTINGS.usage_weight < values["used__tool"] < SETTINGS.usage_weight
+    candidates = {
+        "new__tool": Candidate("new__tool", SETTINGS.usage_weight),
+        "used__tool": Candidate("used__tool", 0.0),
+    }
+    add_signal(candidates, "usage", values)
+    assert [c.name for c in rank(candidates, {}, 2)] == ["new__tool", "used__tool"]
 
 
 def test_another_scope_reads_nothing_and_the_set_is_bounded() -> None:
