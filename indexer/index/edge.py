@@ -23,7 +23,6 @@ from indexer.index.base import (
     SearchFilter,
     SignalQuery,
     filter_terms,
-    hit_of,
     point_id,
 )
 
@@ -60,9 +59,9 @@ class EdgeIndex:
                 self._shard = qe.EdgeShard.load(str(self.path), config)  # also checks the dimension
             else:
                 self._shard = qe.EdgeShard.create(str(self.path), config)
-        # point id -> qualified name: searches return bare ids, because converting even a one-field payload
-        # per hit costs more than the search itself (400 hits a query).
-        self._names: dict[UUID, str] = {UUID(point_id(n)): n for n in self.content_hashes()}
+        # point id (as an int: UUID objects hash in Python) -> qualified name: searches return bare ids, because
+        # converting even a one-field payload per hit costs more than the search itself.
+        self._names: dict[int, str] = {UUID(point_id(n)).int: n for n in self.content_hashes()}
 
     def ensure_collection(self) -> None:
         """The shard exists since __init__; add the missing keyword payload indexes."""
@@ -82,7 +81,7 @@ class EdgeIndex:
         ]
         with _backend("upsert"):
             self._shard.update(qe.UpdateOperation.upsert_points(edge_points))
-        self._names.update((UUID(point_id(p.qualified_name)), p.qualified_name) for p in points)
+        self._names.update((UUID(point_id(p.qualified_name)).int, p.qualified_name) for p in points)
 
     def delete(self, qualified_names: Sequence[str]) -> None:
         """Remove points; unknown names are ignored."""
@@ -91,7 +90,7 @@ class EdgeIndex:
         with _backend("delete"):
             self._shard.update(qe.UpdateOperation.delete_points([point_id(n) for n in qualified_names]))
         for name in qualified_names:
-            self._names.pop(UUID(point_id(name)), None)
+            self._names.pop(UUID(point_id(name)).int, None)
 
     def content_hashes(self) -> dict[str, str]:
         """qualified name -> content hash ("" when absent) of every stored point."""
@@ -140,10 +139,15 @@ class EdgeIndex:
         ]
         with _backend("search"):
             results = self._shard.query_batch(qe.QueryBatchRequest(requests))
-        names = self._names
-        return [
-            [hit_of(p.score, {"qualified_name": names[p.id]}) for p in points if p.id in names] for points in results
-        ]
+        return [self._hits(points) for points in results]
+
+    def _hits(self, points: list[Any]) -> list[Hit]:
+        hits = []
+        for p in points:
+            name = self._names.get(p.id.int)
+            if name is not None:
+                hits.append(Hit(name, p.score, {"qualified_name": name}))
+        return hits
 
     def count(self) -> int:
         """Number of points."""

@@ -189,7 +189,7 @@ class Retriever:
         with stage(self.resources, "index"):
             fused, hit_lists = await self._index_hits(index, queries, len(texts), where)
         ranking = Stage(self.resources, "rank")
-        per_text = self._candidates(fused, hit_lists, vectors, k)
+        per_text = self._candidates(fused, hit_lists, vectors, k, scope)
         candidates = (
             max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True)), settings.part_penalty)
             if parts
@@ -226,23 +226,26 @@ class Retriever:
             return True, await self.resources.run_index(fused_search, groups, self.weights(), limit, where)
         return False, await self.resources.run_index(index.search, queries, where)
 
-    def bonus_bound(self) -> float:
+    def bonus_bound(self, scope: str | None) -> float:
         """The most that every signal added after fusion can lift a tool (name verb, usage, learned boosts)."""
         search, learning = self.resources.settings.search, self.resources.settings.learning
         bound = max(0.0, search.weight_name_verb)
         if learning.enabled:
-            bound += max(0.0, learning.usage_weight) + learning.max_popularity_boost + learning.max_caller_boost
+            bound += learning.max_popularity_boost + learning.max_caller_boost
+            usage = self.resources.usage
+            if usage is not None and scope is not None and usage.by_scope.get(scope):
+                bound += max(0.0, learning.usage_weight)
         return bound
 
     def _candidates(
-        self, fused: bool, hit_lists: list[list[Hit]], vectors: list[list[float]], k: int
+        self, fused: bool, hit_lists: list[list[Hit]], vectors: list[list[float]], k: int, scope: str | None
     ) -> list[dict[str, Candidate]]:
         """Fused candidates per text: the index's own fusion z-normalised, else the signals fused here (with the
         server signal), without the tools that cannot reach the top k."""
         if fused:
             return [from_fused({h.qualified_name: h.score for h in hits}) for hits in hit_lists]
         weights = {**self.weights(), "server": self.resources.settings.search.weight_server}
-        keep = (k, self.bonus_bound() + 1e-9)
+        keep = (k, self.bonus_bound(scope) + 1e-9)
         width = len(SIGNALS)
         per_text: list[dict[str, Candidate]] = []
         for t, vector in enumerate(vectors):
@@ -257,8 +260,8 @@ class Retriever:
         self, signal_scores: dict[str, dict[str, float]], vector: list[float]
     ) -> dict[str, dict[str, float]]:
         """The similarity of each candidate's server to the request, for the candidates of described servers."""
-        if not self.resources.settings.search.weight_server:
-            return {}
+        if not self.resources.settings.search.weight_server or len(self.servers) < 2:
+            return {}  # fewer than two described servers: nothing to tell candidates apart by
         owners = {name: self.directory.server(name) or "" for scores in signal_scores.values() for name in scores}
         similarity = self.servers.similarities(vector, set(owners.values()))
         return {"server": {name: similarity[s] for name, s in owners.items() if s in similarity}}
