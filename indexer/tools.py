@@ -55,6 +55,7 @@ def normalize_server_id(server: str) -> str:
     return slug[:39] + "-" + hashlib.sha1(server.encode()).hexdigest()[:8]
 
 
+@lru_cache(maxsize=262_144)  # a registration reads each qualified name a dozen times
 def qualify(server: str, name: str) -> str:
     """The qualified name of a tool; invalid characters become `_`, names over 64 characters are cut and
     suffixed with a hash of the original so that the mapping stays deterministic."""
