@@ -15,13 +15,16 @@ from service.db.models import Server
 
 
 async def store_info(session: AsyncSession, servers: Mapping[str, Any], origin: str) -> set[str]:
-    """Set the info of these existing servers (server id -> info block); returns the ids whose info changed.
+    """Merge the info of these existing servers (server id -> info block); returns the ids whose info changed.
     Each gets a change row without tool names, so other replicas refresh that server's document."""
     changed: set[str] = set()
     for server_id, raw in sorted(servers.items()):
-        info = server_info(raw)
+        given = server_info(raw)
         row = await session.get(Server, server_id)
-        if row is not None and info and row.info != info:
+        # Merged over what is known: a real server's initialize often gives only its name, and must not wipe the
+        # description its bundled catalog file gave. What a source does give replaces the older value.
+        info = {**(row.info or {}), **given} if row is not None else given
+        if row is not None and given and row.info != info:
             row.info = info
             record_change(session, TOOLS, [], server=server_id, origin=origin)
             changed.add(server_id)

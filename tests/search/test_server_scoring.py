@@ -131,3 +131,17 @@ async def test_a_removed_server_loses_its_vector_and_one_that_says_nothing_gets_
     await remove_server(demo, "fetch")
     assert "fetch" not in demo.retriever.servers.servers()
     assert len(demo.retriever.servers) == len(demo_servers()) - 1
+
+
+async def test_a_server_that_gives_only_its_name_keeps_the_description_its_catalog_gave(demo: Resources) -> None:
+    from service.catalog.server_info import store_info
+
+    async with demo.session() as session:
+        before = (await session.get(Server, "memory")).info  # type: ignore[union-attr]
+        assert "knowledge graph" in before["description"]
+        # what the real memory server says at initialize: its name and no description
+        await store_info(session, {"memory": {"name": "memory-server", "title": "Memory"}}, "test")
+        await session.commit()
+        after = (await session.get(Server, "memory")).info  # type: ignore[union-attr]
+    assert after["description"] == before["description"]
+    assert after["title"] == "Memory"  # what a source does give replaces the older value
