@@ -13,6 +13,8 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   for _ in $(seq 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.2; done
 fi
 scripts/install-test-extras.sh
+# Installed now: a test that finds Chromium, Node.js or an npm tool missing fails instead of skipping.
+export TOOLSCOUT_TEST_EXTRAS=required
 python -m pytest "$@"
 # Second step, the slow suites: schemathesis over the whole OpenAPI (zero 5xx, every answer documented), the
 # console in Chromium, and several replicas on PostgreSQL and Redis.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 import pytest
@@ -95,9 +97,18 @@ async def python_servers() -> str:
     )
 
 
+def missing_extra(reason: str) -> NoReturn:
+    """A test needs a tool that scripts/install-test-extras.sh installs. Run by scripts/test.sh (and so by CI),
+    which sets TOOLSCOUT_TEST_EXTRAS=required after installing them, that is a failure; run by hand without
+    them, a skip."""
+    if os.environ.get("TOOLSCOUT_TEST_EXTRAS") == "required":
+        pytest.fail(f"{reason}, but scripts/test.sh installed the test extras", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 async def node_modules() -> Path:
     """node_modules with server-memory, server-filesystem and server-everything (installed on first use)."""
     if not node_available():
-        pytest.skip("Node.js and npm are not installed")
+        missing_extra("Node.js and npm are not installed")
     return await ensure_node_packages(toolchain_path(), list(NODE_DEMO.values()))

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, REPO, Live, wait_for
+from tests.conftest import missing_extra
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 pytestmark = [pytest.mark.browser, pytest.mark.upstream, pytest.mark.model]
@@ -24,7 +25,7 @@ TIMINGS: dict[str, dict[str, float]] = {}
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (scripts/install-test-extras.sh)")
+        missing_extra("Debian's chromium is not installed (scripts/install-test-extras.sh)")
     with playwright_sync.sync_playwright() as p:
         instance = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield instance

@@ -27,7 +27,7 @@ from service.mcp import Mode
 from service.mcp.profiles import Profile
 from service.mcp.server import Frontend, Transport, create_frontend
 from service.settings import Settings
-from tests.conftest import FIXTURES, make_settings
+from tests.conftest import FIXTURES, make_settings, missing_extra
 
 CATALOGS = FIXTURES / "mcp_catalogs"
 REPO = Path(__file__).resolve().parents[2]
@@ -191,10 +191,10 @@ def toolscout_command() -> list[str]:
 
 
 def node_tool(name: str) -> Path:
-    """An npm-installed executable (see .ci/run), or a skip when it is not installed."""
+    """An npm-installed executable (see .ci/run); missing, a skip by hand and a failure under scripts/test.sh."""
     path = NPM_BIN / name
     if not (NODE_BIN / "node").exists() or not path.exists():
-        pytest.skip(f"{name} is not installed under {NODE_PREFIX} (see .ci/run)")
+        missing_extra(f"{name} is not installed under {NODE_PREFIX} (see .ci/run)")
     return path
 
 
