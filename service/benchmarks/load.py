@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,15 @@ from typing import Any
 
 import httpx
 
-from service.benchmarks.search import POST_BATCH, _free_port, bench_queries, build_catalog, source_tools
+from service.benchmarks.search import (
+    POST_BATCH,
+    _free_port,
+    bench_queries,
+    build_catalog,
+    embedding_median_ms,
+    peak_rss_mb,
+    source_tools,
+)
 from service.settings import Settings
 
 # wrk's Lua side: cycle the request bodies, print the summary as JSON (latencies in microseconds).
@@ -94,12 +101,7 @@ def embedding_floor_ms(queries: list[str]) -> float:
     embedder = build_resources(Settings()).embedder.inner
     for query in queries[:20]:
         embedder.embed([query])  # warm up
-    samples = []
-    for query in queries:
-        started = time.perf_counter()
-        embedder.embed([query])
-        samples.append((time.perf_counter() - started) * 1000)
-    return round(statistics.median(samples), 2)
+    return embedding_median_ms(embedder, queries)
 
 
 def _start_server(tools: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -140,13 +142,6 @@ def _start_server(tools: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], 
     return process, url
 
 
-def _peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
-
-
 def run(args: argparse.Namespace) -> int:
     if shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install wrk, or scripts/install-test-extras.sh)", file=sys.stderr)
@@ -166,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
                     wrk_run(url, queries, int(c), args.duration, Path(tmp)) for c in args.concurrency.split(",")
                 ]
             if process is not None:
-                result["server_peak_rss_mb"] = _peak_rss_mb(process.pid)
+                result["server_peak_rss_mb"] = peak_rss_mb(process.pid)
         finally:
             if process is not None:
                 process.terminate()

@@ -133,14 +133,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _peak_rss_mb() -> float:
-    """This process's peak RSS (VmHWM: unlike ru_maxrss it does not carry over exec from the parent)."""
-    status = Path("/proc/self/status")
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """A process's peak RSS (VmHWM: unlike ru_maxrss it does not carry over exec from the parent)."""
+    status = Path(f"/proc/{pid}/status")
     if status.is_file():
         for line in status.read_text().splitlines():
             if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1) if pid == "self" else 0.0
 
 
 def _timed_posts(client: httpx.Client, queries: list[str]) -> tuple[list[float], list[float]]:
@@ -156,9 +156,8 @@ def _timed_posts(client: httpx.Client, queries: list[str]) -> tuple[list[float],
     return over_http, in_service
 
 
-def _floor_ms(app: Any, queries: list[str]) -> float:
-    """Median ms of one query embedding alone, by the serving embedder (no cache), in this run."""
-    embedder = app.state.resources.embedder.inner
+def embedding_median_ms(embedder: Any, queries: list[str]) -> float:
+    """Median ms of one query embedding alone (the floor a search is read against), by an uncached embedder."""
     samples = []
     for query in queries:
         started = time.perf_counter()
@@ -220,12 +219,12 @@ def measure_size(size: int, source: list[dict[str, Any]], searches: int, backend
                 row[kind] = {
                     "http_ms": _ms(over_http),
                     "service_ms": _ms(in_service),
-                    "floor_ms": _floor_ms(app, queries[:100]),
+                    "floor_ms": embedding_median_ms(app.state.resources.embedder.inner, queries[:100]),
                     "searches": len(queries),
                 }
         server.should_exit = True
         thread.join(timeout=30)
-    row["peak_rss_mb"] = round(_peak_rss_mb(), 1)
+    row["peak_rss_mb"] = peak_rss_mb()
     return row
 
 
