@@ -14,12 +14,13 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, Table, case, select, update
+from sqlalchemy import BigInteger, Integer, Table, case, exists, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import (
     LATENCY_BUCKETS,
+    Execution,
     Search,
     as_utc,
     caller_last_call,
@@ -39,6 +40,7 @@ REACHED_SERVER = SUCCESS | FAILURE
 IGNORED = frozenset({"denied", "not_found", "cancelled", "internal_error"})
 HISTOGRAM = [f"h{i:02d}" for i in range(LATENCY_BUCKETS)]
 searches = Search.__table__
+executions = Execution.__table__
 IDS_PER_STATEMENT = 5000  # bound parameters per statement stay far below SQLite's and PostgreSQL's limits
 
 Key = tuple[Any, ...]
@@ -210,8 +212,12 @@ async def _fold_pairs(session: AsyncSession, rows: Sequence[Any], window_seconds
     )
 
 
-async def _mark_followed(session: AsyncSession, search_ids: set[str]) -> None:
-    """Count each search the first time a call comes from it, in the hour and caller of the search."""
+async def _mark_followed(session: AsyncSession, search_ids: set[str], *, only_if_called: bool = False) -> None:
+    """Count each search the first time a call comes from it, in the hour and caller of the search.
+
+    Both logs mark: a call folded before its search was written finds no row to mark, so each batch of
+    searches also marks those a logged call already came from (`only_if_called`). `followed_at IS NULL`
+    makes whichever side comes second a no-op."""
     if not search_ids:
         return
     ids, marked = sorted(search_ids), []
@@ -223,6 +229,8 @@ async def _mark_followed(session: AsyncSession, search_ids: set[str]) -> None:
             .values(followed_at=utcnow())
             .returning(searches.c.created_at, searches.c.caller)
         )
+        if only_if_called:
+            statement = statement.where(exists().where(executions.c.search_id == searches.c.id))
         marked.extend((await session.execute(statement)).all())
     hourly: dict[Key, dict[str, Any]] = defaultdict(lambda: defaultdict(int))
     for created_at, caller in marked:
@@ -231,10 +239,11 @@ async def _mark_followed(session: AsyncSession, search_ids: set[str]) -> None:
 
 
 async def fold_searches(session: AsyncSession, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Add a batch of searches (caller, created_at, result_count) to the hourly rollup."""
+    """Add a batch of searches (id, caller, created_at, result_count) to the hourly rollup."""
     hourly: dict[Key, dict[str, Any]] = defaultdict(lambda: defaultdict(int))
-    for caller, created_at, result_count in rows:
+    for _id, caller, created_at, result_count in rows:
         bucket = hourly[(hour_of(created_at), caller)]
         bucket["searches"] += 1
         bucket["empty_searches"] += int(result_count == 0)
     await upsert_add(session, usage_hourly, ["hour", "caller"], hourly)
+    await _mark_followed(session, {row[0] for row in rows}, only_if_called=True)

@@ -332,7 +332,7 @@ async def consume_searches(session: AsyncSession, settings: LearningSettings, re
         stats.top1 += top1[name]
         previous = as_utc(stats.last_returned_at) if stats.last_returned_at else None
         stats.last_returned_at = last_at[name] if previous is None or last_at[name] > previous else previous
-    await fold_searches(session, [(caller, created_at, count) for _id, created_at, _r, caller, count in rows])
+    await fold_searches(session, [(id_, caller, created_at, count) for id_, created_at, _r, caller, count in rows])
     if not await _settle(session, Search.__table__, cursor, list(rows), as_utc(rows[-1].created_at)):
         report.lost_race = True
         return False

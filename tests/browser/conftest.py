@@ -191,13 +191,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             wait_for(lambda: admin.get("/servers/t").json().get("state") == "ready", 60, "server t")
             live.agent_key = admin.post("/keys", json={"caller": "agent", "roles": []}).json()["key"]
         make_live_calls(live)
-        expected = live.calls
+        expected = (live.calls, live.searches)
         with live.client(live.admin_key) as admin:
-            wait_for(
-                lambda: sum(b["calls"] for b in admin.get("/analytics/timeseries").json()["series"]) == expected,
-                60,
-                "the rollups",
-            )
+
+            def folded() -> bool:
+                series = admin.get("/analytics/timeseries").json()["series"]
+                return (sum(b["calls"] for b in series), sum(b["searches"] for b in series)) == expected
+
+            wait_for(folded, 60, "the rollups")
         yield live
     finally:
         process.terminate()

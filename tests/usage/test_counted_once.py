@@ -21,6 +21,7 @@ from alembic.script import ScriptDirectory
 
 from indexer.embedding import HashingEmbedder
 from service.db.engine import alembic_config, create_engine_for, create_sessionmaker, sync_url, upgrade_database
+from service.db.models import Search
 from service.execution.log import ExecutionLog
 from service.resources import Resources, build_resources
 from service.settings import DatabaseSettings, Settings
@@ -143,6 +144,33 @@ async def test_late_replayed_and_concurrent_rows_are_each_counted_once(
         per_tool = dict((await session.execute(sa.text("SELECT tool, calls FROM tool_stats"))).all())
     assert cursor.rows_seen == 385
     assert per_tool == {"a__x": 70, "b__y": 15, "c__z": 300}
+
+
+async def add_searches(resources: Resources, ids: list[str]) -> None:
+    at = datetime.now(UTC) - timedelta(minutes=2)
+    async with resources.session() as session:
+        session.add_all(
+            [Search(id=i, caller="alice", query="q", k=3, created_at=at, results=[], result_count=0) for i in ids]
+        )
+        await session.commit()
+
+
+async def test_a_search_is_followed_once_whichever_log_lands_first(replicas: tuple[Resources, Resources]) -> None:
+    one, two = replicas
+    early, late = [str(uuid.uuid4()) for _ in range(3)], [str(uuid.uuid4()) for _ in range(4)]
+    # The calls of `late` are folded before their searches are written (the search log flushes later).
+    await write(one, [row(search_id=i) for i in late] + [row(search_id=late[0])])
+    await refresh_stats(one)
+    await add_searches(two, late + early)
+    await refresh_stats(two)
+    # The calls of `early` come after their searches were folded.
+    await write(two, [row(search_id=i) for i in early] + [row(search_id=early[1])])
+    await refresh_stats(one)
+    await refresh_stats(two)
+    async with one.session() as session:
+        followed = await session.scalar(sa.text("SELECT sum(followed_searches) FROM usage_hourly"))
+        marked = await session.scalar(sa.text("SELECT count(*) FROM searches WHERE followed_at IS NOT NULL"))
+    assert (followed, marked) == (7, 7)
 
 
 def test_migration_0003_marks_what_the_old_cursor_counted(database_url: str) -> None:
