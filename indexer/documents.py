@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -89,18 +87,5 @@ def build_document(tool: ToolDefinition) -> ToolDocument:
 
 
 def content_hash(tool: ToolDefinition) -> str:
-    """SHA-256 of everything that affects the index entry of a tool."""
-    canonical = json.dumps(
-        {
-            "server": tool.server,
-            "name": tool.name,
-            "description": tool.description,
-            "input_schema": tool.input_schema,
-            "annotations": tool.annotations,
-            "tags": list(tool.tags),
-        },
-        sort_keys=True,
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    """SHA-256 of everything that affects the index entry of a tool (computed once per tool object)."""
+    return tool.content_hash

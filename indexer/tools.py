@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import jsonschema_rs
@@ -36,10 +37,36 @@ class ToolDefinition(BaseModel):
     annotations: dict[str, Any] = Field(default_factory=dict)
     tags: tuple[str, ...] = ()
 
-    @property
+    # Computed once per tool (a registration reads both several times): the model is frozen, and model_copy
+    # drops them (below), so they always describe the fields.
+    @cached_property
     def qualified_name(self) -> str:
         """`<server>__<tool>`, valid for MCP clients."""
         return qualify(self.server, self.name)
+
+    @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 of everything that affects the index entry of the tool."""
+        canonical = json.dumps(
+            {
+                "server": self.server,
+                "name": self.name,
+                "description": self.description,
+                "input_schema": self.input_schema,
+                "annotations": self.annotations,
+                "tags": list(self.tags),
+            },
+            sort_keys=True,
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ToolDefinition:
+        copy = super().model_copy(update=update, deep=deep)
+        for cached in ("qualified_name", "content_hash"):
+            copy.__dict__.pop(cached, None)
+        return copy
 
 
 def _slug(text: str) -> str:

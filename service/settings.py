@@ -70,6 +70,10 @@ class SearchSettings(BaseModel):
     # Hits per signal and text, the pool each signal is z-scored over: 50 did as well as 100 on both dev sets
     # (README, Quality) and halves the hits converted and fused per query.
     candidates: int = 50
+    # Tools a text's one full dense scan (of each tool's `tool` vector, the sum of its field vectors) passes to
+    # exact per-field scoring, next to the lexical hits: 100 gave the top k of three full scans on both dev sets
+    # (bench/combined_scan.py) at a third of the bytes read.
+    pool_candidates: int = 100
     default_k: int = 5
     max_k: int = 50
     split_multi_intent: bool = True

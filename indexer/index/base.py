@@ -1,20 +1,25 @@
 """The vector index protocol that both adapters (qdrant-edge-py, qdrant-client) implement.
 
 One point per tool, id = uuid5 of the qualified name; dense named vectors `name`, `description`, `params`
-(cosine) and the sparse `lexical` vector with Qdrant's IDF modifier."""
+(cosine), `tool` (their normalised sum: what a search scans, see `pooled_search`) and the sparse `lexical` vector
+with Qdrant's IDF modifier."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+import numpy as np
 
 from indexer.lexical import SparseVector
 
 DENSE_FIELDS = ("name", "description", "params")
+POOL_FIELD = "tool"  # one vector per tool, the normalised sum of its field vectors (derived at upsert)
+INDEXED_VECTORS = (*DENSE_FIELDS, POOL_FIELD)
 LEXICAL_FIELD = "lexical"
-Signal = Literal["name", "description", "params", "lexical"]
+Signal = Literal["name", "description", "params", "tool", "lexical"]
 POINT_NAMESPACE = uuid.UUID("6f1c3f5e-2b7d-4d8e-9a55-7001500c7001")
 KEYWORD_FIELDS = ("server", "tags", "qualified_name")  # payload fields with a keyword index
 # One keyword condition of a filter: the payload field must match any of these values.
@@ -62,6 +67,7 @@ class SignalQuery:
     limit: int
     dense: list[float] | None = None
     sparse: SparseVector | None = None
+    within: frozenset[str] | None = None  # only these tools (qualified names), scored exactly
 
 
 @dataclass(frozen=True)
@@ -127,3 +133,49 @@ def hit_of(score: float, payload: dict[str, Any] | None) -> Hit:
     """A search hit from a point's score and (partial) payload, which always holds the qualified name."""
     data = dict(payload or {})
     return Hit(data["qualified_name"], float(score), data)
+
+
+def pool_vector(vectors: Mapping[str, Sequence[float]]) -> list[float]:
+    """The `tool` vector of a point: the sum of its field vectors, unit length."""
+    total = np.sum([np.asarray(vectors[f], dtype=np.float64) for f in DENSE_FIELDS], axis=0)
+    norm = float(np.linalg.norm(total))
+    return (total / norm if norm > 0 else total).astype(np.float32).tolist()  # type: ignore[no-any-return]
+
+
+def pooled_search(
+    index: VectorIndex,
+    texts: Sequence[tuple[list[float], SparseVector]],
+    where: SearchFilter,
+    pool: int,
+    limit: int,
+) -> list[list[Hit]]:
+    """Per text (its query vector and lexical vector), the hits of each signal in SIGNALS order: name,
+    description, params, lexical. Two rounds: the `tool` vector scanned for `pool` candidates and the lexical
+    query, inside the filter; then each field's exact cosine over those candidates only, best `limit`.
+
+    One full dense scan a text instead of three, a third of the bytes read: 2.2x faster at 10k tools, 2.5x at
+    100k, and the same top k as three full scans on both dev sets (bench/combined_scan.py, pool 100)."""
+    first = index.search(
+        [
+            query
+            for vector, sparse in texts
+            for query in (SignalQuery(POOL_FIELD, pool, dense=vector), SignalQuery(LEXICAL_FIELD, limit, sparse=sparse))
+        ],
+        where,
+    )
+    pools = [frozenset(h.qualified_name for hits in first[2 * t : 2 * t + 2] for h in hits) for t in range(len(texts))]
+    second = index.search(
+        [
+            SignalQuery(f, limit, dense=vector, within=within)  # type: ignore[arg-type]
+            for (vector, _), within in zip(texts, pools, strict=True)
+            if within
+            for f in DENSE_FIELDS
+        ],
+        SearchFilter(),  # the candidates are inside the caller's filter already
+    )
+    out: list[list[Hit]] = []
+    rescored = iter(second)
+    for t, within in enumerate(pools):
+        fields = [next(rescored) for _ in DENSE_FIELDS] if within else [[] for _ in DENSE_FIELDS]
+        out.extend([*fields, first[2 * t + 1]])
+    return out

@@ -5,6 +5,9 @@ another process, fails with IndexBackendError."""
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,9 +17,10 @@ from uuid import UUID
 import qdrant_edge as qe
 
 from indexer.index.base import (
-    DENSE_FIELDS,
+    INDEXED_VECTORS,
     KEYWORD_FIELDS,
     LEXICAL_FIELD,
+    POOL_FIELD,
     Hit,
     IndexBackendError,
     IndexPoint,
@@ -24,7 +28,10 @@ from indexer.index.base import (
     SignalQuery,
     filter_terms,
     point_id,
+    pool_vector,
 )
+
+logger = logging.getLogger(__name__)
 
 _SCROLL_PAGE = 1000
 _EXACT = qe.SearchParams(exact=True)
@@ -48,12 +55,15 @@ class EdgeIndex:
         self.path = Path(path)
         self.dimension = dimension
         config = qe.EdgeConfig(
-            vectors={name: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine) for name in DENSE_FIELDS},
+            vectors={
+                name: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine) for name in INDEXED_VECTORS
+            },
             sparse_vectors={LEXICAL_FIELD: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
             # One plain segment is scanned by one thread; the default pool (one thread per CPU, 8 here) woke
             # every thread for each query and cost ~3 ms of CPU per search for nothing.
             max_search_threads=1,
         )
+        _drop_older_layout(self.path)
         with _backend(f"opening {self.path}"):
             if (self.path / "edge_config.json").exists():
                 self._shard = qe.EdgeShard.load(str(self.path), config)  # also checks the dimension
@@ -61,7 +71,8 @@ class EdgeIndex:
                 self._shard = qe.EdgeShard.create(str(self.path), config)
         # point id (as an int: UUID objects hash in Python) -> qualified name: searches return bare ids, because
         # converting even a one-field payload per hit costs more than the search itself.
-        self._names: dict[int, str] = {UUID(point_id(n)).int: n for n in self.content_hashes()}
+        self._hashes = self._stored_hashes()
+        self._names: dict[int, str] = {UUID(point_id(n)).int: n for n in self._hashes}
 
     def ensure_collection(self) -> None:
         """The shard exists since __init__; add the missing keyword payload indexes."""
@@ -82,6 +93,7 @@ class EdgeIndex:
         with _backend("upsert"):
             self._shard.update(qe.UpdateOperation.upsert_points(edge_points))
         self._names.update((UUID(point_id(p.qualified_name)).int, p.qualified_name) for p in points)
+        self._hashes.update((p.qualified_name, str(p.payload.get("content_hash", ""))) for p in points)
 
     def delete(self, qualified_names: Sequence[str]) -> None:
         """Remove points; unknown names are ignored."""
@@ -91,9 +103,14 @@ class EdgeIndex:
             self._shard.update(qe.UpdateOperation.delete_points([point_id(n) for n in qualified_names]))
         for name in qualified_names:
             self._names.pop(UUID(point_id(name)).int, None)
+            self._hashes.pop(name, None)
 
     def content_hashes(self) -> dict[str, str]:
-        """qualified name -> content hash ("" when absent) of every stored point."""
+        """qualified name -> content hash ("" when absent) of every stored point (held in memory: this process is
+        the shard's only writer, and a registration asks for them every time)."""
+        return dict(self._hashes)
+
+    def _stored_hashes(self) -> dict[str, str]:
         hashes: dict[str, str] = {}
         offset: Any = None
         with _backend("scroll"):
@@ -121,6 +138,8 @@ class EdgeIndex:
         only = qe.Filter(must=[qe.HasIdCondition({point_id(qualified_name)})])
         with _backend("set_payload"):
             self._shard.update(qe.UpdateOperation.set_payload_by_filter(only, values))
+        if "content_hash" in values and qualified_name in self._hashes:
+            self._hashes[qualified_name] = str(values["content_hash"])
 
     def search(self, queries: Sequence[SignalQuery], where: SearchFilter) -> list[list[Hit]]:
         """All signal queries in one query_batch, each restricted by the filter; best first."""
@@ -131,7 +150,7 @@ class EdgeIndex:
             qe.QueryRequest(
                 limit=q.limit,
                 query=_query(q),
-                filter=flt,
+                filter=flt if q.within is None else _within(q.within, flt),
                 with_payload=False,  # full payloads are fetched for the winners only
                 params=None if q.signal == LEXICAL_FIELD else _EXACT,  # the sparse index is exact already
             )
@@ -161,9 +180,31 @@ class EdgeIndex:
             self._shard.close()
 
 
+def _drop_older_layout(path: Path) -> None:
+    """A shard written before the `tool` vector existed is removed: the catalog of record refills the new one at
+    start (reconcile_index), from its stored vectors, so nothing is embedded again."""
+    config = path / "edge_config.json"
+    if not config.is_file():
+        return
+    try:
+        vectors = json.loads(config.read_text()).get("vectors", {})
+    except (OSError, ValueError):
+        return  # opening reports it
+    missing = [name for name in INDEXED_VECTORS if name not in vectors]
+    if missing:
+        logger.warning("index %s has no %s vectors (an older layout): rebuilding it from the catalog", path, missing)
+        shutil.rmtree(path)
+
+
 def _vectors(point: IndexPoint) -> dict[str, Any]:
     sparse = qe.SparseVector(point.lexical.indices, point.lexical.values)
-    return {**point.vectors, LEXICAL_FIELD: sparse}
+    return {**point.vectors, POOL_FIELD: pool_vector(point.vectors), LEXICAL_FIELD: sparse}
+
+
+def _within(names: frozenset[str], flt: qe.Filter | None) -> qe.Filter:
+    """The filter of a query over named tools only (and the caller's filter, when there is one)."""
+    only = qe.HasIdCondition({point_id(n) for n in names})
+    return qe.Filter(must=[only] if flt is None else [only, flt])  # a Filter nests as a condition
 
 
 def _query(query: SignalQuery) -> qe.Query:

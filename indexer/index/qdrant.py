@@ -19,8 +19,10 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from indexer.index.base import (
     DENSE_FIELDS,
+    INDEXED_VECTORS,
     KEYWORD_FIELDS,
     LEXICAL_FIELD,
+    POOL_FIELD,
     Hit,
     IndexBackendError,
     IndexPoint,
@@ -29,6 +31,7 @@ from indexer.index.base import (
     filter_terms,
     hit_of,
     point_id,
+    pool_vector,
 )
 
 logger = logging.getLogger(__name__)
@@ -157,7 +160,7 @@ class QdrantIndex:
                     name: models.VectorParams(
                         size=self.dimension, distance=models.Distance.COSINE, on_disk=options.on_disk or None
                     )
-                    for name in DENSE_FIELDS
+                    for name in INDEXED_VECTORS
                 },
                 sparse_vectors_config={
                     LEXICAL_FIELD: models.SparseVectorParams(
@@ -176,6 +179,14 @@ class QdrantIndex:
             raise IndexBackendError(
                 f"collection {self.collection} has dense vectors {sizes}, expected size {self.dimension}"
             )
+        if POOL_FIELD not in sizes:
+            # An older layout: the catalog of record refills the new collection at start (reconcile_index) from
+            # its stored vectors, so nothing is embedded again.
+            logger.warning(
+                "collection %s has no %s vectors (an older layout): recreating it", self.collection, POOL_FIELD
+            )
+            self._call("delete_collection", lambda: self._client.delete_collection(self.collection))
+            self._create_collection()
 
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         """Insert or replace points (vectors and payload together), in batches."""
@@ -184,6 +195,7 @@ class QdrantIndex:
                 id=point_id(p.qualified_name),
                 vector={
                     **p.vectors,
+                    POOL_FIELD: pool_vector(p.vectors),
                     LEXICAL_FIELD: models.SparseVector(indices=p.lexical.indices, values=p.lexical.values),
                 },
                 payload={**p.payload, "qualified_name": p.qualified_name},
@@ -248,7 +260,7 @@ class QdrantIndex:
             models.QueryRequest(
                 query=_query(q),
                 using=q.signal,
-                filter=flt,
+                filter=flt if q.within is None else _within(q.within, flt),
                 limit=q.limit,
                 with_payload=["qualified_name"],  # full payloads are fetched for the winners only
                 params=None if q.signal == LEXICAL_FIELD else self._search_params(q.limit),
@@ -312,6 +324,12 @@ def _query(query: SignalQuery) -> list[float] | models.SparseVector:
     if query.dense is None:
         raise ValueError(f"a {query.signal} SignalQuery needs a dense vector")
     return query.dense
+
+
+def _within(names: frozenset[str], flt: models.Filter | None) -> models.Filter:
+    """The filter of a query over named tools only (and the caller's filter, when there is one)."""
+    only = models.HasIdCondition(has_id=[point_id(n) for n in names])
+    return models.Filter(must=[only] if flt is None else [only, flt])
 
 
 def _filter(where: SearchFilter) -> models.Filter | None:

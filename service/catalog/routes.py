@@ -10,8 +10,9 @@ from pydantic import BaseModel, Field
 from service.catalog import service as catalog
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
 from service.errors import InvalidTool, PayloadTooLarge
+from service.json_body import OrjsonBodyRoute
 
-router = APIRouter(tags=["tools"])
+router = APIRouter(tags=["tools"], route_class=OrjsonBodyRoute)
 
 
 class ServerInfo(BaseModel):

@@ -13,7 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import normalize_name_key
-from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery
+from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search
+from indexer.lexical import SparseVector
 from indexer.names import name_verb, query_stems, spelling_tier
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool
@@ -180,14 +181,10 @@ class Retriever:
         sparse = [self.resources.encoder.encode_query(text) for text in texts]
         with stage(self.resources, "embed"):
             vectors = await embedding
-        queries: list[SignalQuery] = []
-        for vector, lexical in zip(vectors, sparse, strict=True):
-            queries.extend(SignalQuery(f, settings.candidates, dense=vector) for f in DENSE_FIELDS)  # type: ignore[arg-type]
-            queries.append(SignalQuery("lexical", settings.candidates, sparse=lexical))
         index = self.resources.index
         assert index is not None
         with stage(self.resources, "index"):
-            fused, hit_lists = await self._index_hits(index, queries, len(texts), where)
+            fused, hit_lists = await self._index_hits(index, list(zip(vectors, sparse, strict=True)), where)
         ranking = Stage(self.resources, "rank")
         per_text = self._candidates(fused, hit_lists, vectors, k, scope)
         candidates = (
@@ -214,17 +211,24 @@ class Retriever:
         return SearchOutcome(results, (time.perf_counter() - started) * 1000, parts)
 
     async def _index_hits(
-        self, index: Any, queries: list[SignalQuery], texts: int, where: SearchFilter
+        self, index: Any, texts: list[tuple[list[float], SparseVector]], where: SearchFilter
     ) -> tuple[bool, list[list[Hit]]]:
         """The index's hits: one list per text fused by the index when it can (a Qdrant server with
-        `index.server_fusion`; True), else one list per signal query (False)."""
+        `index.server_fusion`; True), else one list per text and signal (False), in SIGNALS order."""
+        settings = self.resources.settings.search
         fused_search = getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
         if fused_search is not None:
-            width = len(SIGNALS)
-            groups = [queries[t * width : (t + 1) * width] for t in range(texts)]
-            limit = self.resources.settings.search.candidates
-            return True, await self.resources.run_index(fused_search, groups, self.weights(), limit, where)
-        return False, await self.resources.run_index(index.search, queries, where)
+            groups = [
+                [SignalQuery(f, settings.candidates, dense=vector) for f in DENSE_FIELDS]  # type: ignore[arg-type]
+                + [SignalQuery("lexical", settings.candidates, sparse=lexical)]
+                for vector, lexical in texts
+            ]
+            return True, await self.resources.run_index(
+                fused_search, groups, self.weights(), settings.candidates, where
+            )
+        return False, await self.resources.run_index(
+            pooled_search, index, texts, where, settings.pool_candidates, settings.candidates
+        )
 
     def bonus_bound(self, scope: str | None) -> float:
         """The most that every signal added after fusion can lift a tool (name verb, usage, learned boosts)."""

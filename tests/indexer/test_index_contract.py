@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from indexer.index.base import Hit, IndexBackendError, IndexPoint, SearchFilter, SignalQuery, VectorIndex
+from indexer.index.base import (
+    Hit,
+    IndexBackendError,
+    IndexPoint,
+    SearchFilter,
+    SignalQuery,
+    VectorIndex,
+    pooled_search,
+)
 from indexer.index.edge import EdgeIndex
 from indexer.index.factory import open_index
 from indexer.lexical import SparseVector
@@ -267,6 +275,35 @@ def test_several_signal_queries_at_once(catalog: VectorIndex) -> None:
     ]
 
 
+def test_tool_vector_is_the_normalised_sum_of_the_field_vectors(catalog: VectorIndex) -> None:
+    # s2.b (30, 60, 0): sum (2.366, 1.366), cosine .866; s2.d (90, 0, 30) .779; s1.a .627; s1.c .5.
+    hits = search_one(catalog, dense("tool"))
+    assert names(hits) == ["s2.b", "s2.d", "s1.a", "s1.c"]
+    assert [round(h.score, 3) for h in hits] == [0.866, 0.779, 0.627, 0.5]
+
+
+def test_a_query_within_named_tools_scores_only_those(catalog: VectorIndex) -> None:
+    within = SignalQuery(signal="description", limit=10, dense=E0, within=frozenset({"s1.a", "s2.b", "gone"}))
+    hits = search_one(catalog, within)
+    assert names(hits) == ["s2.b", "s1.a"] and [round(h.score, 3) for h in hits] == [0.5, 0.0]
+    assert names(search_one(catalog, within, SearchFilter(servers=("s1",)))) == ["s1.a"]
+
+
+def test_pooled_search_gives_the_full_scans_when_the_pool_holds_every_tool(catalog: VectorIndex) -> None:
+    texts = [(E0, SparseVector([COMMON], [1.0])), (angle(90), SparseVector([RARE], [1.0]))]
+    pooled = pooled_search(catalog, texts, NOTHING, pool=10, limit=2)
+    full = catalog.search(
+        [q for v, s in texts for q in (dense("name", 2, v), dense("description", 2, v), dense("params", 2, v))]
+        + [SignalQuery(signal="lexical", limit=2, sparse=s) for _, s in texts],
+        NOTHING,
+    )
+    assert [names(h) for h in pooled] == [names(h) for h in full[0:3] + full[6:7] + full[3:6] + full[7:8]]
+    # Tag y and a pool of one: the fields rank only s2.b (best tool vector) and the lexical hits s2.b, s1.c.
+    small = pooled_search(catalog, texts[:1], SearchFilter(tags=("y",)), pool=1, limit=10)
+    assert [names(h) for h in small[:3]] == [["s2.b", "s1.c"], ["s1.c", "s2.b"], ["s2.b", "s1.c"]]
+    assert sorted(names(small[3])) == ["s1.c", "s2.b"]  # equal BM25 weights
+
+
 def test_signal_query_without_its_vector_is_rejected(catalog: VectorIndex) -> None:
     with pytest.raises(ValueError):
         catalog.search([SignalQuery(signal="name", limit=1)], NOTHING)
@@ -294,6 +331,24 @@ def test_edge_index_persists_across_reopen(tmp_path: Path) -> None:
         assert names(lexical_hits) == ["s1.c", "s1.a"]
     finally:
         again.close()
+
+
+def test_an_edge_shard_of_an_older_layout_is_rebuilt_empty(tmp_path: Path) -> None:
+    """A shard without the `tool` vector (written before it existed) is replaced; start-up refills it."""
+    import qdrant_edge as qe
+
+    path = tmp_path / "edge"
+    vectors = {f: qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine) for f in ("name", "description", "params")}
+    old = qe.EdgeShard.create(str(path), qe.EdgeConfig(vectors=vectors))
+    old.update(qe.UpdateOperation.upsert_points([qe.Point(1, {f: E0 for f in vectors}, {"qualified_name": "x"})]))
+    old.close()
+    rebuilt = EdgeIndex(path, DIM)
+    try:
+        assert rebuilt.count() == 0
+        rebuilt.upsert(CATALOG)
+        assert names(search_one(rebuilt, dense("tool")))[0] == "s2.b"
+    finally:
+        rebuilt.close()
 
 
 def test_edge_shard_is_locked_while_open(tmp_path: Path) -> None:

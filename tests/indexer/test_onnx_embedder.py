@@ -88,3 +88,15 @@ def test_serving_with_onnx_never_imports_torch(models_dir: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["384", "False", "False"]
+
+
+def test_batches_split_where_padding_would_cost_more_than_a_new_pass() -> None:
+    embedder = OnnxEmbedder(batch_size=4)  # nothing loads until the first embed
+    # A long request and its four short parts: the parts share a pass, the request gets its own.
+    lengths = [90, 14, 12, 16, 13]
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    assert embedder._batches(order, lengths) == [[2, 4, 1, 3], [0]]
+    # Equal lengths fill batches of batch_size; the padded-token cap still holds.
+    assert embedder._batches(list(range(6)), [20] * 6) == [[0, 1, 2, 3], [4, 5]]
+    assert [len(b) for b in embedder._batches(list(range(3)), [256, 256, 256])] == [3]
+    assert [len(b) for b in OnnxEmbedder(batch_size=32)._batches(list(range(9)), [256] * 9)] == [8, 1]
