@@ -172,7 +172,12 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if process is not None:
                 process.terminate()
-                process.wait(timeout=30)
+                try:
+                    process.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    result["server_stop"] = "killed after 120 s"
+                    process.kill()
+                    process.wait()
     _print(result)
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2))

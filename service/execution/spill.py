@@ -1,4 +1,4 @@
-"""The spill file of the execution log: rows the database could not take yet, kept on disk until it can.
+"""The spill file of a log (executions, searches): rows the database could not take yet, kept on disk until it can.
 
 Append-only JSON lines, each append fsync'd before it counts. A replay first renames the file to
 `<name>.replaying` (new spills go to a fresh file meanwhile), inserts what it reads, and deletes the
@@ -18,16 +18,22 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-_DATETIME_FIELDS = ("started_at", "finished_at")
-
 Insert = Callable[[list[dict[str, Any]]], Awaitable[None]]
 
 
 class SpillFile:
     """One append-only, fsync'd JSON-lines file and its crash-safe replay."""
 
-    def __init__(self, path: Path, chunk_size: int = 500) -> None:
+    def __init__(
+        self,
+        path: Path,
+        chunk_size: int = 500,
+        label: str = "execution log",
+        datetime_fields: tuple[str, ...] = ("started_at", "finished_at"),
+    ) -> None:
         self.path = path
+        self.label = label
+        self.datetime_fields = datetime_fields
         self.replaying = path.with_name(path.name + ".replaying")
         self.corrupt = path.with_name(path.name + ".corrupt")
         self.chunk_size = chunk_size
@@ -61,7 +67,7 @@ class SpillFile:
     async def _replay_file(self, insert: Insert) -> int:
         rows = self._read(self.replaying)
         if rows:
-            logger.info("execution log: replaying %d spilled rows from %s", len(rows), self.replaying)
+            logger.info("%s: replaying %d spilled rows from %s", self.label, len(rows), self.replaying)
         for start in range(0, len(rows), self.chunk_size):
             await insert(rows[start : start + self.chunk_size])
         self.replaying.unlink(missing_ok=True)
@@ -74,10 +80,10 @@ class SpillFile:
             for number, raw in enumerate(handle, start=1):
                 if not raw.strip():
                     continue
-                row = _parse(raw)
+                row = _parse(raw, self.datetime_fields)
                 if row is None:
                     logger.warning(
-                        "execution log: %s line %d is torn or corrupt; moved to %s", path, number, self.corrupt
+                        "%s: %s line %d is torn or corrupt; moved to %s", self.label, path, number, self.corrupt
                     )
                     bad.append(raw.rstrip(b"\n").decode("utf-8", "replace") + "\n")
                 else:
@@ -87,7 +93,7 @@ class SpillFile:
         return rows
 
 
-def _parse(raw: bytes) -> dict[str, Any] | None:
+def _parse(raw: bytes, datetime_fields: tuple[str, ...]) -> dict[str, Any] | None:
     try:
         row = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -95,7 +101,7 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     if not isinstance(row, dict) or not isinstance(row.get("id"), str):
         return None
     try:
-        for key in _DATETIME_FIELDS:
+        for key in datetime_fields:
             if isinstance(row.get(key), str):
                 row[key] = datetime.fromisoformat(row[key])
     except ValueError:

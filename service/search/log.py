@@ -3,15 +3,18 @@
 `SearchLog.record` never blocks and never commits: rows wait in memory and one writer task (run by the
 supervisor) inserts whatever is pending in one multi-row INSERT, after lingering up to `LINGER_SECONDS` for
 company. A failing database is retried with backoff. `close` writes everything still pending (a few attempts)
-before the database is released, so a clean shutdown loses no row; a crash loses at most the rows still lingering.
+before the database is released; what the database still refuses then goes to the spill file, written at the
+next start (`replay`). A clean shutdown loses no row; a crash loses at most the rows still lingering.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +23,7 @@ from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import Search
+from service.execution.spill import SpillFile
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +37,11 @@ CLOSE_ATTEMPTS = 3
 class SearchLog:
     """Batched writer of `searches` rows."""
 
-    def __init__(self, session_factory: Callable[[], AsyncSession]) -> None:
+    def __init__(self, session_factory: Callable[[], AsyncSession], spill_path: Path | None = None) -> None:
         self._session_factory = session_factory
+        self.spill = (
+            SpillFile(spill_path, BATCH_SIZE, "search log", ("created_at",)) if spill_path is not None else None
+        )
         self._pending: deque[dict[str, Any]] = deque()
         self._wakeup = asyncio.Event()
         self._flush_now = asyncio.Event()
@@ -77,10 +84,41 @@ class SearchLog:
             await asyncio.gather(writer, return_exceptions=True)
         while self._pending and await self._write_batch():
             pass
+        if self._pending and self.spill is not None:
+            rows = list(self._pending)
+            try:
+                self.spill.append(rows)
+                logger.warning(
+                    "search log: database unavailable at shutdown; %d rows kept in %s for the next start",
+                    len(rows),
+                    self.spill.path,
+                )
+                self._pending.clear()
+            except OSError as exc:
+                logger.error("search log: spilling to %s failed (%s)", self.spill.path, exc)
         if self._pending:
             self.lost += len(self._pending)
             logger.error("search log: database unavailable at shutdown; %d search rows not written", self.lost)
             self._pending.clear()
+
+    async def replay(self) -> int:
+        """Write the rows an earlier run spilled (rows already stored are skipped); the rows replayed. A failure
+        leaves them on disk for the next start."""
+        if self.spill is None or not self.spill.has_rows():
+            return 0
+        try:
+            return await self.spill.replay(self._insert_replayed)
+        except (SQLAlchemyError, OSError) as exc:
+            logger.error("search log: replaying %s failed (%s); it is kept for the next start", self.spill.path, exc)
+            return 0
+
+    async def _insert_replayed(self, rows: list[dict[str, Any]]) -> None:
+        try:
+            await self._insert(rows)
+        except IntegrityError:
+            for row in rows:  # some were written before a crash
+                with contextlib.suppress(IntegrityError):
+                    await self._insert([row])
 
     async def _write_batch(self) -> bool:
         """Write the next batch; False when the writer must stop (closing and the database keeps failing)."""

@@ -94,7 +94,8 @@ async def search_tools(
 
 async def start_search_log(resources: Resources) -> None:
     """Start-up hook: the batched writer of the search log, under the supervisor."""
-    resources.search_log = SearchLog(resources.session)
+    resources.search_log = SearchLog(resources.session, resources.settings.data_dir / "searches-spill.jsonl")
+    await resources.search_log.replay()
     resources.supervisor.start(SEARCH_LOG_TASK, resources.search_log.run)
 
 

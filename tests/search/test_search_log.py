@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 from sqlalchemy import func, select
@@ -75,3 +76,44 @@ async def test_rows_recorded_together_land_in_one_insert(settings: Settings) -> 
         async with resources.session() as session:
             rows = (await session.scalars(select(Search).order_by(Search.id))).all()
         assert [(r.query, r.k, r.caller) for r in rows] == [(f"q{i}", 3, "local") for i in range(5)]
+
+
+def _row(i: int) -> dict:
+    return {
+        "id": f"00000000-0000-0000-0000-0000000001{i:02d}",
+        "caller": "local",
+        "query": f"spilled {i}",
+        "k": 3,
+        "results": [{"name": "mail__send_email", "score": 0.5}],
+        "result_count": 1,
+        "latency_ms": 1.0,
+        "created_at": utcnow(),
+    }
+
+
+async def test_rows_the_database_refuses_at_shutdown_are_spilled_and_written_at_the_next_start(
+    settings: Settings, tmp_path: Path
+) -> None:
+    from service.db.engine import upgrade_database
+    from service.search.log import SearchLog
+
+    spill = tmp_path / "searches-spill.jsonl"
+    down = create_engine_for(f"sqlite:///{tmp_path / 'missing-folder' / 'x.db'}")  # cannot be opened
+    log = SearchLog(create_sessionmaker(down), spill)
+    for i in range(7):
+        log.record(_row(i))
+    await log.close()
+    await down.dispose()
+    assert log.lost == 0 and log.pending == 0 and spill.is_file()
+    upgrade_database(settings.database_url)
+    engine = create_engine_for(settings.database_url)
+    try:
+        async with create_sessionmaker(engine)() as session:
+            session.add(Search(**_row(3)))  # written before a crash, spilled too: not written twice
+            await session.commit()
+        again = SearchLog(create_sessionmaker(engine), spill)
+        assert await again.replay() == 7
+        assert await again.replay() == 0 and not spill.exists()
+    finally:
+        await engine.dispose()
+    assert await _count_searches(settings.database_url) == 7
