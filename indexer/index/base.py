@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -26,6 +27,7 @@ KEYWORD_FIELDS = ("server", "tags", "qualified_name")  # payload fields with a k
 AnyOf = tuple[str, list[str]]
 
 
+@lru_cache(maxsize=262_144)  # searches name their candidates' points (up to 150 a text)
 def point_id(qualified_name: str) -> str:
     """The point id of a tool: uuid5 of its qualified name."""
     return str(uuid.uuid5(POINT_NAMESPACE, qualified_name))

@@ -72,7 +72,8 @@ class EdgeIndex:
         # point id (as an int: UUID objects hash in Python) -> qualified name: searches return bare ids, because
         # converting even a one-field payload per hit costs more than the search itself.
         self._hashes = self._stored_hashes()
-        self._names: dict[int, str] = {UUID(point_id(n)).int: n for n in self._hashes}
+        self._ids: dict[str, UUID] = {n: UUID(point_id(n)) for n in self._hashes}
+        self._names: dict[int, str] = {i.int: n for n, i in self._ids.items()}
 
     def ensure_collection(self) -> None:
         """The shard exists since __init__; add the missing keyword payload indexes."""
@@ -92,7 +93,9 @@ class EdgeIndex:
         ]
         with _backend("upsert"):
             self._shard.update(qe.UpdateOperation.upsert_points(edge_points))
-        self._names.update((UUID(point_id(p.qualified_name)).int, p.qualified_name) for p in points)
+        for p in points:
+            self._ids[p.qualified_name] = uid = UUID(point_id(p.qualified_name))
+            self._names[uid.int] = p.qualified_name
         self._hashes.update((p.qualified_name, str(p.payload.get("content_hash", ""))) for p in points)
 
     def delete(self, qualified_names: Sequence[str]) -> None:
@@ -103,6 +106,7 @@ class EdgeIndex:
             self._shard.update(qe.UpdateOperation.delete_points([point_id(n) for n in qualified_names]))
         for name in qualified_names:
             self._names.pop(UUID(point_id(name)).int, None)
+            self._ids.pop(name, None)
             self._hashes.pop(name, None)
 
     def content_hashes(self) -> dict[str, str]:
@@ -146,11 +150,15 @@ class EdgeIndex:
         if where.matches_nothing or not queries:
             return [[] for _ in queries]
         flt = _filter(where)
+        within: dict[frozenset[str], qe.Filter] = {}  # the fields of one text share their candidates
+        for q in queries:
+            if q.within is not None and q.within not in within:
+                within[q.within] = self._within(q.within, flt)
         requests = [
             qe.QueryRequest(
                 limit=q.limit,
                 query=_query(q),
-                filter=flt if q.within is None else _within(q.within, flt),
+                filter=flt if q.within is None else within[q.within],
                 with_payload=False,  # full payloads are fetched for the winners only
                 params=None if q.signal == LEXICAL_FIELD else _EXACT,  # the sparse index is exact already
             )
@@ -159,6 +167,11 @@ class EdgeIndex:
         with _backend("search"):
             results = self._shard.query_batch(qe.QueryBatchRequest(requests))
         return [self._hits(points) for points in results]
+
+    def _within(self, names: frozenset[str], flt: qe.Filter | None) -> qe.Filter:
+        """The filter of a query over named tools only (and the caller's filter, when there is one)."""
+        only = qe.HasIdCondition({self._ids[n] for n in names if n in self._ids})
+        return qe.Filter(must=[only] if flt is None else [only, flt])  # a Filter nests as a condition
 
     def _hits(self, points: list[Any]) -> list[Hit]:
         hits = []
@@ -201,10 +214,6 @@ def _vectors(point: IndexPoint) -> dict[str, Any]:
     return {**point.vectors, POOL_FIELD: pool_vector(point.vectors), LEXICAL_FIELD: sparse}
 
 
-def _within(names: frozenset[str], flt: qe.Filter | None) -> qe.Filter:
-    """The filter of a query over named tools only (and the caller's filter, when there is one)."""
-    only = qe.HasIdCondition({point_id(n) for n in names})
-    return qe.Filter(must=[only] if flt is None else [only, flt])  # a Filter nests as a condition
 
 
 def _query(query: SignalQuery) -> qe.Query:
