@@ -211,10 +211,40 @@ def test_filters_apply_inside_the_query(catalog: VectorIndex, where: SearchFilte
     assert names(dense_hits) == [best]
 
 
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        (NOTHING, ["s2.b", "s2.d", "s1.a", "s1.c"]),
+        (SearchFilter(servers=("s2",)), ["s2.b", "s2.d"]),
+        (SearchFilter(tags=("y",)), ["s2.b", "s1.c"]),
+        (SearchFilter(tags=("x",)), ["s1.a", "s1.c"]),
+        (SearchFilter(allowed=frozenset({"s1.c", "s2.d", "gone"})), ["s2.d", "s1.c"]),
+        (SearchFilter(denied=frozenset({"s1.a", "s2.b"})), ["s2.d", "s1.c"]),
+        (SearchFilter(allowed=frozenset({"s1.a", "s2.b", "s1.c"}), denied=frozenset({"s1.a"})), ["s2.b", "s1.c"]),
+        (SearchFilter(servers=("s1",), tags=("y",)), ["s1.c"]),
+        (SearchFilter(servers=("s1", "s2"), tags=("z", "y"), denied=frozenset({"s2.b"})), ["s1.c"]),
+        (SearchFilter(servers=("unknown",)), []),
+    ],
+)
+def test_the_tool_vector_scan_applies_every_filter(
+    catalog: VectorIndex, where: SearchFilter, expected: list[str]
+) -> None:
+    assert names(search_one(catalog, dense("tool"), where)) == expected
+    assert names(search_one(catalog, dense("tool", limit=1), where)) == expected[:1]
+
+
+def test_the_tool_vector_scan_follows_upserts_and_deletes(catalog: VectorIndex) -> None:
+    catalog.delete(["s2.b"])
+    catalog.upsert([point("s1.e", server="s3", tags=("z",), angles=(0, 0, 0))])
+    catalog.upsert([point("s2.d", server="s1", tags=("x",), angles=(90, 90, 90))])  # moved and turned away
+    assert names(search_one(catalog, dense("tool"))) == ["s1.e", "s1.a", "s1.c", "s2.d"]
+    assert names(search_one(catalog, dense("tool"), SearchFilter(servers=("s2",)))) == []
+    assert names(search_one(catalog, dense("tool"), SearchFilter(tags=("x",)))) == ["s1.a", "s1.c", "s2.d"]
+    assert names(search_one(catalog, dense("tool"), SearchFilter(tags=("z",)))) == ["s1.e"]
+
+
 def test_filters_apply_to_lexical_queries(catalog: VectorIndex) -> None:
-    assert names(search_one(catalog, lexical(COMMON, RARE, limit=1), SearchFilter(servers=("s2",)))) == [
-        "s2.b"
-    ]
+    assert names(search_one(catalog, lexical(COMMON, RARE, limit=1), SearchFilter(servers=("s2",)))) == ["s2.b"]
     assert search_one(catalog, lexical(RARE), SearchFilter(denied=frozenset({"s1.c"}))) == []
     assert names(search_one(catalog, lexical(COMMON), SearchFilter(tags=("x",)))) == ["s1.a", "s1.c"]
 
@@ -323,12 +353,11 @@ def test_edge_index_persists_across_reopen(tmp_path: Path) -> None:
     try:
         assert again.count() == 3
         assert again.content_hashes() == {"s1.a": "hash-s1.a", "s2.b": "hash-s2.b", "s1.c": "hash-s1.c"}
-        name_hits, lexical_hits = again.search(
-            [dense("name"), lexical(COMMON, RARE)], SearchFilter(servers=("s1",))
-        )
+        name_hits, lexical_hits = again.search([dense("name"), lexical(COMMON, RARE)], SearchFilter(servers=("s1",)))
         assert names(name_hits) == ["s1.a", "s1.c"]
         assert again.payloads(["s1.a"])["s1.a"]["uses"] == 7
         assert names(lexical_hits) == ["s1.c", "s1.a"]
+        assert names(search_one(again, dense("tool"))) == ["s2.b", "s1.a", "s1.c"]  # the pool matrix, reloaded
     finally:
         again.close()
 

@@ -1,0 +1,135 @@
+"""The `tool` vectors of the embedded shard held as one float32 matrix, for the one full scan of a search.
+
+qdrant-edge holds the GIL for the whole of a query (two threads scanned no faster than one), so under load its
+scans queue the event loop and the embedder behind them; a BLAS matrix-vector product over the same vectors
+releases it, and takes 0.15 ms instead of 0.6 ms at 10k tools. The shard stays the store of record: this copy is
+filled from it at open and kept in step by every upsert and delete of the adapter."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from indexer.index.base import SearchFilter
+
+
+class PoolMatrix:
+    """Unit `tool` vectors by row, with each row's tool, server and tags for filtering."""
+
+    def __init__(self, dimension: int) -> None:
+        self.dimension = dimension
+        self._vectors = np.zeros((0, dimension), dtype=np.float32)
+        self._live = np.zeros(0, dtype=bool)
+        self._server_codes = np.zeros(0, dtype=np.int32)
+        self._names: list[str | None] = []
+        self._rows: dict[str, int] = {}
+        self._free: list[int] = []
+        self._servers: dict[str, int] = {}
+        self._tags: list[tuple[str, ...]] = []
+        self._tag_rows: dict[str, set[int]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def put(self, name: str, vector: Sequence[float], server: str, tags: Iterable[str]) -> None:
+        """Insert or replace one tool's row."""
+        with self._lock:
+            row = self._rows.get(name)
+            if row is None:
+                row = self._free.pop() if self._free else self._grow()
+                self._rows[name] = row
+                self._names[row] = name
+            else:
+                self._untag(row)
+            self._vectors[row] = vector
+            self._live[row] = True
+            self._server_codes[row] = self._servers.setdefault(server, len(self._servers))
+            self._tags[row] = tuple(tags)
+            for tag in self._tags[row]:
+                self._tag_rows.setdefault(tag, set()).add(row)
+
+    def relabel(self, name: str, server: str | None = None, tags: Iterable[str] | None = None) -> None:
+        """Change the server or tags a row is filtered by (a payload update); unknown names are ignored."""
+        with self._lock:
+            row = self._rows.get(name)
+            if row is None:
+                return
+            if server is not None:
+                self._server_codes[row] = self._servers.setdefault(server, len(self._servers))
+            if tags is not None:
+                self._untag(row)
+                self._tags[row] = tuple(tags)
+                for tag in self._tags[row]:
+                    self._tag_rows.setdefault(tag, set()).add(row)
+
+    def remove(self, name: str) -> None:
+        """Drop one tool's row (unknown names are ignored)."""
+        with self._lock:
+            row = self._rows.pop(name, None)
+            if row is None:
+                return
+            self._untag(row)
+            self._live[row] = False
+            self._names[row] = None
+            self._free.append(row)
+
+    def search(self, vector: Sequence[float], limit: int, where: SearchFilter) -> list[tuple[str, float]]:
+        """The `limit` tools inside the filter with the highest cosine to `vector`, best first."""
+        query = np.asarray(vector, dtype=np.float32)
+        norm = float(np.linalg.norm(query))
+        if norm == 0.0 or limit <= 0:
+            return []
+        with self._lock:
+            used = len(self._names)
+            mask = self._mask(where, used)
+            count = min(limit, int(np.count_nonzero(mask)))
+            if count == 0:
+                return []
+            scores = self._vectors[:used] @ (query / norm)  # every row: no copy of the matrix
+            scores[~mask] = -np.inf
+            best = np.argpartition(-scores, count - 1)[:count]
+            best = best[np.argsort(-scores[best], kind="stable")]
+            return [(self._names[i], float(scores[i])) for i in best.tolist()]  # type: ignore[misc]
+
+    def _mask(self, where: SearchFilter, used: int) -> np.ndarray:
+        mask = self._live[:used].copy()
+        if where.servers:
+            codes = [self._servers[s] for s in where.servers if s in self._servers]
+            mask &= np.isin(self._server_codes[:used], codes)
+        if where.tags:
+            tagged = np.zeros_like(mask)
+            for tag in where.tags:
+                tagged[list(self._tag_rows.get(tag, ()))] = True
+            mask &= tagged
+        if where.allowed is not None:
+            allowed = np.zeros_like(mask)
+            allowed[[self._rows[n] for n in where.allowed - where.denied if n in self._rows]] = True
+            mask &= allowed
+        elif where.denied:
+            mask[[self._rows[n] for n in where.denied if n in self._rows]] = False
+        return mask
+
+    def _grow(self) -> int:
+        row = len(self._names)
+        if row == self._vectors.shape[0]:
+            capacity = max(1024, 2 * row)
+            for attribute in ("_vectors", "_live", "_server_codes"):
+                old = getattr(self, attribute)
+                new = np.zeros((capacity, *old.shape[1:]), dtype=old.dtype)
+                new[:row] = old[:row]
+                setattr(self, attribute, new)
+        self._names.append(None)
+        self._tags.append(())
+        return row
+
+    def _untag(self, row: int) -> None:
+        for tag in self._tags[row]:
+            rows = self._tag_rows.get(tag)
+            if rows is not None:
+                rows.discard(row)
+                if not rows:
+                    del self._tag_rows[tag]
+        self._tags[row] = ()
