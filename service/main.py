@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -60,6 +61,10 @@ def create_app(
                 logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
             for hook in app.state.startup_hooks:
                 await hook(resources)
+            # What start-up built (catalog, name directory, model) lives as long as the process: out of the
+            # collector's sight, so a full collection no longer walks it in the middle of a request.
+            gc.collect()
+            gc.freeze()
             yield
         finally:
             for hook in reversed(app.state.shutdown_hooks):

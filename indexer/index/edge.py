@@ -166,15 +166,16 @@ class EdgeIndex:
             return [[] for _ in queries]
         if any(q.signal == POOL_FIELD and q.dense is None for q in queries):
             raise ValueError(f"a {POOL_FIELD} SignalQuery needs a dense vector")
-        answers: list[list[Hit] | None] = [
-            [Hit(n, s, {"qualified_name": n}) for n, s in self.pool.search(q.dense, q.limit, where)]  # type: ignore[arg-type]
-            if q.signal == POOL_FIELD and q.within is None
-            else None
-            for q in queries
-        ]
+        answers: list[list[Hit] | None] = [None] * len(queries)
+        scans = [i for i, q in enumerate(queries) if q.signal == POOL_FIELD and q.within is None]
+        for limit in {queries[i].limit for i in scans}:
+            same = [i for i in scans if queries[i].limit == limit]
+            found = self.pool.search([queries[i].dense for i in same], limit, where)  # type: ignore[misc]
+            for i, hits in zip(same, found, strict=True):
+                answers[i] = [Hit(n, score, {"qualified_name": n}) for n, score in hits]
         rest = [q for q, answer in zip(queries, answers, strict=True) if answer is None]
-        found = iter(self._query_batch(rest, where) if rest else [])
-        return [answer if answer is not None else next(found) for answer in answers]
+        batch = iter(self._query_batch(rest, where) if rest else [])
+        return [answer if answer is not None else next(batch) for answer in answers]
 
     def _query_batch(self, queries: Sequence[SignalQuery], where: SearchFilter) -> list[list[Hit]]:
         flt = _filter(where)
