@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
 from service.catalog import service as catalog
+from service.catalog.json_body import OrjsonBodyRoute
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
 from service.errors import InvalidTool, PayloadTooLarge
-from service.json_body import OrjsonBodyRoute
 
 router = APIRouter(tags=["tools"], route_class=OrjsonBodyRoute)
 

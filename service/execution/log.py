@@ -10,7 +10,7 @@ one writer task inserts them in batches (one multi-row INSERT per batch). Two du
   is retried with backoff, so a crash loses the rows still in memory.
 
 A row the database refuses on its own is set aside in the spill file, and so is everything still pending
-when a shutdown finds the database down. The spill file (service/execution/spill.py) is replayed at the next start,
+when a shutdown finds the database down. The spill file (service/db/spill.py) is replayed at the next start,
 and as soon as the database is back when rows were spilled because it was down."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from service.db.models import Execution
-from service.execution.spill import SpillFile
+from service.db.spill import SpillFile
 
 logger = logging.getLogger(__name__)
 

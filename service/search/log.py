@@ -23,7 +23,7 @@ from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import Search
-from service.execution.spill import SpillFile
+from service.db.spill import SpillFile
 
 logger = logging.getLogger(__name__)
 

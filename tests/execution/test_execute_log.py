@@ -232,7 +232,7 @@ async def test_torn_lines_are_set_aside_and_an_interrupted_replay_is_finished(tm
 
 
 async def test_an_append_after_a_torn_last_line_starts_a_new_line(tmp_path: Path) -> None:
-    from service.execution.spill import SpillFile
+    from service.db.spill import SpillFile
 
     spill = SpillFile(tmp_path / "spill.jsonl")
     spill.path.write_text('{"id": "torn", "cal')
