@@ -17,6 +17,7 @@ from uuid import UUID
 import qdrant_edge as qe
 
 from indexer.index.base import (
+    DENSE_FIELDS,
     INDEXED_VECTORS,
     KEYWORD_FIELDS,
     LEXICAL_FIELD,
@@ -100,7 +101,9 @@ class EdgeIndex:
         for p, pool in zip(points, pools, strict=True):
             self._ids[p.qualified_name] = uid = UUID(point_id(p.qualified_name))
             self._names[uid.int] = p.qualified_name
-            self.pool.put(p.qualified_name, pool, str(p.payload.get("server", "")), p.payload.get("tags") or ())
+            self.pool.put(
+                p.qualified_name, pool, p.vectors, str(p.payload.get("server", "")), p.payload.get("tags") or ()
+            )
         self._hashes.update((p.qualified_name, str(p.payload.get("content_hash", ""))) for p in points)
 
     def delete(self, qualified_names: Sequence[str]) -> None:
@@ -127,16 +130,22 @@ class EdgeIndex:
         with _backend("scroll"):
             while True:
                 request = qe.ScrollRequest(
-                    offset=offset, limit=_SCROLL_PAGE, with_payload=fields, with_vector=[POOL_FIELD]
+                    offset=offset, limit=_SCROLL_PAGE, with_payload=fields, with_vector=list(INDEXED_VECTORS)
                 )
                 records, offset = self._shard.scroll(request)
                 for record in records:
                     payload = record.payload or {}
                     name = payload["qualified_name"]
                     self._hashes[name] = payload.get("content_hash", "")
-                    vector = (record.vector or {}).get(POOL_FIELD)
-                    if vector is not None:
-                        self.pool.put(name, vector, str(payload.get("server", "")), payload.get("tags") or ())
+                    vectors = record.vector or {}
+                    if all(v in vectors for v in INDEXED_VECTORS):
+                        self.pool.put(
+                            name,
+                            vectors[POOL_FIELD],
+                            vectors,
+                            str(payload.get("server", "")),
+                            payload.get("tags") or (),
+                        )
                 if offset is None:
                     return
 
@@ -172,6 +181,15 @@ class EdgeIndex:
             same = [i for i in scans if queries[i].limit == limit]
             found = self.pool.search([queries[i].dense for i in same], limit, where)  # type: ignore[misc]
             for i, hits in zip(same, found, strict=True):
+                answers[i] = [Hit(n, score, {"qualified_name": n}) for n, score in hits]
+        # A text's field queries over its candidates share one gather of their field vectors.
+        rescored: dict[tuple[frozenset[str], int, int], dict[str, list[tuple[str, float]]]] = {}
+        for i, q in enumerate(queries):
+            if q.within is not None and q.signal in DENSE_FIELDS and q.dense is not None:
+                key = (q.within, id(q.dense), q.limit)
+                if key not in rescored:
+                    rescored[key] = self.pool.field_scores(q.dense, q.within, q.limit, where)
+                hits = rescored[key][q.signal]
                 answers[i] = [Hit(n, score, {"qualified_name": n}) for n, score in hits]
         rest = [q for q, answer in zip(queries, answers, strict=True) if answer is None]
         batch = iter(self._query_batch(rest, where) if rest else [])
