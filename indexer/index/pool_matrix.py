@@ -61,10 +61,7 @@ class PoolMatrix:
                 norm = float(np.linalg.norm(values))
                 self._fields[row, i] = values / norm if norm > 0 else values
             self._live[row] = True
-            self._server_codes[row] = self._servers.setdefault(server, len(self._servers))
-            self._tags[row] = tuple(tags)
-            for tag in self._tags[row]:
-                self._tag_rows.setdefault(tag, set()).add(row)
+            self._label(row, server, tags)
 
     def relabel(self, name: str, server: str | None = None, tags: Iterable[str] | None = None) -> None:
         """Change the server or tags a row is filtered by (a payload update); unknown names are ignored."""
@@ -72,13 +69,9 @@ class PoolMatrix:
             row = self._rows.get(name)
             if row is None:
                 return
-            if server is not None:
-                self._server_codes[row] = self._servers.setdefault(server, len(self._servers))
             if tags is not None:
                 self._untag(row)
-                self._tags[row] = tuple(tags)
-                for tag in self._tags[row]:
-                    self._tag_rows.setdefault(tag, set()).add(row)
+            self._label(row, server, tags)
 
     def remove(self, name: str) -> None:
         """Drop one tool's row (unknown names are ignored)."""
@@ -171,6 +164,15 @@ class PoolMatrix:
         self._names.append(None)
         self._tags.append(())
         return row
+
+    def _label(self, row: int, server: str | None, tags: Iterable[str] | None) -> None:
+        """Set what a row is filtered by (None: keep it); the row's old tags are untagged already."""
+        if server is not None:
+            self._server_codes[row] = self._servers.setdefault(server, len(self._servers))
+        if tags is not None:
+            self._tags[row] = tuple(tags)
+            for tag in self._tags[row]:
+                self._tag_rows.setdefault(tag, set()).add(row)
 
     def _untag(self, row: int) -> None:
         for tag in self._tags[row]:
