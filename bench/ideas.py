@@ -8,7 +8,6 @@ Usage: python bench/ideas.py EMBEDDINGS.pkl [IDEA ...] (a bench/embed_cache.py c
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -20,24 +19,14 @@ from bench.embed_cache import EmbeddingCache
 from bench.offline import EvalSet, load_demo_set, load_set, metrics, zclip
 from indexer.documents import build_document
 from indexer.lexical import Bm25Encoder, tokenize
+from indexer.names import without_framing
 from service.search.ranking import MIN_PART_WORDS
 from service.settings import SearchSettings
 
 DENSE = ("name", "description", "params")
-# Request framing that carries no intent ("Can you please help me", "I'd like to"), at the start of a sentence,
-# and "please" anywhere: left out of the text that is embedded (the lexical signal drops them as stop-words).
-_BOILERPLATE = re.compile(
-    r"(?:^|(?<=[.!?,;] ))(?:(?:hi|hello|hey)(?: there)?[!,.]*\s+"
-    r"|(?:can|could|would|will) you(?: please)?(?: help me| assist me)?(?: to| with| in| by)?\s+"
-    r"|please\s+|help me(?: to| with)?\s+|i(?:'d| would) like(?: you)? to\s+|i (?:want|need)(?: you)? to\s+)+",
-    re.IGNORECASE,
-)
-_PLEASE = re.compile(r",?\s*\bplease\b", re.IGNORECASE)
-
-
 def strip_boilerplate(text: str) -> str:
     """The request without its framing words, for the dense query; the text itself when nothing else is left."""
-    stripped = _PLEASE.sub("", _BOILERPLATE.sub("", text)).strip()
+    stripped = without_framing(text)
     return stripped if len(stripped.split()) >= MIN_PART_WORDS else text
 
 
@@ -92,6 +81,19 @@ def prepare(cache: EmbeddingCache, s: EvalSet, chosen: list[str]) -> Vectors:
     )
 
 
+def whitened(q: np.ndarray, d: np.ndarray, shrink: float, power: float) -> tuple[np.ndarray, np.ndarray]:
+    """Queries and documents centred on the documents' mean and whitened by their shrunk covariance
+    (C scaled to unit mean eigenvalue, mixed with the identity by `shrink`, raised to -power/2)."""
+    mean = d.mean(axis=0)
+    dc = d - mean
+    cov = dc.T @ dc / len(d)
+    cov = cov / (np.trace(cov) / cov.shape[0])
+    cov = (1 - shrink) * cov + shrink * np.eye(cov.shape[0])
+    values, vectors = np.linalg.eigh(cov)
+    w = vectors @ np.diag(values ** (-power / 2)) @ vectors.T
+    return _unit((q - mean) @ w), _unit(dc @ w)
+
+
 def hubness(d: np.ndarray, k: int) -> np.ndarray:
     """Each document's mean cosine to its k nearest other documents (CSLS's r_T)."""
     sim = d @ d.T
@@ -107,6 +109,8 @@ def dense_scores(v: Vectors, field: str, p: dict) -> np.ndarray:
         means = DEMO_MEANS if p.get("mean") == "demo" else v.other_means if p.get("mean") == "other" else None
         m = (means[field] if means else d.mean(axis=0)) * p["centre"]
         q, d = (q if p.get("docs_only") else _unit(q - m)), _unit(d - m)
+    if p.get("whiten") and field in p.get("fields", DENSE):
+        q, d = whitened(q, d, p["whiten"], p.get("power", 1.0))
     out = q @ d.T
     if p.get("csls"):
         out = out - p["csls"] * hubness(d, p.get("csls_k", 10))[None, :]
@@ -177,6 +181,8 @@ IDEAS: dict[str, list[dict]] = {
     "combo": [{"centre": 1.0, "docs_only": True, "part_penalty": x} for x in (0.3, 0.5, 1.0)]
     + [{"centre": 1.0, "docs_only": True, "mean": "demo", "part_penalty": 0.5}]
     + [{"centre": 1.0, "docs_only": True, "part_penalty": 0.5, "long": "both"}],
+    "whiten": [{"whiten": b} for b in (0.1, 0.25, 0.5, 0.75, 0.9)],
+    "whiten_power": [{"whiten": b, "power": x} for b in (0.25, 0.5) for x in (0.5, 1.5)],
     "csls_one": [{"csls": 0.25, "csls_k": 10}],
     "csls": [{"csls": b, "csls_k": k} for b in (0.25, 0.5, 1.0) for k in (5, 10, 25)],
     "adaptive_lexical": [{"adaptive": g} for g in (0.25, 0.5, 0.75, 1.0)],

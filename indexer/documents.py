@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from indexer.tools import ToolDefinition
+if TYPE_CHECKING:
+    from indexer.tools import ToolDefinition
 
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _SEPARATORS = re.compile(r"[_\-.\s/:]+")
 MAX_PARAM_DEPTH = 4
 MAX_FIELD_CHARS = 4000
+# Raised whenever build_document changes what is indexed: it is part of every content hash, so an index built
+# from older documents is re-embedded by the next reconcile or registration instead of being kept.
+DOCUMENT_FORMAT = 2
+# "(e.g., 'America/New_York', 'Europe/London')": quoted example values say what a valid argument looks like, not
+# what the tool does, and a request that names one ("the time in Tokyo") would otherwise pull whichever sibling
+# happens to list it. Unquoted examples ("e.g., DNA, fingerprints") describe the tool's domain and stay.
+_QUOTED_EXAMPLES = re.compile(r"\s*\((?:e\.g\.|for example|such as|ex\.|example:?)[^()]*['\"`][^()]*\)", re.IGNORECASE)
 
 
 def split_identifier(identifier: str) -> str:
@@ -39,7 +47,7 @@ def _param_lines(schema: Any, prefix: str = "", depth: int = 0) -> list[str]:
             parts = [label]
             if isinstance(spec, dict):
                 if isinstance(spec.get("description"), str):
-                    parts.append(spec["description"])
+                    parts.append(_QUOTED_EXAMPLES.sub("", spec["description"]))
                 if isinstance(spec.get("enum"), list):
                     parts.append("one of " + ", ".join(str(v) for v in spec["enum"][:20]))
                 lines.append(": ".join(p for p in parts if p))

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from indexer.documents import split_identifier
-from indexer.lexical import _stem
+from indexer.lexical import STOPWORDS, _stem
 
 MIN_VERB_CHARS = 3
+# Request framing that carries no intent ("Can you please help me", "I'd like to"), at the start of a sentence,
+# and "please" anywhere: what is left starts with the action when the request names one.
+FRAMING = re.compile(
+    r"(?:^|(?<=[.!?,;] ))(?:(?:hi|hello|hey)(?: there)?[!,.]*\s+"
+    r"|(?:can|could|would|will) you(?: please)?(?: help me| assist me)?(?: to| with| in| by)?\s+"
+    r"|please\s+|help me(?: to| with)?\s+|i(?:'d| would) like(?: you)? to\s+|i (?:want|need)(?: you)? to\s+)+",
+    re.IGNORECASE,
+)
+_PLEASE = re.compile(r",?\s*\bplease\b", re.IGNORECASE)
+_PUNCTUATION = re.compile(r"[^\w\s]+")
+
+
+def without_framing(text: str) -> str:
+    """The request without its framing words (empty when nothing else is left)."""
+    return _PLEASE.sub("", FRAMING.sub("", text)).strip()
 
 
 def spelling_tier(query: str, names: Iterable[str]) -> int:
@@ -30,6 +46,20 @@ def name_verb(name: str, server: str) -> str:
     while len(words) > 1 and words[0] in server_words:
         words = words[1:]
     verb = _stem(words[0]) if words else ""
+    return verb if len(verb) >= MIN_VERB_CHARS else ""
+
+
+def lead_verb(text: str) -> str:
+    """The stemmed word a request leads with once its framing is gone (`commit` in "Please commit my staged
+    changes"), the action when it names one; empty for a stop-word ("what time is it").
+
+    A tool whose name verb is the request's lead verb is the sibling that does what was asked: "commit my staged
+    changes" is a commit, although git_diff_staged's description ("changes that are staged for commit") is the
+    nearer text."""
+    words = split_identifier(_PUNCTUATION.sub(" ", without_framing(text))).split()
+    if not words or words[0] in STOPWORDS:
+        return ""
+    verb = _stem(words[0])
     return verb if len(verb) >= MIN_VERB_CHARS else ""
 
 

@@ -13,6 +13,8 @@ from typing import Any
 import jsonschema_rs
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexer.documents import DOCUMENT_FORMAT
+
 QUALIFIED_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 SEPARATOR = "__"
 MAX_NAME_CHARS = 256
@@ -46,9 +48,10 @@ class ToolDefinition(BaseModel):
 
     @cached_property
     def content_hash(self) -> str:
-        """SHA-256 of everything that affects the index entry of the tool."""
+        """SHA-256 of everything that affects the index entry of the tool, the document format included."""
         canonical = json.dumps(
             {
+                "document_format": DOCUMENT_FORMAT,
                 "server": self.server,
                 "name": self.name,
                 "description": self.description,

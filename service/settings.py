@@ -64,6 +64,10 @@ class SearchSettings(BaseModel):
     weight_lexical: float = 0.35
     # Added to a tool whose name leads with a verb the request uses (git_commit for "commit my changes").
     weight_name_verb: float = 0.2
+    # Added on top when that verb is the one the request (or one part of it) leads with, framing aside: the
+    # sibling that does what was asked ("commit my staged changes": git_commit, not git_diff_staged, whose
+    # description "changes that are staged for commit" is the nearer text). README, Quality: what it costs.
+    weight_lead_verb: float = 1.2
     # Times the z-score of the similarity of a tool's server document (name, title, description, instructions,
     # its tools' names) to the request; 0 turns server-aware scoring off. A one-server catalog is unaffected.
     weight_server: float = 0.4

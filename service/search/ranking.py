@@ -154,14 +154,19 @@ def apply_boosts(candidates: dict[str, Candidate], boosts: Mapping[str, Mapping[
 
 
 def apply_name_verbs(
-    candidates: dict[str, Candidate], verbs: Mapping[str, str], query_words: frozenset[str], weight: float
+    candidates: dict[str, Candidate],
+    verbs: Mapping[str, str],
+    query_words: frozenset[str],
+    weight: float,
+    signal: str = "name_verb",
 ) -> None:
-    """Add `weight` to each candidate whose name leads with a verb the request uses (`commit` in git_commit)."""
-    if weight == 0.0:
+    """Add `weight` to each candidate whose name leads with a verb the request uses (`commit` in git_commit);
+    `signal` names it in explain (`lead_verb` when the words are the verb the request leads with)."""
+    if weight == 0.0 or not query_words:
         return
     for name, candidate in candidates.items():
         if verbs.get(name) in query_words:
-            candidate.signals["name_verb"] = weight
+            candidate.signals[signal] = weight
             candidate.score += weight
 
 

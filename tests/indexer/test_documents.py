@@ -32,6 +32,27 @@ def test_params_text_covers_names_descriptions_enums_and_nested_properties() -> 
     assert doc.qualified_name == "s__book_flight"
 
 
+def test_quoted_example_values_leave_the_params_text_and_domain_examples_stay() -> None:
+    tool = ToolDefinition(server="time", name="convert_time", input_schema={
+        "type": "object",
+        "properties": {
+            "target_timezone": {"type": "string", "description": "IANA timezone name (e.g., 'Asia/Tokyo', 'UTC')."},
+            "evidence": {"type": "string", "description": "Kind of evidence (e.g., DNA, fingerprints)"},
+        },
+    })
+    params = build_document(tool).params
+    assert "Tokyo" not in params and "target timezone: IANA timezone name." in params
+    assert "evidence: Kind of evidence (e.g., DNA, fingerprints)" in params
+
+
+def test_the_document_format_is_part_of_the_content_hash(monkeypatch) -> None:
+    import indexer.tools
+
+    before = content_hash(ToolDefinition(server="s", name="x", description="d"))
+    monkeypatch.setattr(indexer.tools, "DOCUMENT_FORMAT", indexer.tools.DOCUMENT_FORMAT + 1)
+    assert content_hash(ToolDefinition(server="s", name="x", description="d")) != before  # re-embedded on upgrade
+
+
 def test_empty_description_and_schema_fall_back_to_the_name() -> None:
     doc = build_document(ToolDefinition(server="s", name="ping"))
     assert doc.description == "ping" and doc.params == "ping"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from indexer.index.base import SearchFilter
-from indexer.names import name_verb, query_stems, spelling_tier
+from indexer.names import lead_verb, name_verb, query_stems, spelling_tier
 from service.search.ranking import Candidate, apply_name_verbs, rank
 from service.search.retrieval import NameDirectory
 
@@ -57,3 +57,26 @@ def test_a_verb_the_request_names_adds_its_weight() -> None:
     assert candidates["git__git_commit"].score == 1.2
     assert candidates["git__git_commit"].signals == {"name_verb": 0.2}
     assert candidates["git__git_diff_staged"].score == 1.1
+
+
+def test_the_lead_verb_is_the_first_word_once_the_framing_is_gone() -> None:
+    assert lead_verb("commit my staged changes with a message") == "commit"
+    assert lead_verb("Can you please help me commit my changes?") == "commit"
+    assert lead_verb("Hi there! I'd like to create an issue") == "creat"  # stemmed as name verbs are
+    assert lead_verb("please, list the branches") == "list"
+    assert lead_verb("what time is it in Tokyo?") == ""  # a stop-word names no action
+    assert lead_verb("Can you please") == ""
+    assert lead_verb("") == ""
+
+
+def test_the_lead_verb_bonus_goes_to_the_sibling_that_does_what_was_asked() -> None:
+    candidates = {
+        "git__git_commit": Candidate("git__git_commit", 1.0),
+        "git__git_diff_staged": Candidate("git__git_diff_staged", 2.0),
+    }
+    verbs = {"git__git_commit": "commit", "git__git_diff_staged": "diff"}
+    apply_name_verbs(candidates, verbs, frozenset({lead_verb("commit my staged changes")}), 1.2, "lead_verb")
+    assert candidates["git__git_commit"].signals == {"lead_verb": 1.2}
+    assert candidates["git__git_commit"].score > candidates["git__git_diff_staged"].score
+    apply_name_verbs(candidates, verbs, frozenset(), 1.2, "lead_verb")  # no lead verb: nothing moves
+    assert candidates["git__git_commit"].score == 2.2

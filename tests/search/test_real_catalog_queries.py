@@ -22,8 +22,6 @@ pytestmark = pytest.mark.model
 CASES = [json.loads(line) for line in (FIXTURES / "retrieval" / "real_catalog_queries.jsonl").read_text().splitlines()]
 # Still wrong with MiniLM and today's signals (issue 12): the position of the expected tool, measured.
 KNOWN_MISSES = {
-    "issue-2": "git__git_commit is 2nd: git_diff_staged's description says 'staged for commit'",
-    "issue-3": "time__get_current_time is 2nd: 'Asia/Tokyo' is in a parameter description of time__convert_time",
     "own-14": "git__git_reset is 10th: 'unstage' is not in its description; 'file' makes the filesystem server close",
 }
 
