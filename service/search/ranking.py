@@ -154,19 +154,31 @@ def apply_boosts(candidates: dict[str, Candidate], boosts: Mapping[str, Mapping[
 
 
 def apply_name_verbs(
-    candidates: dict[str, Candidate],
-    verbs: Mapping[str, str],
-    query_words: frozenset[str],
-    weight: float,
-    signal: str = "name_verb",
+    candidates: dict[str, Candidate], verbs: Mapping[str, str], query_words: frozenset[str], weight: float
 ) -> None:
-    """Add `weight` to each candidate whose name leads with a verb the request uses (`commit` in git_commit);
-    `signal` names it in explain (`lead_verb` when the words are the verb the request leads with)."""
-    if weight == 0.0 or not query_words:
+    """Add `weight` to each candidate whose name leads with a verb the request uses (`commit` in git_commit)."""
+    if weight == 0.0:
         return
     for name, candidate in candidates.items():
         if verbs.get(name) in query_words:
-            candidate.signals[signal] = weight
+            candidate.signals["name_verb"] = weight
+            candidate.score += weight
+
+
+LEAD_VERB_HEAD = 3
+
+
+def apply_lead_verb(candidates: dict[str, Candidate], verbs: Mapping[str, str], verb: str, weight: float) -> None:
+    """Add `weight` to each of the best LEAD_VERB_HEAD candidates whose name verb is the verb the request leads
+    with: it decides between the near-tied siblings at the head ("commit my staged changes": git_commit over
+    git_diff_staged), and does not lift a tool from far below because its name starts with a common verb
+    (`find_agency` for every "find me ..."; head 3 against the whole list: MetaTool R@1 .6069 -> .6079)."""
+    if weight == 0.0 or not verb or not candidates:
+        return
+    head = sorted(candidates.values(), key=lambda c: -c.score)[:LEAD_VERB_HEAD]
+    for candidate in head:
+        if verbs.get(candidate.name) == verb:
+            candidate.signals["lead_verb"] = weight
             candidate.score += weight
 
 

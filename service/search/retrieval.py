@@ -24,6 +24,7 @@ from service.search.ranking import (
     Candidate,
     add_signal,
     apply_boosts,
+    apply_lead_verb,
     apply_name_verbs,
     from_fused,
     fuse,
@@ -188,10 +189,7 @@ class Retriever:
         ranking = Stage(self.resources, "rank")
         per_text = self._candidates(fused, hit_lists, vectors, k, scope)
         for text, text_candidates in zip(texts, per_text, strict=True):  # each part leads with its own verb
-            verb = lead_verb(text)
-            apply_name_verbs(
-                text_candidates, self.directory.verbs, frozenset({verb} - {""}), settings.weight_lead_verb, "lead_verb"
-            )
+            apply_lead_verb(text_candidates, self.directory.verbs, lead_verb(text), settings.weight_lead_verb)
         candidates = (
             max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True)), settings.part_penalty)
             if parts

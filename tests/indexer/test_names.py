@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from indexer.index.base import SearchFilter
 from indexer.names import lead_verb, name_verb, query_stems, spelling_tier
-from service.search.ranking import Candidate, apply_name_verbs, rank
+from service.search.ranking import Candidate, apply_lead_verb, apply_name_verbs, rank
 from service.search.retrieval import NameDirectory
 
 
@@ -69,14 +69,17 @@ def test_the_lead_verb_is_the_first_word_once_the_framing_is_gone() -> None:
     assert lead_verb("") == ""
 
 
-def test_the_lead_verb_bonus_goes_to_the_sibling_that_does_what_was_asked() -> None:
+def test_the_lead_verb_bonus_goes_to_the_sibling_at_the_head_that_does_what_was_asked() -> None:
     candidates = {
         "git__git_commit": Candidate("git__git_commit", 1.0),
         "git__git_diff_staged": Candidate("git__git_diff_staged", 2.0),
+        "find_agency": Candidate("find_agency", -1.0),  # 4th
+        **{f"other_{i}": Candidate(f"other_{i}", 1.5) for i in range(1)},
     }
-    verbs = {"git__git_commit": "commit", "git__git_diff_staged": "diff"}
-    apply_name_verbs(candidates, verbs, frozenset({lead_verb("commit my staged changes")}), 1.2, "lead_verb")
+    verbs = {"git__git_commit": "commit", "git__git_diff_staged": "diff", "find_agency": "commit"}
+    apply_lead_verb(candidates, verbs, lead_verb("commit my staged changes"), 1.2)
     assert candidates["git__git_commit"].signals == {"lead_verb": 1.2}
     assert candidates["git__git_commit"].score > candidates["git__git_diff_staged"].score
-    apply_name_verbs(candidates, verbs, frozenset(), 1.2, "lead_verb")  # no lead verb: nothing moves
+    assert candidates["find_agency"].score == -1.0  # not at the head: a common verb lifts nobody from below
+    apply_lead_verb(candidates, verbs, "", 1.2)  # no lead verb: nothing moves
     assert candidates["git__git_commit"].score == 2.2
