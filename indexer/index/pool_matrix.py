@@ -5,7 +5,12 @@ qdrant-edge holds the GIL for the whole of a query (two threads scanned no faste
 scans queue the event loop and the embedder behind them; a BLAS matrix-vector product over the same vectors
 releases it, and takes 0.15 ms instead of 0.6 ms at 10k tools; scoring 150 candidates' fields here spares three
 filtered queries and the conversion of their hits (most of the GIL time left). The shard stays the store of record:
-this copy is filled from it at open and kept in step by every upsert and delete of the adapter."""
+this copy is filled from it at open and kept in step by every upsert and delete of the adapter.
+
+Past REDUCE_ABOVE rows the matrix no longer fits the CPU's caches and the scan is a read of main memory (100k
+tools: 154 MB, 20 ms on a 2-core EPYC here, against 2 ms for 10k): the scan then reads the rows' projections on
+their first REDUCED_DIMENSIONS principal components (a quarter of the bytes) for OVERSAMPLING times the wanted
+candidates, and ranks those by their exact cosine. README, Benchmarks: what it keeps of the exact pool."""
 
 from __future__ import annotations
 
@@ -15,6 +20,11 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from indexer.index.base import DENSE_FIELDS, SearchFilter
+
+REDUCE_ABOVE = 30_000
+REDUCED_DIMENSIONS = 96
+OVERSAMPLING = 8
+FIT_SAMPLE = 20_000  # rows the principal components are computed from
 
 
 class PoolMatrix:
@@ -33,6 +43,12 @@ class PoolMatrix:
         self._servers: dict[str, int] = {}
         self._tags: list[tuple[str, ...]] = []
         self._tag_rows: dict[str, set[int]] = {}
+        # The reduced scan: principal axes (dimension x REDUCED_DIMENSIONS), their centre, each row's projection,
+        # and how many rows were live when the axes were fitted (refitted each time the catalog doubles).
+        self._axes: np.ndarray | None = None
+        self._centre = np.zeros(dimension, dtype=np.float32)
+        self._reduced = np.zeros((0, REDUCED_DIMENSIONS), dtype=np.float32)
+        self._fitted_rows = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -62,6 +78,10 @@ class PoolMatrix:
                 self._fields[row, i] = values / norm if norm > 0 else values
             self._live[row] = True
             self._label(row, server, tags)
+            if self._axes is not None:
+                self._reduced[row] = (self._vectors[row] - self._centre) @ self._axes
+            if len(self._rows) >= REDUCE_ABOVE and len(self._rows) >= 2 * self._fitted_rows:
+                self._fit_axes()
 
     def relabel(self, name: str, server: str | None = None, tags: Iterable[str] | None = None) -> None:
         """Change the server or tags a row is filtered by (a payload update); unknown names are ignored."""
@@ -100,6 +120,8 @@ class PoolMatrix:
             count = min(limit, int(np.count_nonzero(mask)))
             if count <= 0:
                 return [[] for _ in vectors]
+            if self._axes is not None:
+                return self._reduced_search(queries, used, mask, count)
             scores = queries @ self._vectors[:used].T  # every row: no copy of the matrix
             scores[:, ~mask] = -np.inf
             out = []
@@ -108,6 +130,36 @@ class PoolMatrix:
                 best = best[np.argsort(-row[best], kind="stable")]
                 out.append([(self._names[i], float(row[i])) for i in best.tolist()])
             return out  # type: ignore[return-value]
+
+    def _reduced_search(
+        self, queries: np.ndarray, used: int, mask: np.ndarray, count: int
+    ) -> list[list[tuple[str, float]]]:
+        """The best `count` rows per query: OVERSAMPLING x count candidates by the reduced scan, ranked exactly."""
+        assert self._axes is not None
+        coarse = (queries @ self._axes) @ self._reduced[:used].T
+        coarse[:, ~mask] = -np.inf
+        wanted = min(count * OVERSAMPLING, int(np.count_nonzero(mask)))
+        out = []
+        for query, row in zip(queries, coarse, strict=True):
+            rows = np.argpartition(-row, wanted - 1)[:wanted]  # all inside the filter: wanted <= rows inside
+            exact = self._vectors[rows] @ query
+            best = np.argpartition(-exact, count - 1)[:count]
+            best = best[np.argsort(-exact[best], kind="stable")]
+            names = [self._names[i] for i in rows[best].tolist()]
+            out.append(list(zip(names, exact[best].tolist(), strict=True)))
+        return out  # type: ignore[return-value]
+
+    def _fit_axes(self) -> None:
+        """Principal axes of the live rows (a sample of FIT_SAMPLE), and every row projected on them."""
+        live = np.flatnonzero(self._live[: len(self._names)])
+        sample = np.random.default_rng(0).choice(live, min(FIT_SAMPLE, len(live)), replace=False)
+        centre = self._vectors[sample].mean(axis=0)
+        _, _, components = np.linalg.svd(self._vectors[sample] - centre, full_matrices=False)
+        self._centre = centre.astype(np.float32)
+        self._axes = np.ascontiguousarray(components[:REDUCED_DIMENSIONS].T, dtype=np.float32)
+        used = len(self._names)
+        self._reduced[:used] = (self._vectors[:used] - self._centre) @ self._axes
+        self._fitted_rows = len(live)
 
     def field_scores(
         self, vector: Sequence[float], names: Iterable[str], limit: int, where: SearchFilter
@@ -156,7 +208,7 @@ class PoolMatrix:
         row = len(self._names)
         if row == self._vectors.shape[0]:
             capacity = max(1024, 2 * row)
-            for attribute in ("_vectors", "_fields", "_live", "_server_codes"):
+            for attribute in ("_vectors", "_fields", "_live", "_server_codes", "_reduced"):
                 old = getattr(self, attribute)
                 new = np.zeros((capacity, *old.shape[1:]), dtype=old.dtype)
                 new[:row] = old[:row]

@@ -1,0 +1,77 @@
+"""The in-memory pool matrix: exact scan for small catalogs, the reduced scan past REDUCE_ABOVE rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import indexer.index.pool_matrix as pool_matrix
+from indexer.index.base import DENSE_FIELDS, SearchFilter
+from indexer.index.pool_matrix import PoolMatrix
+
+DIMENSION = 384
+
+
+def _unit(m: np.ndarray) -> np.ndarray:
+    return (m / np.linalg.norm(m, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def _catalog(rows: int, seed: int = 0) -> np.ndarray:
+    """Vectors with a few dozen directions that matter, as sentence embeddings have."""
+    rng = np.random.default_rng(seed)
+    signal = rng.standard_normal((rows, 40)) @ rng.standard_normal((40, DIMENSION))
+    return _unit(signal + 0.3 * rng.standard_normal((rows, DIMENSION)))
+
+
+def _filled(vectors: np.ndarray) -> PoolMatrix:
+    matrix = PoolMatrix(DIMENSION)
+    for i, v in enumerate(vectors):
+        matrix.put(f"t{i}", v, dict.fromkeys(DENSE_FIELDS, v), server="odd" if i % 2 else "even", tags=())
+    return matrix
+
+
+@pytest.fixture
+def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool_matrix, "REDUCE_ABOVE", 500)
+
+
+def test_past_the_threshold_the_reduced_scan_keeps_the_exact_pool(small_threshold: None) -> None:
+    vectors = _catalog(1200)
+    matrix = _filled(vectors)
+    assert matrix._axes is not None and matrix._fitted_rows == 1000  # fitted at 500, refitted at 1000
+    queries = _unit(vectors[:50] + 0.5 * _catalog(50, seed=1))
+    found = matrix.search(queries.tolist(), 20, SearchFilter())
+    overlap = []
+    for query, hits in zip(queries, found, strict=True):
+        exact = np.argsort(-(vectors @ query))[:20]
+        overlap.append(len({f"t{i}" for i in exact} & {name for name, _ in hits}) / 20)
+        scores = [score for _, score in hits]
+        assert scores == sorted(scores, reverse=True)
+        for name, score in hits:  # the reported score is the exact cosine
+            assert score == pytest.approx(float(vectors[int(name[1:])] @ query), abs=1e-5)
+    assert np.mean(overlap) >= 0.98, np.mean(overlap)
+
+
+def test_the_reduced_scan_keeps_filters_removals_and_rows_added_after_the_fit(small_threshold: None) -> None:
+    vectors = _catalog(700)
+    matrix = _filled(vectors)
+    assert matrix._axes is not None
+    newcomer = _catalog(1, seed=7)[0]
+    matrix.put("new", newcomer, dict.fromkeys(DENSE_FIELDS, newcomer), server="even", tags=())
+    matrix.remove("t0")
+    [hits] = matrix.search([newcomer.tolist()], 5, SearchFilter())
+    assert hits[0] == ("new", pytest.approx(1.0, abs=1e-5))
+    [hits] = matrix.search([vectors[0].tolist()], 50, SearchFilter(servers=frozenset({"odd"})))
+    assert hits and all(int(name[1:]) % 2 == 1 for name, _ in hits)
+    [hits] = matrix.search([vectors[0].tolist()], 700, SearchFilter())
+    assert "t0" not in {name for name, _ in hits}
+    [hits] = matrix.search([vectors[3].tolist()], 5, SearchFilter(allowed=frozenset({"t3", "t5"})))
+    assert [name for name, _ in hits] == ["t3", "t5"]  # t3 is the query itself
+
+
+def test_below_the_threshold_the_scan_is_exact() -> None:
+    vectors = _catalog(300)
+    matrix = _filled(vectors)
+    assert matrix._axes is None
+    [hits] = matrix.search([vectors[10].tolist()], 10, SearchFilter())
+    assert [name for name, _ in hits] == [f"t{i}" for i in np.argsort(-(vectors @ vectors[10]), kind="stable")[:10]]
