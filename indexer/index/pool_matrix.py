@@ -23,7 +23,7 @@ from indexer.index.base import DENSE_FIELDS, SearchFilter
 
 REDUCE_ABOVE = 30_000
 REDUCED_DIMENSIONS = 96
-OVERSAMPLING = 8
+OVERSAMPLING = 16
 FIT_SAMPLE = 20_000  # rows the principal components are computed from
 
 
