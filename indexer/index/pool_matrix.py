@@ -153,10 +153,13 @@ class PoolMatrix:
         """Principal axes of the live rows (a sample of FIT_SAMPLE), and every row projected on them."""
         live = np.flatnonzero(self._live[: len(self._names)])
         sample = np.random.default_rng(0).choice(live, min(FIT_SAMPLE, len(live)), replace=False)
-        centre = self._vectors[sample].mean(axis=0)
-        _, _, components = np.linalg.svd(self._vectors[sample] - centre, full_matrices=False)
+        rows = self._vectors[sample]
+        centre = rows.mean(axis=0)
+        # The eigenvectors of the 384 x 384 covariance: 0.1 s for 20k rows where an SVD of the rows took 1.5 s,
+        # and the lock is held meanwhile.
+        _, vectors = np.linalg.eigh((rows - centre).T @ (rows - centre))
         self._centre = centre.astype(np.float32)
-        self._axes = np.ascontiguousarray(components[:REDUCED_DIMENSIONS].T, dtype=np.float32)
+        self._axes = np.ascontiguousarray(vectors[:, ::-1][:, :REDUCED_DIMENSIONS], dtype=np.float32)
         used = len(self._names)
         self._reduced[:used] = (self._vectors[:used] - self._centre) @ self._axes
         self._fitted_rows = len(live)
