@@ -9,6 +9,7 @@ from indexer.documents import split_identifier
 from indexer.lexical import STOPWORDS, _stem
 
 MIN_VERB_CHARS = 3
+LEAD_CHARS = 200
 # Request framing that carries no intent ("Can you please help me", "I'd like to"), at the start of a sentence,
 # and "please" anywhere: what is left starts with the action when the request names one.
 FRAMING = re.compile(
@@ -56,7 +57,8 @@ def lead_verb(text: str) -> str:
     A tool whose name verb is the request's lead verb is the sibling that does what was asked: "commit my staged
     changes" is a commit, although git_diff_staged's description ("changes that are staged for commit") is the
     nearer text."""
-    words = split_identifier(_PUNCTUATION.sub(" ", without_framing(text))).split()
+    head = text[:LEAD_CHARS]  # the lead is at the start: 0.03 ms, where a whole 8,000-character request took 4 ms
+    words = split_identifier(_PUNCTUATION.sub(" ", without_framing(head))).split()
     if not words or words[0] in STOPWORDS:
         return ""
     verb = _stem(words[0])
