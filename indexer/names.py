@@ -65,6 +65,20 @@ def lead_verb(text: str) -> str:
     return verb if len(verb) >= MIN_VERB_CHARS else ""
 
 
+QUESTION_WORDS = frozenset({"what", "which", "who", "when", "where", "how", "is", "are", "does", "do"})
+# Name verbs of tools that read rather than act: what a question ("what time is it in Tokyo?") asks a tool to do.
+READ_VERBS = frozenset(
+    _stem(verb)
+    for verb in ("get", "list", "read", "show", "find", "search", "fetch", "view", "query", "check", "describe")
+)
+
+
+def asks(text: str) -> bool:
+    """Whether a request is a question (it leads with a question word once its framing is gone)."""
+    words = _PUNCTUATION.sub(" ", without_framing(text[:LEAD_CHARS])).lower().split()
+    return bool(words) and words[0] in QUESTION_WORDS
+
+
 def query_stems(query: str) -> frozenset[str]:
     """The stemmed words of a request, stop-words included (a verb like `get` or `find` is one)."""
     return frozenset(_stem(w) for w in split_identifier(query).split())

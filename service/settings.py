@@ -68,6 +68,9 @@ class SearchSettings(BaseModel):
     # sibling that does what was asked ("commit my staged changes": git_commit, not git_diff_staged, whose
     # description "changes that are staged for commit" is the nearer text). README, Quality: what it costs.
     weight_lead_verb: float = 1.2
+    # Added, among the same three, to the tools that read (get, list, show, ...) when the request is a question
+    # ("what time is it in Tokyo?": get_current_time over convert_time). No change on either dev set offline.
+    weight_question_read: float = 0.2
     # Times the z-score of the similarity of a tool's server document (name, title, description, instructions,
     # its tools' names) to the request; 0 turns server-aware scoring off. A one-server catalog is unaffected.
     weight_server: float = 0.4

@@ -168,17 +168,24 @@ def apply_name_verbs(
 LEAD_VERB_HEAD = 3
 
 
-def apply_lead_verb(candidates: dict[str, Candidate], verbs: Mapping[str, str], verb: str, weight: float) -> None:
-    """Add `weight` to each of the best LEAD_VERB_HEAD candidates whose name verb is the verb the request leads
-    with: it decides between the near-tied siblings at the head ("commit my staged changes": git_commit over
-    git_diff_staged), and does not lift a tool from far below because its name starts with a common verb
-    (`find_agency` for every "find me ..."; head 3 against the whole list: MetaTool R@1 .6069 -> .6079)."""
-    if weight == 0.0 or not verb or not candidates:
+def apply_lead_verb(
+    candidates: dict[str, Candidate],
+    verbs: Mapping[str, str],
+    wanted: frozenset[str],
+    weight: float,
+    signal: str = "lead_verb",
+) -> None:
+    """Add `weight` to each of the best LEAD_VERB_HEAD candidates whose name verb is one the request asks for (the
+    verb it leads with; for a question, the verbs that read): it decides between the near-tied siblings at the head
+    ("commit my staged changes": git_commit over git_diff_staged), and does not lift a tool from far below because
+    its name starts with a common verb (`find_agency` for every "find me ..."; head 3 against the whole list:
+    MetaTool R@1 .6069 -> .6079)."""
+    if weight == 0.0 or not wanted or not candidates:
         return
     head = sorted(candidates.values(), key=lambda c: -c.score)[:LEAD_VERB_HEAD]
     for candidate in head:
-        if verbs.get(candidate.name) == verb:
-            candidate.signals["lead_verb"] = weight
+        if verbs.get(candidate.name) in wanted:
+            candidate.signals[signal] = weight
             candidate.score += weight
 
 

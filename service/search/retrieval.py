@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search
 from indexer.lexical import SparseVector
-from indexer.names import lead_verb, name_verb, query_stems, spelling_tier
+from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems, spelling_tier
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool
 from service.observability import Stage, stage
@@ -189,7 +189,10 @@ class Retriever:
         ranking = Stage(self.resources, "rank")
         per_text = self._candidates(fused, hit_lists, vectors, k, scope)
         for text, text_candidates in zip(texts, per_text, strict=True):  # each part leads with its own verb
-            apply_lead_verb(text_candidates, self.directory.verbs, lead_verb(text), settings.weight_lead_verb)
+            verbs = self.directory.verbs
+            apply_lead_verb(text_candidates, verbs, frozenset({lead_verb(text)} - {""}), settings.weight_lead_verb)
+            if asks(text):
+                apply_lead_verb(text_candidates, verbs, READ_VERBS, settings.weight_question_read, "question_read")
         candidates = (
             max_merge(per_text[0], list(zip(parts, per_text[1:], strict=True)), settings.part_penalty)
             if parts
@@ -236,7 +239,8 @@ class Retriever:
     def bonus_bound(self, scope: str | None) -> float:
         """The most that every signal added after fusion can lift a tool (name verb, usage, learned boosts)."""
         search, learning = self.resources.settings.search, self.resources.settings.learning
-        bound = max(0.0, search.weight_name_verb) + max(0.0, search.weight_lead_verb)
+        verb_weights = (search.weight_name_verb, search.weight_lead_verb, search.weight_question_read)
+        bound = sum(max(0.0, w) for w in verb_weights)
         if learning.enabled:
             bound += learning.max_popularity_boost + learning.max_caller_boost
             usage = self.resources.usage

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from indexer.index.base import SearchFilter
-from indexer.names import lead_verb, name_verb, query_stems, spelling_tier
+from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems, spelling_tier
 from service.search.ranking import Candidate, apply_lead_verb, apply_name_verbs, rank
 from service.search.retrieval import NameDirectory
 
@@ -77,9 +77,20 @@ def test_the_lead_verb_bonus_goes_to_the_sibling_at_the_head_that_does_what_was_
         **{f"other_{i}": Candidate(f"other_{i}", 1.5) for i in range(1)},
     }
     verbs = {"git__git_commit": "commit", "git__git_diff_staged": "diff", "find_agency": "commit"}
-    apply_lead_verb(candidates, verbs, lead_verb("commit my staged changes"), 1.2)
+    apply_lead_verb(candidates, verbs, frozenset({lead_verb("commit my staged changes")}), 1.2)
     assert candidates["git__git_commit"].signals == {"lead_verb": 1.2}
     assert candidates["git__git_commit"].score > candidates["git__git_diff_staged"].score
     assert candidates["find_agency"].score == -1.0  # not at the head: a common verb lifts nobody from below
-    apply_lead_verb(candidates, verbs, "", 1.2)  # no lead verb: nothing moves
+    apply_lead_verb(candidates, verbs, frozenset(), 1.2)  # no lead verb: nothing moves
     assert candidates["git__git_commit"].score == 2.2
+
+
+def test_a_question_asks_the_siblings_that_read() -> None:
+    assert asks("what time is it in Tokyo?") and not asks("Can you tell me the time?")
+    assert asks("Hi! Which branches exist?") and not asks("commit my changes")
+    candidates = {"time__convert_time": Candidate("time__convert_time", 4.87),
+                  "time__get_current_time": Candidate("time__get_current_time", 4.79)}
+    verbs = {"time__convert_time": "convert", "time__get_current_time": "get"}
+    apply_lead_verb(candidates, verbs, READ_VERBS, 0.2, "question_read")
+    assert candidates["time__get_current_time"].signals == {"question_read": 0.2}
+    assert candidates["time__get_current_time"].score > candidates["time__convert_time"].score
