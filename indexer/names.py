@@ -50,6 +50,13 @@ def name_verb(name: str, server: str) -> str:
     return verb if len(verb) >= MIN_VERB_CHARS else ""
 
 
+def _leading_word(text: str) -> str:
+    """The lower-cased first word of a request once its framing is gone ("" when none), read from its first
+    LEAD_CHARS characters: 0.03 ms, where a whole 8,000-character request took 4 ms."""
+    words = split_identifier(_PUNCTUATION.sub(" ", without_framing(text[:LEAD_CHARS]))).split()
+    return words[0] if words else ""
+
+
 def lead_verb(text: str) -> str:
     """The stemmed word a request leads with once its framing is gone (`commit` in "Please commit my staged
     changes"), the action when it names one; empty for a stop-word ("what time is it").
@@ -57,11 +64,10 @@ def lead_verb(text: str) -> str:
     A tool whose name verb is the request's lead verb is the sibling that does what was asked: "commit my staged
     changes" is a commit, although git_diff_staged's description ("changes that are staged for commit") is the
     nearer text."""
-    head = text[:LEAD_CHARS]  # the lead is at the start: 0.03 ms, where a whole 8,000-character request took 4 ms
-    words = split_identifier(_PUNCTUATION.sub(" ", without_framing(head))).split()
-    if not words or words[0] in STOPWORDS:
+    word = _leading_word(text)
+    if not word or word in STOPWORDS:
         return ""
-    verb = _stem(words[0])
+    verb = _stem(word)
     return verb if len(verb) >= MIN_VERB_CHARS else ""
 
 
@@ -75,8 +81,7 @@ READ_VERBS = frozenset(
 
 def asks(text: str) -> bool:
     """Whether a request is a question (it leads with a question word once its framing is gone)."""
-    words = _PUNCTUATION.sub(" ", without_framing(text[:LEAD_CHARS])).lower().split()
-    return bool(words) and words[0] in QUESTION_WORDS
+    return _leading_word(text) in QUESTION_WORDS
 
 
 def query_stems(query: str) -> frozenset[str]:

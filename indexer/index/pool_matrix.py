@@ -117,11 +117,12 @@ class PoolMatrix:
         with self._lock:
             used = len(self._names)
             mask = self._mask(where, used)
-            count = min(limit, int(np.count_nonzero(mask)))
+            inside = int(np.count_nonzero(mask))
+            count = min(limit, inside)
             if count <= 0:
                 return [[] for _ in vectors]
             if self._axes is not None:
-                return self._reduced_search(queries, used, mask, count)
+                return self._reduced_search(queries, used, mask, count, min(count * OVERSAMPLING, inside))
             scores = queries @ self._vectors[:used].T  # every row: no copy of the matrix
             scores[:, ~mask] = -np.inf
             out = []
@@ -132,13 +133,12 @@ class PoolMatrix:
             return out  # type: ignore[return-value]
 
     def _reduced_search(
-        self, queries: np.ndarray, used: int, mask: np.ndarray, count: int
+        self, queries: np.ndarray, used: int, mask: np.ndarray, count: int, wanted: int
     ) -> list[list[tuple[str, float]]]:
-        """The best `count` rows per query: OVERSAMPLING x count candidates by the reduced scan, ranked exactly."""
+        """The best `count` rows per query: `wanted` candidates by the reduced scan, ranked exactly."""
         assert self._axes is not None
         coarse = (queries @ self._axes) @ self._reduced[:used].T
         coarse[:, ~mask] = -np.inf
-        wanted = min(count * OVERSAMPLING, int(np.count_nonzero(mask)))
         out = []
         for query, row in zip(queries, coarse, strict=True):
             rows = np.argpartition(-row, wanted - 1)[:wanted]  # all inside the filter: wanted <= rows inside

@@ -188,8 +188,8 @@ class Retriever:
             fused, hit_lists = await self._index_hits(index, list(zip(vectors, sparse, strict=True)), where)
         ranking = Stage(self.resources, "rank")
         per_text = self._candidates(fused, hit_lists, vectors, k, scope)
+        verbs = self.directory.verbs
         for text, text_candidates in zip(texts, per_text, strict=True):  # each part leads with its own verb
-            verbs = self.directory.verbs
             apply_lead_verb(text_candidates, verbs, frozenset({lead_verb(text)} - {""}), settings.weight_lead_verb)
             if asks(text):
                 apply_lead_verb(text_candidates, verbs, READ_VERBS, settings.weight_question_read, "question_read")
