@@ -75,3 +75,30 @@ def test_below_the_threshold_the_scan_is_exact() -> None:
     assert matrix._axes is None
     [hits] = matrix.search([vectors[10].tolist()], 10, SearchFilter())
     assert [name for name, _ in hits] == [f"t{i}" for i in np.argsort(-(vectors @ vectors[10]), kind="stable")[:10]]
+
+
+@pytest.mark.parametrize("texts", [1, pool_matrix.GEMV_UP_TO, pool_matrix.GEMV_UP_TO + 3])
+def test_a_scan_of_several_texts_ranks_as_one_product_would(texts: int) -> None:
+    """One matrix-vector product per text up to GEMV_UP_TO texts, one product past it: the same ranking."""
+    vectors = _catalog(800, seed=3)
+    matrix = _filled(vectors)
+    queries = _catalog(texts, seed=4)
+    found = matrix.search([q.tolist() for q in queries], 10, SearchFilter(servers=("odd",)))
+    for query, hits in zip(queries, found, strict=True):
+        cosines = vectors @ query
+        odd = np.arange(1, 800, 2)
+        expected = odd[np.argsort(-cosines[odd], kind="stable")[:10]]
+        assert [name for name, _ in hits] == [f"t{i}" for i in expected]
+        assert [score for _, score in hits] == pytest.approx(cosines[expected].tolist(), abs=1e-5)
+
+
+def test_field_scores_are_the_exact_cosines_of_the_named_candidates() -> None:
+    vectors = _catalog(300, seed=5)
+    matrix = _filled(vectors)
+    query = _catalog(1, seed=6)[0]
+    scores = matrix.field_scores(query, [f"t{i}" for i in range(0, 300, 3)], 5, SearchFilter())
+    cosines = vectors[::3] @ query
+    best = np.argsort(-cosines)[:5]
+    for field in DENSE_FIELDS:
+        assert [name for name, _ in scores[field]] == [f"t{3 * i}" for i in best]
+        assert [s for _, s in scores[field]] == pytest.approx(cosines[best].tolist(), abs=1e-6)
