@@ -4,9 +4,10 @@ No I/O here; retrieval.py orchestrates the queries and hands the hits to these f
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -24,18 +25,70 @@ MIN_PART_WORDS = 2
 MAX_PARTS = 8
 
 
-@dataclass(slots=True)
 class Candidate:
-    """A tool under consideration with its fused score and, for explain, every contribution."""
+    """A tool under consideration with its fused score and, for explain, every contribution.
 
-    name: str
-    score: float = 0.0
-    signals: dict[str, float] = field(default_factory=dict)  # weighted z-score per signal
-    raw: dict[str, float] = field(default_factory=dict)  # raw similarity per signal
-    boosts: dict[str, float] = field(default_factory=dict)
-    exact: bool = False
-    exact_tier: int = 0  # among exact names: 0 spelled as the query, 1 letter case differs, 2 separators differ
-    matched_part: str | None = None
+    A candidate of `fuse` reads its per-signal values from the fusion's table the first time `signals` or `raw` is
+    read: a search fuses about a hundred candidates a text and explains at most the k it returns (building their
+    dicts up front was a third of the cost of fusion)."""
+
+    __slots__ = ("name", "score", "boosts", "exact", "exact_tier", "matched_part", "_signals", "_raw", "_table")
+
+    def __init__(
+        self,
+        name: str,
+        score: float = 0.0,
+        signals: dict[str, float] | None = None,
+        raw: dict[str, float] | None = None,
+        *,
+        table: tuple[_FusionTable, int] | None = None,
+    ) -> None:
+        self.name = name
+        self.score = score
+        self.boosts: dict[str, float] = {}
+        self.exact = False
+        self.exact_tier = 0  # among exact names: 0 spelled as the query, 1 letter case differs, 2 separators differ
+        self.matched_part: str | None = None
+        self._signals = {} if signals is None else signals
+        self._raw = {} if raw is None else raw
+        self._table = table
+
+    @property
+    def signals(self) -> dict[str, float]:
+        """Weighted z-score per signal, then each bonus added after fusion."""
+        self._unpack()
+        return self._signals
+
+    @property
+    def raw(self) -> dict[str, float]:
+        """Raw similarity per signal."""
+        self._unpack()
+        return self._raw
+
+    def _unpack(self) -> None:
+        if self._table is not None:
+            table, column = self._table
+            self._table = None
+            self._signals = {**table.weighted(column), **self._signals}
+            self._raw = {**table.raw(self.name), **self._raw}
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.name!r}, {self.score:.4f}, exact={self.exact})"
+
+
+class _FusionTable:
+    """What one fusion computed, kept for the candidates that are explained."""
+
+    __slots__ = ("signals", "columns", "scores")
+
+    def __init__(self, signals: list[str], columns: np.ndarray, scores: list[Mapping[str, float]]) -> None:
+        self.signals, self.columns, self.scores = signals, columns, scores
+
+    def weighted(self, column: int) -> dict[str, float]:
+        return dict(zip(self.signals, self.columns[:, column].tolist(), strict=True))
+
+    def raw(self, name: str) -> dict[str, float]:
+        return {signal: s[name] for signal, s in zip(self.signals, self.scores, strict=True) if name in s}
 
 
 def split_intents(query: str) -> list[str]:
@@ -58,10 +111,11 @@ def zscores(scores: Mapping[str, float]) -> tuple[dict[str, float], float]:
 
 
 def _zscore_array(values: np.ndarray) -> tuple[np.ndarray, float]:
-    std = float(values.std())
+    centred = values - values.mean()
+    std = math.sqrt(float(centred @ centred) / len(values))  # values.std() costs three times as much
     if std < 1e-9:
         return np.zeros_like(values), 0.0
-    z = (values - values.mean()) / std
+    z = centred / std
     # A tool outside a signal's candidate list scores no better than the worst candidate it has.
     return z, float(z.min())
 
@@ -79,7 +133,7 @@ def fuse(
     keep=(k, margin) drops the tools that cannot reach the top k even with `margin` added later (every bonus
     after fusion summed): their fused score is below the k-th best minus the margin. Fewer candidates make every
     later step cheaper, and the top k stays exactly what it would be."""
-    names = list(dict.fromkeys(name for scores in signal_scores.values() for name in scores))
+    names = list(dict.fromkeys(chain.from_iterable(signal_scores.values())))
     if not names:
         return {}
     row = {name: i for i, name in enumerate(names)}
@@ -99,18 +153,11 @@ def fuse(
     if keep is not None and len(names) > keep[0]:
         threshold = np.partition(totals, len(names) - keep[0])[len(names) - keep[0]] - keep[1]
         rows = np.flatnonzero(totals >= threshold)
-    per_name = columns[:, rows].T.tolist()
-    signals = [signal for signal, _, _, _ in used]
-    fused = {
-        names[i]: Candidate(names[i], score, dict(zip(signals, per_name[r], strict=True)), {})
-        for r, (i, score) in enumerate(zip(rows.tolist(), totals[rows].tolist(), strict=True))
+    table = _FusionTable([signal for signal, _, _, _ in used], columns, [scores for _, _, scores, _ in used])
+    return {
+        names[i]: Candidate(names[i], score, table=(table, i))
+        for i, score in zip(rows.tolist(), totals[rows].tolist(), strict=True)
     }
-    for signal, _, scores, _partial in used:
-        for name, value in scores.items():
-            candidate = fused.get(name)
-            if candidate is not None:
-                candidate.raw[signal] = value
-    return fused
 
 
 def from_fused(scores: Mapping[str, float]) -> dict[str, Candidate]:
