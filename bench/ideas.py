@@ -143,7 +143,7 @@ def run(s: EvalSet, v: Vectors, p: dict) -> dict[str, float]:
     total = np.zeros((len(s.texts), len(s.tools)))
     for f in DENSE:
         if weights[f]:
-            total += weights[f] * zclip(dense_scores(v, f, p))
+            total += weights[f] * zclip(dense_scores(v, f, p), std_floor=p.get("std_floor", {}).get(f, 0.0))
     if p.get("combined"):
         # A share of the description weight moves to one embedded "name: description" text.
         w = p["combined"] * weights["description"]
@@ -193,6 +193,8 @@ IDEAS: dict[str, list[dict]] = {
     "split_min_words": [{"min_words": n} for n in (15, 25, 40, 60)],
     "combined": [{"combined": x} for x in (0.25, 0.5, 1.0)],
     "pool": [{"pool": n} for n in (25, 50, 200)],
+    "std_floor": [{"std_floor": dict.fromkeys(fields, x)} for x in (0.02, 0.03, 0.04, 0.05, 0.07, 0.1)
+                  for fields in (DENSE, ("description",))],
 }
 
 

@@ -129,8 +129,10 @@ def lexical_signal(s: EvalSet, doc_vectors: Sequence[SparseVector], encoder: Bm2
     return np.asarray((q @ d.T).todense(), dtype=np.float32)
 
 
-def zclip(scores: np.ndarray, hits: np.ndarray | None = None) -> np.ndarray:
-    """Per-row z-scores over each row's top 100 (among hits), everything below the 100th clipped to its z."""
+def zclip(scores: np.ndarray, hits: np.ndarray | None = None, std_floor: float = 0.0) -> np.ndarray:
+    """Per-row z-scores over each row's top 100 (among hits), everything below the 100th clipped to its z.
+
+    std_floor > 0 divides by max(std, std_floor): a row whose top scores are bunched gets smaller z-scores."""
     s = scores.astype(np.float64)
     if hits is not None:
         s = np.where(hits, s, -np.inf)
@@ -141,7 +143,7 @@ def zclip(scores: np.ndarray, hits: np.ndarray | None = None) -> np.ndarray:
     top0 = np.where(finite, top, 0.0)
     mean = top0.sum(axis=1, keepdims=True) / np.maximum(count, 1)
     var = (np.where(finite, (top0 - mean) ** 2, 0.0)).sum(axis=1, keepdims=True) / np.maximum(count, 1)
-    std = np.sqrt(var)
+    std = np.maximum(np.sqrt(var), std_floor)
     floor_raw = np.where(finite, top, np.inf).min(axis=1, keepdims=True)
     ok = (std > 1e-9) & (count > 0)
     z = np.where(ok, (s - mean) / np.where(ok, std, 1.0), 0.0)
