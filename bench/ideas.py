@@ -156,8 +156,25 @@ def run(s: EvalSet, v: Vectors, p: dict) -> dict[str, float]:
         # Lexical weight from (1 - g) to (1 + g) times its default as the query's name coverage goes 0 -> 1.
         lex_w = lex_w * (1 + p["adaptive"] * (2 * name_coverage(s) - 1))
     total += lex_w[:, None] * lex + p.get("verb", DEFAULTS.weight_name_verb) * v.verb
+    if p.get("prf"):
+        total = feedback(v, total, weights, p)
     off.TOP = 100
     return metrics(s, merged_scores(s, total, p.get("part_penalty", 0.0), p.get("min_words", 0)))
+
+
+def feedback(v: Vectors, total: np.ndarray, weights: dict[str, float], p: dict) -> np.ndarray:
+    """Pseudo-relevance feedback (Rocchio): each text's dense query moved towards the mean vector of its `prf_m`
+    best tools so far (per field, by `prf`), and the dense signals scored again with it."""
+    m, beta = p.get("prf_m", 3), p["prf"]
+    top = np.argsort(-total, axis=1)[:, :m]
+    out = total.copy()
+    for f in DENSE:
+        if not weights[f] or f not in p.get("prf_fields", DENSE):
+            continue
+        docs = v.docs[f]
+        moved = _unit(v.queries + beta * docs[top].mean(axis=1))
+        out += weights[f] * (zclip(moved @ docs.T) - zclip(v.queries @ docs.T))
+    return out
 
 
 def merged_scores(s: EvalSet, per_text: np.ndarray, penalty: float, min_words: int) -> np.ndarray:
@@ -193,6 +210,8 @@ IDEAS: dict[str, list[dict]] = {
     "split_min_words": [{"min_words": n} for n in (15, 25, 40, 60)],
     "combined": [{"combined": x} for x in (0.25, 0.5, 1.0)],
     "pool": [{"pool": n} for n in (25, 50, 200)],
+    "prf": [{"prf": b, "prf_m": m} for b in (0.25, 0.5, 1.0) for m in (1, 3, 5)],
+    "prf_description": [{"prf": b, "prf_m": 3, "prf_fields": ("description",)} for b in (0.25, 0.5, 1.0)],
     "std_floor": [{"std_floor": dict.fromkeys(fields, x)} for x in (0.02, 0.03, 0.04, 0.05, 0.07, 0.1)
                   for fields in (DENSE, ("description",))],
 }
