@@ -81,6 +81,9 @@ class SearchSettings(BaseModel):
     # exact per-field scoring, next to the lexical hits: 100 gave the top k of three full scans on both dev sets
     # (bench/combined_scan.py) at a third of the bytes read.
     pool_candidates: int = 100
+    # Each field's exact cosines are taken to the field vectors minus this share of the catalog's mean field
+    # vector (indexer/index/base.py centred_cosines): generic descriptions stop being near every request. 0 = off.
+    centre_fields: float = 1.0
     default_k: int = 5
     max_k: int = 50
     split_multi_intent: bool = True

@@ -70,6 +70,9 @@ class SignalQuery:
     dense: list[float] | None = None
     sparse: SparseVector | None = None
     within: frozenset[str] | None = None  # only these tools (qualified names), scored exactly
+    # With `within`, on a dense field: score against the field vectors minus this share of the catalog's mean
+    # field vector (`centred_cosines`); 0 scores the stored vectors as they are.
+    centre: float = 0.0
 
 
 class Hit(NamedTuple):
@@ -143,16 +146,53 @@ def pool_vector(vectors: Mapping[str, Sequence[float]]) -> list[float]:
     return (total / norm if norm > 0 else total).astype(np.float32).tolist()  # type: ignore[no-any-return]
 
 
+def centred_cosines(
+    cosines: np.ndarray, doc_dot_mean: np.ndarray, query_dot_mean: float, mean_square: float
+) -> np.ndarray:
+    """Cosines of a unit query q to unit documents d turned into cosines to d - m, m a (scaled) mean document
+    vector of the catalog: (q·d - q·m) / |d - m|, with |d - m|² = 1 - 2 d·m + |m|².
+
+    MiniLM's vectors share one direction (every text of a catalog lies in a narrow cone), so a short, generic
+    description sits near the mean and near every request; measured from the mean, a document is near the
+    requests that match what sets it apart. `toolscout eval`: MetaTool R@1 .607 -> .615, NDCG@10 .751 -> .757;
+    Seal-Tools R@1 .459 -> .461, NDCG@10 .958 -> .960 (README, Quality)."""
+    squared = np.maximum(1.0 - 2.0 * doc_dot_mean + mean_square, 1e-6)
+    return (cosines - query_dot_mean) / np.sqrt(squared)  # type: ignore[no-any-return]
+
+
+def unit_rows(rows: Sequence[Sequence[float]]) -> np.ndarray:
+    """The rows as float64 unit vectors (zero rows stay zero)."""
+    matrix = np.asarray(rows, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.where(norms > 0, norms, 1.0)  # type: ignore[no-any-return]
+
+
+def centre_hits(hits: list[Hit], mean_hits: list[Hit], query: SignalQuery, mean: np.ndarray) -> list[Hit]:
+    """A field's hits over every named tool rescored by `centred_cosines`, best `query.limit`, for an index that
+    scores stored vectors only: `mean_hits`, the same tools scored by the field's mean vector, give d·m̂."""
+    scaled = query.centre * mean.astype(np.float64)
+    length = float(np.linalg.norm(scaled))
+    unit_query = unit_rows([query.dense])[0]  # type: ignore[list-item]
+    to_mean = {h.qualified_name: h.score for h in mean_hits}
+    cosines = np.array([h.score for h in hits])
+    doc_dot_mean = np.array([to_mean.get(h.qualified_name, 0.0) for h in hits]) * length
+    scores = centred_cosines(cosines, doc_dot_mean, float(unit_query @ scaled), length * length)
+    best = np.argsort(-scores, kind="stable")[: query.limit]
+    return [hits[i]._replace(score=float(scores[i])) for i in best.tolist()]
+
+
 def pooled_search(
     index: VectorIndex,
     texts: Sequence[tuple[list[float], SparseVector]],
     where: SearchFilter,
     pool: int,
     limit: int,
+    centre: float = 0.0,
 ) -> list[list[Hit]]:
     """Per text (its query vector and lexical vector), the hits of each signal in SIGNALS order: name,
     description, params, lexical. Two rounds: the `tool` vector scanned for `pool` candidates and the lexical
-    query, inside the filter; then each field's exact cosine over those candidates only, best `limit`.
+    query, inside the filter; then each field's exact cosine over those candidates only (to the field vectors
+    centred by `centre` times the catalog's mean, see `centred_cosines`), best `limit`.
 
     One full dense scan a text instead of three, a third of the bytes read: 2.2x faster at 10k tools, 2.5x at
     100k, and the same top k as three full scans on both dev sets (bench/combined_scan.py, pool 100)."""
@@ -167,7 +207,7 @@ def pooled_search(
     pools = [frozenset(h.qualified_name for hits in first[2 * t : 2 * t + 2] for h in hits) for t in range(len(texts))]
     second = index.search(
         [
-            SignalQuery(f, limit, dense=vector, within=within)  # type: ignore[arg-type]
+            SignalQuery(f, limit, dense=vector, within=within, centre=centre)  # type: ignore[arg-type]
             for (vector, _), within in zip(texts, pools, strict=True)
             if within
             for f in DENSE_FIELDS

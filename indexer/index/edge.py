@@ -181,12 +181,12 @@ class EdgeIndex:
             for i, hits in zip(same, found, strict=True):
                 answers[i] = [Hit(n, score, {"qualified_name": n}) for n, score in hits]
         # A text's field queries over its candidates share one gather of their field vectors.
-        rescored: dict[tuple[frozenset[str], int, int], dict[str, list[tuple[str, float]]]] = {}
+        rescored: dict[tuple[frozenset[str], int, int, float], dict[str, list[tuple[str, float]]]] = {}
         for i, q in enumerate(queries):
             if q.within is not None and q.signal in DENSE_FIELDS and q.dense is not None:
-                key = (q.within, id(q.dense), q.limit)
+                key = (q.within, id(q.dense), q.limit, q.centre)
                 if key not in rescored:
-                    rescored[key] = self.pool.field_scores(q.dense, q.within, q.limit, where)
+                    rescored[key] = self.pool.field_scores(q.dense, q.within, q.limit, where, q.centre)
                 hits = rescored[key][q.signal]
                 answers[i] = [Hit(n, score, {"qualified_name": n}) for n, score in hits]
         rest = [q for q, answer in zip(queries, answers, strict=True) if answer is None]

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from indexer.index.base import DENSE_FIELDS, SearchFilter
+from indexer.index.base import DENSE_FIELDS, SearchFilter, centred_cosines
 
 REDUCE_ABOVE = 30_000
 REDUCED_DIMENSIONS = 96
@@ -63,6 +63,8 @@ class PoolMatrix:
         self._centre = np.zeros(dimension, dtype=np.float32)
         self._reduced = np.zeros((0, REDUCED_DIMENSIONS), dtype=np.float32)
         self._fitted_rows = 0
+        # Each field's sum over the live rows, for the catalog's mean field vectors (`centred_cosines`).
+        self._field_sums = np.zeros((len(DENSE_FIELDS), dimension), dtype=np.float64)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -85,11 +87,13 @@ class PoolMatrix:
                 self._names[row] = name
             else:
                 self._untag(row)
+                self._field_sums -= self._fields[row]
             self._vectors[row] = vector
             for i, field in enumerate(DENSE_FIELDS):
                 values = np.asarray(fields[field], dtype=np.float32)
                 norm = float(np.linalg.norm(values))
                 self._fields[row, i] = values / norm if norm > 0 else values
+            self._field_sums += self._fields[row]
             self._live[row] = True
             self._label(row, server, tags)
             if self._axes is not None:
@@ -114,6 +118,7 @@ class PoolMatrix:
             if row is None:
                 return
             self._untag(row)
+            self._field_sums -= self._fields[row]
             self._live[row] = False
             self._names[row] = None
             self._free.append(row)
@@ -183,10 +188,11 @@ class PoolMatrix:
         self._fitted_rows = len(live)
 
     def field_scores(
-        self, vector: Sequence[float], names: Iterable[str], limit: int, where: SearchFilter
+        self, vector: Sequence[float], names: Iterable[str], limit: int, where: SearchFilter, centre: float = 0.0
     ) -> dict[str, list[tuple[str, float]]]:
-        """Per field, the `limit` named tools inside the filter with the highest cosine to `vector`, best first
-        (unknown names are left out)."""
+        """Per field, the `limit` named tools inside the filter with the highest cosine to `vector` (to the field
+        vectors minus `centre` times the field's mean over the live rows: `centred_cosines`), best first (unknown
+        names are left out)."""
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
         with self._lock:
@@ -197,7 +203,13 @@ class PoolMatrix:
             if not known or norm == 0.0 or limit <= 0:
                 return {field: [] for field in DENSE_FIELDS}
             rows = np.fromiter((row for _, row in known), dtype=np.int64, count=len(known))
-            scores = self._fields[rows] @ (query / norm)  # (candidates, fields)
+            gathered = self._fields[rows]  # (candidates, fields, dimension)
+            query = query / norm
+            scores = gathered @ query  # (candidates, fields)
+            if centre:
+                mean = (centre * self._field_sums / len(self._rows)).astype(np.float32)  # (fields, dimension)
+                doc_dot_mean = np.einsum("cfd,fd->cf", gathered, mean)
+                scores = centred_cosines(scores, doc_dot_mean, mean @ query, (mean * mean).sum(axis=1))
         count = min(limit, len(known))
         out: dict[str, list[tuple[str, float]]] = {}
         for i, field in enumerate(DENSE_FIELDS):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
@@ -28,10 +29,12 @@ from indexer.index.base import (
     IndexPoint,
     SearchFilter,
     SignalQuery,
+    centre_hits,
     filter_terms,
     hit_of,
     point_id,
     pool_vector,
+    unit_rows,
 )
 
 logger = logging.getLogger(__name__)
@@ -39,6 +42,8 @@ logger = logging.getLogger(__name__)
 MEMORY = ":memory:"
 _UPSERT_BATCH = 256
 _SCROLL_PAGE = 1000
+MEAN_SAMPLE = 2000  # points the mean field vectors of centred scoring are taken from
+MEAN_TTL_SECONDS = 300.0
 RRF_K = 60
 T = TypeVar("T")
 Fusion = Literal["rrf", "dbsf"]
@@ -94,6 +99,7 @@ class QdrantIndex:
         self.dimension = dimension
         self.options = options or QdrantOptions()
         self._local = location == MEMORY  # local mode: always exact, no payload indexes, nothing to retry
+        self._means: tuple[np.ndarray | None, float] = (None, 0.0)  # `_field_means` and when it was taken
         with _backend(f"connecting to {location}"):
             self._client = (
                 QdrantClient(MEMORY)
@@ -202,6 +208,7 @@ class QdrantIndex:
             )
             for p in points
         ]
+        self._means = (None, 0.0)
         for start in range(0, len(structs), _UPSERT_BATCH):
             batch = structs[start : start + _UPSERT_BATCH]
             self._call("upsert", lambda b=batch: self._client.upsert(self.collection, b, wait=True))
@@ -210,6 +217,7 @@ class QdrantIndex:
         """Remove points; unknown names are ignored."""
         if not qualified_names:
             return
+        self._means = (None, 0.0)
         selector = models.PointIdsList(points=[point_id(n) for n in qualified_names])
         self._call("delete", lambda: self._client.delete(self.collection, points_selector=selector, wait=True))
 
@@ -252,23 +260,56 @@ class QdrantIndex:
         )
 
     def search(self, queries: Sequence[SignalQuery], where: SearchFilter) -> list[list[Hit]]:
-        """All signal queries in one query_batch_points call, each restricted by the filter; best first."""
+        """All signal queries in one query_batch_points call, each restricted by the filter; best first. A
+        centred field query scores every named tool, and the field's mean vector scores them too (d·m)."""
         if where.matches_nothing or not queries:
             return [[] for _ in queries]
         flt = _filter(where)
-        requests = [
+        means = self._field_means() if any(_centred(q) for q in queries) else None
+        asked = [
             models.QueryRequest(
                 query=_query(q),
                 using=q.signal,
                 filter=flt if q.within is None else _within(q.within, flt),
-                limit=q.limit,
+                limit=len(q.within) if means is not None and _centred(q) else q.limit,  # type: ignore[arg-type]
                 with_payload=["qualified_name"],  # full payloads are fetched for the winners only
                 params=None if q.signal == LEXICAL_FIELD else self._search_params(q.limit),
             )
             for q in queries
         ]
+        centred = [i for i, q in enumerate(queries) if means is not None and _centred(q)]
+        extra = [
+            asked[i].model_copy(update={"query": means[DENSE_FIELDS.index(queries[i].signal)].tolist()})  # type: ignore[index]
+            for i in centred
+        ]
+        requests = asked + extra
         responses = self._call("search", lambda: self._client.query_batch_points(self.collection, requests=requests))
-        return [[hit_of(p.score, p.payload) for p in response.points] for response in responses]
+        hits = [[hit_of(p.score, p.payload) for p in response.points] for response in responses]
+        for i, mean_hits in zip(centred, hits[len(asked) :], strict=True):
+            hits[i] = centre_hits(hits[i], mean_hits, queries[i], means[DENSE_FIELDS.index(queries[i].signal)])  # type: ignore[index]
+        return hits[: len(asked)]
+
+    def _field_means(self) -> np.ndarray | None:
+        """(fields, dimension): each field's mean vector over a sample of MEAN_SAMPLE points (uuid5 ids make the
+        first ones by id a random sample), kept MEAN_TTL_SECONDS (other replicas write too) or until this
+        adapter writes; None for an empty collection."""
+        cached, at = self._means
+        if at and time.monotonic() - at < MEAN_TTL_SECONDS:
+            return cached
+        records, _ = self._call(
+            "scroll",
+            lambda: self._client.scroll(
+                self.collection, limit=MEAN_SAMPLE, with_payload=False, with_vectors=list(DENSE_FIELDS)
+            ),
+        )
+        vectors = [r.vector for r in records if isinstance(r.vector, dict)]
+        means = (
+            np.stack([unit_rows([v[f] for v in vectors]).mean(axis=0) for f in DENSE_FIELDS]).astype(np.float32)
+            if vectors
+            else None
+        )
+        self._means = (means, time.monotonic())
+        return means
 
     def fused_search(
         self,
@@ -324,6 +365,10 @@ def _query(query: SignalQuery) -> list[float] | models.SparseVector:
     if query.dense is None:
         raise ValueError(f"a {query.signal} SignalQuery needs a dense vector")
     return query.dense
+
+
+def _centred(query: SignalQuery) -> bool:
+    return bool(query.centre) and query.within is not None and query.signal in DENSE_FIELDS
 
 
 def _within(names: frozenset[str], flt: models.Filter | None) -> models.Filter:

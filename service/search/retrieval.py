@@ -233,7 +233,7 @@ class Retriever:
                 fused_search, groups, self.weights(), settings.candidates, where
             )
         return False, await self.resources.run_index(
-            pooled_search, index, texts, where, settings.pool_candidates, settings.candidates
+            pooled_search, index, texts, where, settings.pool_candidates, settings.candidates, settings.centre_fields
         )
 
     def bonus_bound(self, scope: str | None) -> float:

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from indexer.index.base import (
@@ -332,6 +333,22 @@ def test_pooled_search_gives_the_full_scans_when_the_pool_holds_every_tool(catal
     small = pooled_search(catalog, texts[:1], SearchFilter(tags=("y",)), pool=1, limit=10)
     assert [names(h) for h in small[:3]] == [["s2.b", "s1.c"], ["s1.c", "s2.b"], ["s2.b", "s1.c"]]
     assert sorted(names(small[3])) == ["s1.c", "s2.b"]  # equal BM25 weights
+
+
+def test_centred_field_queries_score_against_the_catalogs_mean_removed(catalog: VectorIndex) -> None:
+    means = {f: sum(np.array(p.vectors[f]) for p in CATALOG) / len(CATALOG) for f in ("name", "description")}
+    query = angle(20)
+    for field, share in (("name", 1.0), ("description", 0.5)):
+        within = frozenset({"s1.a", "s2.b", "s1.c"})
+        hits = search_one(catalog, SignalQuery(field, 2, dense=query, within=within, centre=share))  # type: ignore[arg-type]
+        expected = {}
+        for p in CATALOG:
+            if p.qualified_name in within:
+                centred = np.array(p.vectors[field]) - share * means[field]
+                expected[p.qualified_name] = float(centred @ np.array(query) / np.linalg.norm(centred))
+        best = sorted(expected, key=expected.__getitem__, reverse=True)[:2]
+        assert names(hits) == best
+        assert [h.score for h in hits] == pytest.approx([expected[n] for n in best], abs=1e-5)
 
 
 def test_signal_query_without_its_vector_is_rejected(catalog: VectorIndex) -> None:

@@ -102,3 +102,22 @@ def test_field_scores_are_the_exact_cosines_of_the_named_candidates() -> None:
     for field in DENSE_FIELDS:
         assert [name for name, _ in scores[field]] == [f"t{3 * i}" for i in best]
         assert [s for _, s in scores[field]] == pytest.approx(cosines[best].tolist(), abs=1e-6)
+
+
+def test_centred_field_scores_are_cosines_to_the_vectors_minus_the_catalogs_mean() -> None:
+    vectors = _catalog(300, seed=7)
+    matrix = _filled(vectors)
+    replaced = _catalog(1, seed=8)[0]
+    matrix.put("t0", replaced, dict.fromkeys(DENSE_FIELDS, replaced), server="even", tags=())
+    matrix.remove("t1")
+    live = np.vstack([replaced, vectors[2:]])  # the mean follows replacements and removals
+    query = _catalog(1, seed=9)[0]
+    names = ["t0", *(f"t{i}" for i in range(2, 300, 3))]
+    for share in (1.0, 0.5):
+        centred = _unit(np.vstack([replaced, vectors[2:300:3]]) - share * live.mean(axis=0))
+        cosines = centred @ query
+        best = np.argsort(-cosines)[:5]
+        scores = matrix.field_scores(query, names, 5, SearchFilter(), centre=share)
+        for field in DENSE_FIELDS:
+            assert [name for name, _ in scores[field]] == [names[i] for i in best]
+            assert [s for _, s in scores[field]] == pytest.approx(cosines[best].tolist(), abs=1e-5)
