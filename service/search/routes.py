@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, BackgroundTasks
+import orjson
+from fastapi import APIRouter
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
+from pydantic_core import to_jsonable_python
 
 from service.deps import CallerDep, ResourcesDep
+from service.search.retrieval import SearchOutcome
 from service.search.service import log_search, result_view, search_tools
 
 router = APIRouter(tags=["search"])
@@ -44,21 +48,32 @@ class SearchResponse(BaseModel):
     parts: list[str] | None = Field(default=None, description="With explain: the parts of a multi-intent request")
 
 
+def search_json(search_id: str, query: str, k: int, outcome: SearchOutcome, explain: bool) -> bytes:
+    """The SearchResponse of a search as JSON, written by orjson without validating it again: the shape
+    `response_model_exclude_none` gave (no null field of the models; nulls inside schemas and explain stay)."""
+    body: dict[str, Any] = {
+        "search_id": search_id,
+        "query": query,
+        "k": k,
+        "results": [
+            {key: value for key, value in result_view(r).items() if value is not None} for r in outcome.results
+        ],
+        "latency_ms": round(outcome.latency_ms, 3),
+    }
+    if explain and outcome.parts is not None:
+        body["parts"] = outcome.parts
+    return orjson.dumps(body, default=to_jsonable_python, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+# `response_model` documents the answer; the route returns its JSON itself, so FastAPI neither validates nor
+# serialises it a second time (0.1 ms of a search's event-loop time).
 @router.post("/search", response_model=SearchResponse, response_model_exclude_none=True)
-async def search(
-    request: SearchRequest, resources: ResourcesDep, caller: CallerDep, background: BackgroundTasks
-) -> dict[str, Any]:
+async def search(request: SearchRequest, resources: ResourcesDep, caller: CallerDep) -> Response:
     """The top k tools for a task, best first."""
     k = request.k or resources.settings.search.default_k
     search_id, outcome = await search_tools(
         resources, caller, request.query, k=k, servers=request.servers, tags=request.tags, explain=request.explain
     )
-    background.add_task(log_search, resources, search_id, caller, request.query, k, outcome)
-    return {
-        "search_id": search_id,
-        "query": request.query,
-        "k": k,
-        "results": [result_view(r) for r in outcome.results],
-        "latency_ms": round(outcome.latency_ms, 3),
-        "parts": outcome.parts if request.explain else None,
-    }
+    # Queued for the batched writer before the answer leaves (it never blocks): no background task to schedule.
+    await log_search(resources, search_id, caller, request.query, k, outcome)
+    return Response(search_json(search_id, request.query, k, outcome, request.explain), media_type="application/json")
