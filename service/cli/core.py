@@ -50,6 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.main import create_app
+    from service.observability.logging import log_requests_off_loop
 
     settings = Settings()
     host, port = args.host or settings.host, args.port or settings.port
@@ -61,7 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     json_logs = settings.log_format == "json"  # one JSON line per request replaces uvicorn's access log
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
         host=host,
         port=port,
@@ -69,7 +70,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=not json_logs,
         **({"log_config": None} if json_logs else {}),
     )
-    return 0
+    request_lines = log_requests_off_loop()  # after the config set up uvicorn's loggers
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        request_lines.stop()
+    return 0 if server.started else 3  # uvicorn.run's exit status when the start-up failed
 
 
 def _api(settings: Settings) -> httpx.Client | None:

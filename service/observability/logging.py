@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import queue
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,3 +84,42 @@ def configure_json_logging() -> None:
         request_logger.addHandler(handler)
     request_logger.setLevel(logging.INFO)
     request_logger.propagate = False
+
+
+class _RecordQueueHandler(logging.handlers.QueueHandler):
+    """Queues the record as it is, with the handlers it was meant for (uvicorn's access formatter reads the
+    record's args, which the stock `prepare` would merge into the message)."""
+
+    def __init__(self, lines: queue.SimpleQueue[Any], targets: list[logging.Handler]) -> None:
+        super().__init__(lines)
+        self.targets = targets
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        self.queue.put_nowait((self.targets, record))
+
+
+class _RecordListener(logging.handlers.QueueListener):
+    def handle(self, item: Any) -> None:
+        targets, record = item
+        for handler in targets:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+
+def log_requests_off_loop(
+    names: tuple[str, ...] = ("uvicorn.access", REQUEST_LOGGER),
+) -> logging.handlers.QueueListener:
+    """Move the handlers of the per-request loggers to one thread: formatting and writing a request line cost
+    the event loop ~60 us a request, queueing it a few. The lines are unchanged (request lines carry their
+    trace ids in their fields). The caller stops the listener at exit, which writes what is still queued."""
+    lines: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    for name in names:
+        logger = logging.getLogger(name)
+        if logger.handlers:
+            logger.handlers = [_RecordQueueHandler(lines, list(logger.handlers))]
+    listener = _RecordListener(lines)
+    listener.start()
+    return listener
