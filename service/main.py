@@ -32,7 +32,7 @@ from service.policy import routes as approvals
 from service.policy import service as policy
 from service.resources import build_resources, close_resources, start_resources
 from service.search import routes as search
-from service.search.service import start_search, start_search_log, stop_search_log
+from service.search.service import start_search, start_search_log, stop_search_log, warm_search
 from service.security.edges import install_edge_guards
 from service.settings import Settings
 from service.upstream import routes as servers
@@ -61,6 +61,7 @@ def create_app(
                 logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
             for hook in app.state.startup_hooks:
                 await hook(resources)
+            await warm_search(resources)
             # What start-up built (catalog, name directory, model) lives as long as the process: out of the
             # collector's sight, so a full collection no longer walks it in the middle of a request.
             gc.collect()

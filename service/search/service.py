@@ -13,7 +13,7 @@ from service.cluster.state import cluster_state
 from service.db.models import Search, utcnow
 from service.errors import BadRequest, InvalidRequest
 from service.observability import observe_search, span
-from service.policy.callers import Caller
+from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.service import permission_filter
 from service.resources import Resources
 from service.search.log import SearchLog
@@ -23,6 +23,11 @@ from service.usage.signal import scope_key
 logger = logging.getLogger(__name__)
 
 SEARCH_LOG_TASK = "search-log"
+WARM_UP = (
+    "find the weather forecast for tomorrow",
+    "List the files in my project folder. Then read the newest one and summarise it; finally send the summary "
+    "to my team by email and remember who received it.",
+)
 
 
 async def start_search(resources: Resources) -> Retriever:
@@ -33,10 +38,24 @@ async def start_search(resources: Resources) -> Retriever:
         cluster_state(resources).start_seq = await last_seq(session)
         await resources.retriever.load_names(session)
     await refresh_servers(resources)
-    # Warm before ready: load (or export, on the first start) the model and embed one query, so the first
-    # search after start-up costs what the hundredth does.
-    await resources.embed(["warm up the query path"])
     return resources.retriever
+
+
+async def warm_search(resources: Resources) -> None:
+    """Warm before ready (the last step of start-up): load (or export, on the first start) the model, then search
+    a short request and a long one of several parts as the local caller would (permissions, learned boosts,
+    usage; neither logged nor counted), so that the first search after start-up costs what the hundredth does.
+    An embedding alone left the first search 2.8 x the steady p50 at 10k tools."""
+    assert resources.retriever is not None
+    where = permission_filter(resources, OPEN_CALLER, SearchFilter())
+    observability, resources.observability = resources.observability, None  # no stage metrics either
+    try:
+        for text in WARM_UP:
+            await resources.retriever.search(
+                text, 5, where, caller_id=OPEN_CALLER.id, boosts=resources.boosts, scope=scope_key(OPEN_CALLER.roles)
+            )
+    finally:
+        resources.observability = observability
 
 
 def result_view(tool: Any) -> dict[str, Any]:
