@@ -15,12 +15,18 @@ from sqlalchemy import create_engine, text
 
 from indexer.embedding import HashingEmbedder
 from service.main import create_app
+from service.search.ranking import split_intents
+from service.search.service import WARM_UP
 from service.settings import Settings
 from service.upstream.demo import NODE_DEMO, PYTHON_DEMO, ensure_node_packages, ensure_python_packages, node_available
 from tests.upstream.upstream_support import toolchain_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+# Texts each start-up embeds: its warm-up searches, each a request and its parts.
+WARM_UP_TEXTS = sum(1 + len(split_intents(text)) for text in WARM_UP)
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:

@@ -13,7 +13,7 @@ from service.catalog.service import register_tools, sync_server_tools
 from service.db.engine import downgrade_database, sync_url, upgrade_database
 from service.db.models import Base, Server, Tool
 from service.main import create_app
-from tests.conftest import make_settings
+from tests.conftest import WARM_UP_TEXTS, make_settings
 
 pytestmark = pytest.mark.postgres
 
@@ -84,12 +84,12 @@ async def test_restart_reconciles_without_embedding_again(tmp_path: Path) -> Non
     app = create_app(settings, embedder=embedder)
     async with app.router.lifespan_context(app):
         await register_tools(app.state.resources, [{"server": "s", "name": f"t{i}"} for i in range(20)])
-    # A tool with only a name indexes the same text in all three dense fields; it is embedded once (plus the one
-    # warm-up query of each start).
-    assert embedder.texts == 20 + 1
+    # A tool with only a name indexes the same text in all three dense fields; it is embedded once (plus the texts
+    # of the warm-up searches of each start).
+    assert embedder.texts == 20 + WARM_UP_TEXTS
     app = create_app(settings, embedder=embedder)
     async with app.router.lifespan_context(app):
         resources = app.state.resources
-        assert embedder.texts == 20 + 2
+        assert embedder.texts == 20 + 2 * WARM_UP_TEXTS
         assert resources.index.count() == 20
         assert len(resources.retriever.directory) == 20

@@ -14,7 +14,7 @@ from service.cluster.bus import ClusterBus
 from service.cluster.ratelimit import RedisTokenBucketLimiter
 from service.main import create_app
 from service.settings import ClusterSettings, PolicySettings
-from tests.conftest import make_settings
+from tests.conftest import WARM_UP_TEXTS, make_settings
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1
@@ -101,5 +101,5 @@ async def test_a_restart_and_a_new_replica_embed_nothing(tmp_path: Path, postgre
             ready = (await client.get("/readyz")).json()
             found = (await client.post("/search", json={"query": "read a file from disk", "k": 1})).json()
     assert ready["checks"]["tools"] == "2"
-    assert second.texts == 2  # the start-up warm-up and the query: no tool text
+    assert second.texts == WARM_UP_TEXTS + 1  # the start-up warm-up searches and the query: no tool text
     assert found["results"][0]["name"] == "files__read_file"
