@@ -16,8 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from indexer.embedding import SentenceTransformerEmbedder
 from service.evaluation import evaluate
+
+from indexer.embedding import SentenceTransformerEmbedder
 from service.settings import IndexSettings, Settings
 
 EVAL = Path(os.environ.get("TOOLSCOUT_EVAL_DIR", "/work/shared/eval"))

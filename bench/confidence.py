@@ -84,13 +84,7 @@ def per_text(data: pv.Data, p: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]
     union = lex_hits | hits["name"] | hits["description"] | hits["params"]
     cols, factors = dense_columns(scores, raw, hits, union, p, pv.WEIGHTS)
     total = sum(cols.values()) + pv.WEIGHTS["lexical"] * pv.zscore(lex, lex_hits, union)
-    total = np.where(union, total, -np.inf)
-    rows = np.arange(total.shape[0])[:, None]
-    head = np.argpartition(-total, 2, axis=1)[:, :3]
-    total[rows, head] += S.weight_lead_verb * data.lead[rows, head]
-    head = np.argpartition(-total, 2, axis=1)[:, :3]
-    total[rows, head] += S.weight_question_read * (data.read[head] & data.asks[:, None])
-    return total, factors
+    return pv.verb_bonuses(np.where(union, total, -np.inf), data), factors
 
 
 def low_queries(data: pv.Data, factors: dict[str, np.ndarray]) -> int:
@@ -125,7 +119,7 @@ def label(p: dict) -> str:
 
 
 def demo_ranks(cache: EmbeddingCache, configs: list[dict]) -> dict[str, dict[str, tuple[int, float]]]:
-    from bench.demo_explain import demo_tools
+    from bench.offline import demo_tools
 
     rows = [json.loads(line) for line in FIXTURE.read_text().splitlines() if line.strip()]
     tools, raw_info = demo_tools()

@@ -5,7 +5,6 @@ Usage: python bench/demo_explain.py EMBEDDINGS.pkl "remember that Alice works at
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -13,23 +12,11 @@ import numpy as np
 
 from bench import pool_variants as pv
 from bench.embed_cache import EmbeddingCache
-from bench.offline import EvalSet
+from bench.offline import EvalSet, demo_tools
 from indexer.documents import build_document
 from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems
 from indexer.servers import server_document, server_info
-from indexer.tools import ToolDefinition
-from service.catalog.files import DEMO_CATALOGS, load_catalog_file
 from service.search.ranking import split_intents
-
-
-def demo_tools() -> tuple[list[ToolDefinition], list[dict]]:
-    tools, raw = [], []
-    for path in sorted(DEMO_CATALOGS.glob("*.json")):
-        data = json.loads(path.read_text())
-        for t in load_catalog_file(path).tools:
-            tools.append(ToolDefinition(**t))
-            raw.append({"server_info": data.get("server") or {}})
-    return tools, raw
 
 
 def main() -> None:
@@ -91,7 +78,8 @@ def main() -> None:
             total = total + parts["name_verb"]
             print(f"-- text {r}: {text!r} lead verb {lv!r}")
             order = [j for j in np.argsort(-total) if np.isfinite(total[j])]
-            shown = order[:6] + [j for j in range(len(tools)) if tools[j].qualified_name in watch and j not in order[:6]]
+            watched = [j for j in range(len(tools)) if tools[j].qualified_name in watch and j not in order[:6]]
+            shown = order[:6] + watched
             for j in shown:
                 rank = order.index(j) + 1 if j in order else None
                 sig = " ".join(f"{k}={v[j]:+.3f}" for k, v in parts.items() if v[j])

@@ -78,8 +78,8 @@ def load_set(name: str, max_queries: int | None, seed: int) -> EvalSet:
     return EvalSet(name, tools, ids, raw, queries, list(texts), rows, relevant, exact)
 
 
-def load_demo_set() -> EvalSet:
-    """The bundled real catalogs with the labelled queries of tests/fixtures/retrieval/real_catalog_queries.jsonl."""
+def demo_tools() -> tuple[list[ToolDefinition], list[dict]]:
+    """The tools of the bundled real catalogs, each with its catalog's server block (as `raw`)."""
     import json
 
     from service.catalog.files import DEMO_CATALOGS
@@ -90,6 +90,12 @@ def load_demo_set() -> EvalSet:
         for t in load_catalog_file(path).tools:
             tools.append(ToolDefinition(**t))
             raw.append({"server_info": data.get("server") or {}})
+    return tools, raw
+
+
+def load_demo_set() -> EvalSet:
+    """The bundled real catalogs with the labelled queries of tests/fixtures/retrieval/real_catalog_queries.jsonl."""
+    tools, raw = demo_tools()
     ids = [t.qualified_name for t in tools]
     position = {tool_id: i for i, tool_id in enumerate(ids)}
     queries = load_queries(Path(__file__).resolve().parents[1] / "tests/fixtures/retrieval/real_catalog_queries.jsonl")

@@ -208,8 +208,11 @@ def per_text_scores(data: Data, p: dict) -> np.ndarray:
     total += weights["lexical"] * zscore(lex, lex_hits, union)
     if p.get("toolsig"):
         total += p["toolsig"] * zscore(scan, top_mask(scan, S.candidates, pool), union)
-    total = np.where(union, total, -np.inf)
-    # lead verb, then question read, each on the then best 3 of the text
+    return verb_bonuses(np.where(union, total, -np.inf), data)
+
+
+def verb_bonuses(total: np.ndarray, data: Data) -> np.ndarray:
+    """The lead verb, then the question's read verbs, each added among the then best 3 of each text."""
     rows = np.arange(total.shape[0])[:, None]
     head = np.argpartition(-total, 2, axis=1)[:, :3]
     total[rows, head] += S.weight_lead_verb * data.lead[rows, head]
