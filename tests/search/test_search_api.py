@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import select
 
 from indexer.embedding import HashingEmbedder
@@ -106,3 +107,23 @@ async def test_a_qdrant_index_may_fuse_the_signals_itself(tmp_path: Path) -> Non
     assert top["name"] == "weather__get_forecast"
     assert set(top["explain"]["signals"]) == {"fused"} and top["explain"]["similarity"]["fused"] > 0
     assert {r["server"] for r in filtered["results"]} == {"chat"}
+
+
+async def test_the_embedded_engine_and_a_qdrant_collection_rank_alike_with_centred_fields(tmp_path: Path) -> None:
+    """Centring (search.centre_fields) on both backends: the edge shard's running field sums and the qdrant
+    adapter's sampled mean with its d·m query give the same ranking and scores."""
+    answers = []
+    for backend in ("edge", "qdrant"):
+        index = {"backend": backend, "url": ":memory:" if backend == "qdrant" else None}
+        app = create_app(make_settings(tmp_path / backend, index=index), embedder=HashingEmbedder())
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+                await _seed(client)
+                body = {"query": "send a message about the weather", "k": 5, "explain": True}
+                answers.append((await client.post("/search", json=body)).json()["results"])
+    edge, qdrant = answers
+    assert [r["name"] for r in edge] == [r["name"] for r in qdrant] and len(edge) == 5
+    for a, b in zip(edge, qdrant, strict=True):
+        assert a["score"] == pytest.approx(b["score"], abs=1e-4)
+        assert a["explain"]["similarity"] == pytest.approx(b["explain"]["similarity"], abs=1e-4)
