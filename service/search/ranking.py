@@ -4,9 +4,10 @@ No I/O here; retrieval.py orchestrates the queries and hands the hits to these f
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from itertools import chain
 
 import numpy as np
@@ -243,6 +244,26 @@ def add_signal(candidates: dict[str, Candidate], signal: str, values: Mapping[st
         if candidate is not None:
             candidate.signals[signal] = value
             candidate.score += value
+
+
+def behind_newcomers(
+    candidates: Mapping[str, Candidate], values: Mapping[str, float], with_history: Container[str]
+) -> dict[str, float]:
+    """The usage values cut so that no tool passes a candidate without history (a tool `with_history` does not
+    hold) that led it: evidence reorders the tools people used, and never buries one nobody could use yet under a
+    sibling asked for in nearly the same words. `toolscout bench learning --signal usage`, MetaTool: by query
+    +.057 -> +.055 R@1, by tool (the relevant tools without history) -.008 -> .000."""
+    ahead = sorted(c.score for name, c in candidates.items() if name not in with_history)
+    out: dict[str, float] = {}
+    for name, value in values.items():
+        candidate = candidates.get(name)
+        if candidate is None:
+            continue
+        nearest = bisect.bisect_right(ahead, candidate.score)  # the lowest newcomer scoring above it
+        if nearest < len(ahead):
+            value = max(0.0, min(value, ahead[nearest] - candidate.score - 1e-6))
+        out[name] = value
+    return out
 
 
 def rank(candidates: dict[str, Candidate], exact: Sequence[str] | Mapping[str, int], k: int) -> list[Candidate]:

@@ -26,6 +26,7 @@ from service.search.ranking import (
     apply_boosts,
     apply_lead_verb,
     apply_name_verbs,
+    behind_newcomers,
     from_fused,
     fuse,
     max_merge,
@@ -202,7 +203,8 @@ class Retriever:
         exact = self.directory.exact_tiers(query, where)
         usage, learning = self.resources.usage, self.resources.settings.learning
         if usage is not None and scope is not None and learning.enabled:
-            add_signal(candidates, "usage", usage.signal(scope, vectors[0], list(candidates), learning))
+            values = usage.signal(scope, vectors[0], list(candidates), learning)
+            add_signal(candidates, "usage", behind_newcomers(candidates, values, usage.by_scope.get(scope, {})))
         if boosts is not None and caller_id is not None and candidates:
             apply_boosts(candidates, boosts(caller_id, list(candidates)))
         ranked = rank(candidates, exact, k)

@@ -16,7 +16,7 @@ from service.catalog.service import register_tools
 from service.db.models import Execution, Search
 from service.policy.callers import Caller
 from service.resources import Resources, build_resources, close_resources, start_resources
-from service.search.ranking import Candidate, add_signal, rank
+from service.search.ranking import Candidate, add_signal, behind_newcomers, rank
 from service.search.service import log_search, search_tools, start_search
 from service.settings import LearningSettings
 from service.usage.learning import refresh_stats, start_learning, stop_learning
@@ -80,6 +80,23 @@ def test_a_new_tool_leading_by_more_than_the_weight_stays_first() -> None:
     }
     add_signal(candidates, "usage", values)
     assert [c.name for c in rank(candidates, {}, 2)] == ["new__tool", "used__tool"]
+
+
+def test_usage_never_lifts_a_tool_past_one_without_history_that_led_it() -> None:
+    candidates = {
+        "top__used": Candidate("top__used", 2.0),  # with history, above the newcomer: nothing holds it back
+        "new__tool": Candidate("new__tool", 1.0),  # no history in this scope
+        "other__used": Candidate("other__used", 0.9),  # with history, no usage value for this request
+        "low__used": Candidate("low__used", 0.5),
+    }
+    history = {"top__used", "other__used", "low__used"}
+    values = behind_newcomers(candidates, {"top__used": 0.4, "low__used": 3.0, "gone__tool": 1.0}, history)
+    assert values["top__used"] == 0.4 and "gone__tool" not in values
+    assert 0.499 < values["low__used"] < 0.5  # up to just below the newcomer, past the other used tool
+    add_signal(candidates, "usage", values)
+    assert [c.name for c in rank(candidates, {}, 4)] == ["top__used", "new__tool", "low__used", "other__used"]
+    # Without a newcomer ahead the value is kept whole.
+    assert behind_newcomers(candidates, {"new__tool": 0.0, "top__used": 3.0}, history)["top__used"] == 3.0
 
 
 def test_another_scope_reads_nothing_and_the_set_is_bounded() -> None:
