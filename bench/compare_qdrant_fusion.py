@@ -16,9 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from service.evaluation import evaluate
-
 from indexer.embedding import SentenceTransformerEmbedder
+from service.search.evaluation import evaluate
 from service.settings import IndexSettings, Settings
 
 EVAL = Path(os.environ.get("TOOLSCOUT_EVAL_DIR", "/work/shared/eval"))

@@ -253,6 +253,8 @@ def behind_newcomers(
     hold) that led it: evidence reorders the tools people used, and never buries one nobody could use yet under a
     sibling asked for in nearly the same words. `toolscout bench learning --signal usage`, MetaTool: by query
     +.057 -> +.055 R@1, by tool (the relevant tools without history) -.008 -> .000."""
+    if not values:
+        return {}
     ahead = sorted(c.score for name, c in candidates.items() if name not in with_history)
     out: dict[str, float] = {}
     for name, value in values.items():

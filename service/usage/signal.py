@@ -13,8 +13,8 @@ query to its nearest past query, and the candidates share one softmax with a "no
 so a query near nobody's past queries moves nothing, a query as near to two tools' pasts splits the signal, it is
 zero without history, grows with the (decayed) evidence and never exceeds `usage_weight`. The retriever then cuts
 each value so that no tool passes a candidate without history that led it (service.search.ranking.behind_newcomers):
-a new tool that leads on its text stays ahead, by however little. Nearest past query rather than a centroid: LLM-written and real
-requests for one tool come in several phrasings, and a centroid of them is near none (measured in
+a new tool that leads on its text stays ahead, by however little. Nearest past query rather than a centroid:
+LLM-written and real requests for one tool come in several phrasings, and a centroid of them is near none (measured in
 `toolscout bench learning --signal usage`). A scope never reads another scope's evidence."""
 
 from __future__ import annotations
