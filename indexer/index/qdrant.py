@@ -266,27 +266,24 @@ class QdrantIndex:
             return [[] for _ in queries]
         flt = _filter(where)
         means = self._field_means() if any(_centred(q) for q in queries) else None
+        mean_of = dict(zip(DENSE_FIELDS, means, strict=True)) if means is not None else {}
+        centred = [i for i, q in enumerate(queries) if mean_of and _centred(q)]
         asked = [
             models.QueryRequest(
                 query=_query(q),
                 using=q.signal,
                 filter=flt if q.within is None else _within(q.within, flt),
-                limit=len(q.within) if means is not None and _centred(q) else q.limit,  # type: ignore[arg-type]
+                limit=len(q.within) if i in centred else q.limit,  # type: ignore[arg-type]
                 with_payload=["qualified_name"],  # full payloads are fetched for the winners only
                 params=None if q.signal == LEXICAL_FIELD else self._search_params(q.limit),
             )
-            for q in queries
+            for i, q in enumerate(queries)
         ]
-        centred = [i for i, q in enumerate(queries) if means is not None and _centred(q)]
-        extra = [
-            asked[i].model_copy(update={"query": means[DENSE_FIELDS.index(queries[i].signal)].tolist()})  # type: ignore[index]
-            for i in centred
-        ]
-        requests = asked + extra
+        requests = asked + [asked[i].model_copy(update={"query": mean_of[queries[i].signal].tolist()}) for i in centred]
         responses = self._call("search", lambda: self._client.query_batch_points(self.collection, requests=requests))
         hits = [[hit_of(p.score, p.payload) for p in response.points] for response in responses]
         for i, mean_hits in zip(centred, hits[len(asked) :], strict=True):
-            hits[i] = centre_hits(hits[i], mean_hits, queries[i], means[DENSE_FIELDS.index(queries[i].signal)])  # type: ignore[index]
+            hits[i] = centre_hits(hits[i], mean_hits, queries[i], mean_of[queries[i].signal])
         return hits[: len(asked)]
 
     def _field_means(self) -> np.ndarray | None:
