@@ -76,11 +76,11 @@ class SignalQuery:
 
 
 class Hit(NamedTuple):
-    """A candidate from one signal (a tuple: a search makes hundreds, and a frozen dataclass costs 5x more)."""
+    """A candidate from one signal: a tool's name and score (a tuple: a search makes hundreds, two thousand for a
+    request of six parts, and a frozen dataclass costs 5x more). `payloads()` gives a winner's payload."""
 
     qualified_name: str
     score: float
-    payload: dict[str, Any]  # search returns only `qualified_name`; `payloads()` gives the rest
 
 
 class VectorIndex(Protocol):
@@ -135,8 +135,7 @@ def filter_terms(where: SearchFilter) -> tuple[list[AnyOf], list[AnyOf]]:
 
 def hit_of(score: float, payload: dict[str, Any] | None) -> Hit:
     """A search hit from a point's score and (partial) payload, which always holds the qualified name."""
-    data = dict(payload or {})
-    return Hit(data["qualified_name"], float(score), data)
+    return Hit((payload or {})["qualified_name"], float(score))
 
 
 def pool_vector(vectors: Mapping[str, Sequence[float]]) -> list[float]:

@@ -179,16 +179,15 @@ class EdgeIndex:
             same = [i for i in scans if queries[i].limit == limit]
             found = self.pool.search([queries[i].dense for i in same], limit, where)  # type: ignore[misc]
             for i, hits in zip(same, found, strict=True):
-                answers[i] = [Hit(n, score, {"qualified_name": n}) for n, score in hits]
+                answers[i] = hits
         # A text's field queries over its candidates share one gather of their field vectors.
-        rescored: dict[tuple[frozenset[str], int, int, float], dict[str, list[tuple[str, float]]]] = {}
+        rescored: dict[tuple[frozenset[str], int, int, float], dict[str, list[Hit]]] = {}
         for i, q in enumerate(queries):
             if q.within is not None and q.signal in DENSE_FIELDS and q.dense is not None:
                 key = (q.within, id(q.dense), q.limit, q.centre)
                 if key not in rescored:
                     rescored[key] = self.pool.field_scores(q.dense, q.within, q.limit, where, q.centre)
-                hits = rescored[key][q.signal]
-                answers[i] = [Hit(n, score, {"qualified_name": n}) for n, score in hits]
+                answers[i] = rescored[key][q.signal]
         rest = [q for q, answer in zip(queries, answers, strict=True) if answer is None]
         batch = iter(self._query_batch(rest, where) if rest else [])
         return [answer if answer is not None else next(batch) for answer in answers]
@@ -223,7 +222,7 @@ class EdgeIndex:
         for p in points:
             name = self._names.get(p.id.int)
             if name is not None:
-                hits.append(Hit(name, p.score, {"qualified_name": name}))
+                hits.append(Hit(name, p.score))
         return hits
 
     def count(self) -> int:

@@ -19,25 +19,26 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from indexer.index.base import DENSE_FIELDS, SearchFilter, centred_cosines
+from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, centred_cosines
 
 REDUCE_ABOVE = 30_000
 REDUCED_DIMENSIONS = 96
 OVERSAMPLING = 16
 FIT_SAMPLE = 20_000  # rows the principal components are computed from
-GEMV_UP_TO = 4  # queries scanned one at a time (see _scan)
+GEMV_UP_TO = 3  # queries scanned one at a time (see _scan)
 
 
 def _scan(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     """(queries, rows) cosines of every query against every row of a C-contiguous matrix, reading it in place.
 
-    OpenBLAS multiplies a few queries by a large matrix badly: `queries @ matrix.T` packs (copies) the matrix
-    first, 2.9 ms for 3 queries at 10k x 384 against 0.46 ms for one. A matrix-vector product per query reads it
-    without a copy (3 queries: 1.4 ms); from GEMV_UP_TO queries on, one product of the matrix by the queries'
-    transpose is cheaper again."""
+    OpenBLAS multiplies a few queries by a large matrix badly: `matrix @ queries.T` packs (copies) the matrix
+    first. A matrix-vector product per query reads it without a copy; from GEMV_UP_TO + 1 queries on,
+    `queries @ matrix.T` (the matrix as a transposed operand) is cheaper. Measured at 10k x 384 right after a
+    query embedding (the caches as a search finds them), ms: 2 queries 1.1 / 2.1 / 1.3 (per query / matrix @
+    queries.T / queries @ matrix.T), 4 queries 2.0 / 2.3 / 1.3, 7 queries 2.7 / 2.6 / 1.8."""
     if len(queries) <= GEMV_UP_TO:
         return np.stack([matrix @ query for query in queries])
-    return (matrix @ np.ascontiguousarray(queries.T)).T
+    return queries @ matrix.T
 
 
 class PoolMatrix:
@@ -125,7 +126,7 @@ class PoolMatrix:
 
     def search(
         self, vectors: Sequence[Sequence[float]], limit: int, where: SearchFilter
-    ) -> list[list[tuple[str, float]]]:
+    ) -> list[list[Hit]]:
         """Per query vector, the `limit` tools inside the filter with the highest cosine, best first. The queries
         share one matrix product: the matrix is read once (a long request and its parts: 5 texts, 1 read)."""
         if not vectors:
@@ -149,12 +150,12 @@ class PoolMatrix:
             for row in scores:
                 best = np.argpartition(-row, count - 1)[:count]
                 best = best[np.argsort(-row[best], kind="stable")]
-                out.append([(self._names[i], float(row[i])) for i in best.tolist()])
-            return out  # type: ignore[return-value]
+                out.append(list(map(Hit, [self._names[i] for i in best.tolist()], row[best].tolist())))
+            return out
 
     def _reduced_search(
         self, queries: np.ndarray, used: int, mask: np.ndarray, count: int, inside: int
-    ) -> list[list[tuple[str, float]]]:
+    ) -> list[list[Hit]]:
         """The best `count` rows per query (`inside` rows pass the mask): OVERSAMPLING x count candidates by the
         reduced scan, ranked exactly."""
         assert self._axes is not None
@@ -169,8 +170,8 @@ class PoolMatrix:
             best = np.argpartition(-exact, count - 1)[:count]
             best = best[np.argsort(-exact[best], kind="stable")]
             names = [self._names[i] for i in rows[best].tolist()]
-            out.append(list(zip(names, exact[best].tolist(), strict=True)))
-        return out  # type: ignore[return-value]
+            out.append(list(map(Hit, names, exact[best].tolist())))
+        return out
 
     def _fit_axes(self) -> None:
         """Principal axes of the live rows (a sample of FIT_SAMPLE), and every row projected on them."""
@@ -189,7 +190,7 @@ class PoolMatrix:
 
     def field_scores(
         self, vector: Sequence[float], names: Iterable[str], limit: int, where: SearchFilter, centre: float = 0.0
-    ) -> dict[str, list[tuple[str, float]]]:
+    ) -> dict[str, list[Hit]]:
         """Per field, the `limit` named tools inside the filter with the highest cosine to `vector` (to the field
         vectors minus `centre` times the field's mean over the live rows: `centred_cosines`), best first (unknown
         names are left out)."""
@@ -211,12 +212,12 @@ class PoolMatrix:
                 doc_dot_mean = np.einsum("cfd,fd->cf", gathered, mean)
                 scores = centred_cosines(scores, doc_dot_mean, mean @ query, (mean * mean).sum(axis=1))
         count = min(limit, len(known))
-        out: dict[str, list[tuple[str, float]]] = {}
+        out: dict[str, list[Hit]] = {}
         for i, field in enumerate(DENSE_FIELDS):
             column = scores[:, i]
             best = np.argpartition(-column, count - 1)[:count]
             best = best[np.argsort(-column[best], kind="stable")]
-            out[field] = [(known[j][0], float(column[j])) for j in best.tolist()]
+            out[field] = list(map(Hit, [known[j][0] for j in best.tolist()], column[best].tolist()))
         return out
 
     def _mask(self, where: SearchFilter, used: int) -> np.ndarray:

@@ -66,6 +66,12 @@ class Candidate:
         self._unpack()
         return self._raw
 
+    def add(self, signal: str, value: float) -> None:
+        """Add a bonus to the score, shown under `signal` in explain (without unpacking the fusion's table: max_merge
+        and the verb bonuses touch hundreds of candidates a request, and unpacking them all cost 1 ms a long one)."""
+        self._signals[signal] = value
+        self.score += value
+
     def _unpack(self) -> None:
         if self._table is not None:
             table, column = self._table
@@ -182,8 +188,7 @@ def max_merge(
             current = merged.get(name)
             if current is None or candidate.score - part_penalty > current.score:
                 if part_penalty:
-                    candidate.signals["part"] = -part_penalty
-                    candidate.score -= part_penalty
+                    candidate.add("part", -part_penalty)
                 candidate.matched_part = part
                 merged[name] = candidate
     return merged
@@ -209,8 +214,7 @@ def apply_name_verbs(
         return
     for name, candidate in candidates.items():
         if verbs.get(name) in query_words:
-            candidate.signals["name_verb"] = weight
-            candidate.score += weight
+            candidate.add("name_verb", weight)
 
 
 LEAD_VERB_HEAD = 3
@@ -233,8 +237,7 @@ def apply_lead_verb(
     head = sorted(candidates.values(), key=lambda c: -c.score)[:LEAD_VERB_HEAD]
     for candidate in head:
         if verbs.get(candidate.name) in wanted:
-            candidate.signals[signal] = weight
-            candidate.score += weight
+            candidate.add(signal, weight)
 
 
 def add_signal(candidates: dict[str, Candidate], signal: str, values: Mapping[str, float]) -> None:
@@ -242,8 +245,7 @@ def add_signal(candidates: dict[str, Candidate], signal: str, values: Mapping[st
     for name, value in values.items():
         candidate = candidates.get(name)
         if candidate is not None:
-            candidate.signals[signal] = value
-            candidate.score += value
+            candidate.add(signal, value)
 
 
 def behind_newcomers(

@@ -177,7 +177,7 @@ def test_dense_search_per_field(catalog: VectorIndex, signal: str, expected: lis
     assert names(hits) == expected
     cosines = [1.0, math.cos(math.radians(30)), 0.5, 0.0]
     assert [h.score for h in hits] == pytest.approx(cosines, abs=1e-5)
-    assert hits[0].payload == {"qualified_name": expected[0]}  # search carries names only
+    assert hits[0] == (expected[0], pytest.approx(1.0, abs=1e-5))  # search carries names and scores only
     assert catalog.payloads([expected[0]])[expected[0]]["content_hash"] == f"hash-{expected[0]}"
     assert names(search_one(catalog, dense(signal, limit=2))) == expected[:2]
 
