@@ -209,8 +209,13 @@ class Retriever:
             apply_boosts(candidates, boosts(caller_id, list(candidates)))
         ranked = rank(candidates, exact, k)
         ranking.end()
-        # Payloads only for the winners: converting a hundred payloads per signal costs more than the search.
-        payloads = await self.resources.run_index(index.payloads, [c.name for c in ranked])
+        # Payloads only for the winners: converting a hundred payloads per signal costs more than the search. An
+        # index that keeps recent ones in memory (the embedded engine) spares the thread hop when it has them all.
+        winners = [c.name for c in ranked]
+        cached = getattr(index, "cached_payloads", None)
+        payloads = cached(winners) if cached is not None else {}
+        if len(payloads) < len(winners):
+            payloads = await self.resources.run_index(index.payloads, winners)
         results = [
             RankedTool(c.name, round(c.score, 6), payloads[c.name], self._explain(c) if explain else None)
             for c in ranked

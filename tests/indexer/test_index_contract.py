@@ -295,6 +295,23 @@ def test_set_payload_merges(catalog: VectorIndex) -> None:
     assert catalog.content_hashes()["s1.a"] == "hash-s1.a"
 
 
+def test_payloads_read_again_follow_every_write(catalog: VectorIndex) -> None:
+    """The edge adapter answers recent payloads from memory: what it gives after a write is the write's result,
+    and a caller changing what it was given changes nothing stored."""
+    first = catalog.payloads(["s1.a", "s2.b"])
+    first["s1.a"]["server"] = "changed by the caller"
+    assert catalog.payloads(["s1.a"])["s1.a"]["server"] == "s1"
+    catalog.set_payload("s1.a", {"uses": 2})
+    assert catalog.payloads(["s1.a"])["s1.a"]["uses"] == 2
+    catalog.upsert([point("s2.b", server="s2", content_hash="hash-new")])
+    assert catalog.payloads(["s2.b"])["s2.b"]["content_hash"] == "hash-new"
+    catalog.delete(["s1.a"])
+    assert catalog.payloads(["s1.a", "s2.b"]).keys() == {"s2.b"}
+    cached = getattr(catalog, "cached_payloads", None)
+    if cached is not None:  # the edge adapter: read once, held in memory until a write to that point
+        assert cached(["s1.a", "s2.b", "s1.c"]).keys() == {"s2.b"}
+
+
 def test_several_signal_queries_at_once(catalog: VectorIndex) -> None:
     queries = [dense("name", limit=1), dense("description", limit=2), dense("params", limit=3), lexical(RARE)]
     results = catalog.search(queries, SearchFilter(denied=frozenset({"s2.d"})))
