@@ -26,7 +26,8 @@ POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
 # Texts each start-up embeds: its warm-up searches, each a request and its parts.
-WARM_UP_TEXTS = sum(1 + len(split_intents(text)) for text in WARM_UP)
+# A split request embeds its parts only (search.whole_from_parts).
+WARM_UP_TEXTS = sum(len(split_intents(text)) or 1 for text in WARM_UP)
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:

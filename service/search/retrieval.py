@@ -32,6 +32,7 @@ from service.search.ranking import (
     max_merge,
     rank,
     split_intents,
+    whole_from_parts,
 )
 
 if TYPE_CHECKING:
@@ -179,10 +180,13 @@ class Retriever:
         parts = split_intents(query) if settings.split_multi_intent else []
         texts.extend(parts)
         # The lexical vectors are encoded while the embedder works (it runs in its own thread).
-        embedding = self.resources.embed_soon(texts)
+        from_parts = bool(parts) and settings.whole_from_parts
+        embedding = self.resources.embed_soon(parts if from_parts else texts)
         sparse = [self.resources.encoder.encode_query(text) for text in texts]
         with stage(self.resources, "embed"):
             vectors = await embedding
+        if from_parts:
+            vectors = [whole_from_parts(parts, vectors), *vectors]
         index = self.resources.index
         assert index is not None
         with stage(self.resources, "index"):

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from service.search.ranking import Candidate, apply_boosts, fuse, max_merge, rank, split_intents, zscores
+from service.search.ranking import (
+    Candidate,
+    apply_boosts,
+    fuse,
+    max_merge,
+    rank,
+    split_intents,
+    whole_from_parts,
+    zscores,
+)
 
 
 def test_zscores_are_centred_and_missing_candidates_get_the_floor() -> None:
@@ -30,6 +41,12 @@ def test_split_intents_finds_sentences_steps_and_then() -> None:
     assert len(split_intents("1. find papers 2. summarise them 3. email the summary")) == 3
     assert split_intents("Get the weather. Book a flight; send an email to Bob") == [
         "Get the weather", "Book a flight", "send an email to Bob"]
+
+
+def test_a_split_requests_vector_is_its_parts_mean_weighted_by_their_words() -> None:
+    whole = whole_from_parts(["find papers", "email the summary to Bob"], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    assert whole == pytest.approx([2 / math.sqrt(29), 5 / math.sqrt(29), 0.0])
+    assert whole_from_parts(["a b", "c d"], [[0.0, 1.0], [0.0, 1.0]]) == pytest.approx([0.0, 1.0])
 
 
 def test_max_merge_keeps_each_tools_best_score_and_the_part_that_found_it() -> None:
