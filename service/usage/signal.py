@@ -30,6 +30,7 @@ from sqlalchemy import and_, or_, select
 
 from service.db.models import Execution, Search, utcnow
 from service.resources import Resources
+from service.search.ranking import split_intents, whole_from_parts
 from service.settings import LearningSettings
 from service.usage.stats import as_utc
 
@@ -107,9 +108,17 @@ async def _embedded(resources: Resources, state: UsageVectors, texts: set[str]) 
     if len(state.cache) + len(missing) > EMBED_CACHE_SIZE:
         state.cache.clear()  # rare: re-embedding the kept queries is cheaper than tracking recency
         missing = sorted(texts)
+    search = resources.settings.search
+    split = search.split_multi_intent and search.whole_from_parts
     for start in range(0, len(missing), 256):
         chunk = missing[start : start + 256]
-        for text, vector in zip(chunk, await resources.embed(chunk), strict=True):
+        # A past request is embedded as a search embeds it: a split one as its parts' weighted mean.
+        parts = {text: split_intents(text) if split else [] for text in chunk}
+        wanted = list(dict.fromkeys(t for text in chunk for t in parts[text] or [text]))
+        vectors = dict(zip(wanted, await resources.embed(wanted), strict=True))
+        for text in chunk:
+            pieces = parts[text]
+            vector = whole_from_parts(pieces, [vectors[p] for p in pieces]) if pieces else vectors[text]
             state.cache[text] = _unit(np.asarray(vector, dtype=np.float32))
 
 

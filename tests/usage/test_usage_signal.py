@@ -16,7 +16,7 @@ from service.catalog.service import register_tools
 from service.db.models import Execution, Search
 from service.policy.callers import Caller
 from service.resources import Resources, build_resources, close_resources, start_resources
-from service.search.ranking import Candidate, add_signal, behind_newcomers, rank
+from service.search.ranking import Candidate, add_signal, behind_newcomers, rank, split_intents, whole_from_parts
 from service.search.service import log_search, search_tools, start_search
 from service.settings import LearningSettings
 from service.usage.learning import refresh_stats, start_learning, stop_learning
@@ -181,3 +181,19 @@ async def test_the_signal_is_learned_per_scope_and_the_clear_text_match_still_wi
     async with resources.session() as session:
         rows = (await session.execute(Search.__table__.select())).all()
     assert {row.scope for row in rows} == {"dev"}  # the searches are logged with their scope
+
+
+@pytest.mark.model
+async def test_a_past_split_request_is_kept_as_the_search_embeds_it(resources: Resources) -> None:
+    """A split request's vector is its parts' weighted mean (search.whole_from_parts): the usage signal keeps
+    the same vector for it, so the same request asked again is at cosine 1 to its past."""
+    query = "Note that Erin works at Umbrella. Then list every fact about her"
+    parts = split_intents(query)
+    assert len(parts) == 2
+    await _use(resources, DEV, query, "notes__remember_fact", 1)
+    assert resources.usage is not None
+    kept = resources.usage.cache[query]
+    expected = whole_from_parts(parts, await resources.embed(parts))
+    assert kept.tolist() == pytest.approx(expected, abs=1e-5)
+    whole = np.asarray((await resources.embed([query]))[0])
+    assert float(kept @ whole) < 0.999  # not the whole text's own embedding
