@@ -17,7 +17,7 @@ from indexer.embedding import HashingEmbedder
 from service.main import create_app
 from service.search.ranking import split_intents
 from service.search.service import WARM_UP
-from service.settings import Settings
+from service.settings import SearchSettings, Settings
 from service.upstream.demo import NODE_DEMO, PYTHON_DEMO, ensure_node_packages, ensure_python_packages, node_available
 from tests.upstream.upstream_support import toolchain_path
 
@@ -26,8 +26,11 @@ POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
 # Texts each start-up embeds: its warm-up searches, each a request and its parts.
-# A split request embeds its parts only (search.whole_from_parts).
-WARM_UP_TEXTS = sum(len(split_intents(text)) or 1 for text in WARM_UP)
+# A request of search.whole_from_parts parts or more embeds its parts only.
+WARM_UP_TEXTS = sum(
+    len(parts) if 0 < SearchSettings().whole_from_parts <= len(parts) else 1 + len(parts)
+    for parts in map(split_intents, WARM_UP)
+)
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:

@@ -180,7 +180,7 @@ class Retriever:
         parts = split_intents(query) if settings.split_multi_intent else []
         texts.extend(parts)
         # The lexical vectors are encoded while the embedder works (it runs in its own thread).
-        from_parts = bool(parts) and settings.whole_from_parts
+        from_parts = 0 < settings.whole_from_parts <= len(parts)
         embedding = self.resources.embed_soon(parts if from_parts else texts)
         sparse = [self.resources.encoder.encode_query(text) for text in texts]
         with stage(self.resources, "embed"):

@@ -109,11 +109,15 @@ async def _embedded(resources: Resources, state: UsageVectors, texts: set[str]) 
         state.cache.clear()  # rare: re-embedding the kept queries is cheaper than tracking recency
         missing = sorted(texts)
     search = resources.settings.search
-    split = search.split_multi_intent and search.whole_from_parts
+
+    def parts_of(text: str) -> list[str]:
+        parts = split_intents(text) if search.split_multi_intent else []
+        return parts if 0 < search.whole_from_parts <= len(parts) else []
+
     for start in range(0, len(missing), 256):
         chunk = missing[start : start + 256]
         # A past request is embedded as a search embeds it: a split one as its parts' weighted mean.
-        parts = {text: split_intents(text) if split else [] for text in chunk}
+        parts = {text: parts_of(text) for text in chunk}
         wanted = list(dict.fromkeys(t for text in chunk for t in parts[text] or [text]))
         vectors = dict(zip(wanted, await resources.embed(wanted), strict=True))
         for text in chunk:

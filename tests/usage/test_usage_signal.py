@@ -185,15 +185,17 @@ async def test_the_signal_is_learned_per_scope_and_the_clear_text_match_still_wi
 
 @pytest.mark.model
 async def test_a_past_split_request_is_kept_as_the_search_embeds_it(resources: Resources) -> None:
-    """A split request's vector is its parts' weighted mean (search.whole_from_parts): the usage signal keeps
-    the same vector for it, so the same request asked again is at cosine 1 to its past."""
-    query = "Note that Erin works at Umbrella. Then list every fact about her"
-    parts = split_intents(query)
-    assert len(parts) == 2
-    await _use(resources, DEV, query, "notes__remember_fact", 1)
+    """A request of three parts or more is embedded as its parts' weighted mean (search.whole_from_parts): the
+    usage signal keeps the same vector for it, so the same request asked again is at cosine 1 to its past; one
+    of two parts keeps its own embedding, as its search does."""
+    three = "Note that Erin works at Umbrella. Then list every fact about her; finally remember her manager"
+    two = "Note that Erin works at Umbrella. Then list every fact about her"
+    parts = split_intents(three)
+    assert len(parts) == 3 and len(split_intents(two)) == 2
+    await _use(resources, DEV, three, "notes__remember_fact", 1)
+    await _use(resources, DEV, two, "notes__remember_fact", 1)
     assert resources.usage is not None
-    kept = resources.usage.cache[query]
-    expected = whole_from_parts(parts, await resources.embed(parts))
-    assert kept.tolist() == pytest.approx(expected, abs=1e-5)
-    whole = np.asarray((await resources.embed([query]))[0])
-    assert float(kept @ whole) < 0.999  # not the whole text's own embedding
+    kept = resources.usage.cache[three]
+    assert kept.tolist() == pytest.approx(whole_from_parts(parts, await resources.embed(parts)), abs=1e-5)
+    assert float(kept @ np.asarray((await resources.embed([three]))[0])) < 0.999  # not the text's own embedding
+    assert resources.usage.cache[two].tolist() == pytest.approx((await resources.embed([two]))[0], abs=1e-5)
