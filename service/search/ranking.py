@@ -113,8 +113,9 @@ def whole_from_parts(parts: Sequence[str], vectors: Sequence[Sequence[float]]) -
     """The vector of a split request from its parts' vectors: their mean weighted by each part's words, unit
     length (the model mean-pools its tokens, so the whole is near the parts' weighted mean). Spares embedding the
     whole text, the longest of the request's texts: a request of five parts or more embeds in 11.7 ms instead of
-    21.9 ms (median, 10k tools), and `toolscout eval` moves by .003 at most (R@1 / R@5 / NDCG@10: sealtools
-    .461 / .955 / .960 -> .460 / .955 / .960, metatool .615 / .833 / .757 -> .612 / .835 / .756)."""
+    21.9 ms (median, 10k tools). Used from `search.whole_from_parts` (3) parts on, `toolscout eval` moves by .001
+    at most (R@1 / R@5 / NDCG@10: sealtools .461 / .955 / .960 both ways, metatool .615 / .833 / .757 -> .614 /
+    .834 / .757)."""
     words = np.array([len(part.split()) for part in parts], dtype=np.float64)
     whole = words @ np.asarray(vectors, dtype=np.float64)
     norm = float(np.linalg.norm(whole))
