@@ -11,11 +11,11 @@ import tempfile
 from pathlib import Path
 
 from indexer.index.base import DENSE_FIELDS, SearchFilter, SignalQuery
+from indexer.intents import split_intents
 from service.catalog.files import load_catalog_file
 from service.catalog.service import register_tools
 from service.resources import build_resources, close_resources, start_resources
 from service.search.evaluation import load_queries
-from service.search.ranking import split_intents
 from service.search.service import start_search
 from service.settings import Settings
 

@@ -23,10 +23,10 @@ from bench import pool_variants as pv
 from bench.embed_cache import EmbeddingCache
 from bench.offline import EvalSet, lexical_signal, load_set, metrics
 from indexer.documents import build_document
+from indexer.intents import split_intents
 from indexer.lexical import Bm25Encoder
 from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems
 from indexer.servers import server_document, server_info
-from service.search.ranking import split_intents
 
 S = pv.S
 FIXTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/retrieval/real_catalog_queries.jsonl"

@@ -14,9 +14,9 @@ from bench import pool_variants as pv
 from bench.embed_cache import EmbeddingCache
 from bench.offline import EvalSet, demo_tools
 from indexer.documents import build_document
+from indexer.intents import split_intents
 from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems
 from indexer.servers import server_document, server_info
-from service.search.ranking import split_intents
 
 
 def main() -> None:

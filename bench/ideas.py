@@ -18,9 +18,9 @@ import numpy as np
 from bench.embed_cache import EmbeddingCache
 from bench.offline import EvalSet, load_demo_set, load_set, metrics, zclip
 from indexer.documents import build_document
+from indexer.intents import MIN_PART_WORDS
 from indexer.lexical import Bm25Encoder, tokenize
 from indexer.names import without_framing
-from service.search.ranking import MIN_PART_WORDS
 from service.settings import SearchSettings
 
 DENSE = ("name", "description", "params")

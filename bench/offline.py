@@ -17,11 +17,11 @@ from scipy import sparse
 
 from bench.embed_cache import EmbeddingCache
 from indexer.documents import build_document, normalize_name_key
+from indexer.intents import split_intents
 from indexer.lexical import Bm25Encoder, SparseVector
 from indexer.tools import ToolDefinition, normalize_server_id
 from service.catalog.files import load_catalog_file
 from service.search.evaluation import load_queries
-from service.search.ranking import split_intents
 from service.settings import SearchSettings
 
 

@@ -90,9 +90,9 @@ class SearchSettings(BaseModel):
     # Subtracted from the fused score a tool gets from one part of a split request (the whole request scores as
     # is): a part that is only a question's framing then wins less often (bench/ideas.py, README "Quality").
     part_penalty: float = 0.5
-    # From this many parts on, a split request's own vector is its parts' vectors' mean (ranking.whole_from_parts)
+    # From this many parts on, a split request's own vector is its parts' vectors' mean (indexer/intents.py)
     # instead of one more embedding of its longest text: a third less embedding for long requests, quality within
-    # .003; from 2 parts on it also cost the usage signal's replay on MetaTool R@1 .012 (README). 0 = never.
+    # .001; from 2 parts on it also cost the usage signal's replay on MetaTool R@1 .012 (README). 0 = never.
     whole_from_parts: int = 3
     max_query_chars: int = 8000
 

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from indexer.embedding import HashingEmbedder
+from indexer.intents import split_intents
 from service.main import create_app
-from service.search.ranking import split_intents
 from service.search.service import WARM_UP
 from service.settings import SearchSettings, Settings
 from service.upstream.demo import NODE_DEMO, PYTHON_DEMO, ensure_node_packages, ensure_python_packages, node_available

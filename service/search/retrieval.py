@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search
+from indexer.intents import split_intents, whole_from_parts
 from indexer.lexical import SparseVector
 from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems, spelling_tier
 from service.catalog.server_vectors import ServerVectors
@@ -31,8 +32,6 @@ from service.search.ranking import (
     fuse,
     max_merge,
     rank,
-    split_intents,
-    whole_from_parts,
 )
 
 if TYPE_CHECKING:

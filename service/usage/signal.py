@@ -28,9 +28,9 @@ from datetime import datetime, timedelta
 import numpy as np
 from sqlalchemy import and_, or_, select
 
+from indexer.intents import split_intents, whole_from_parts
 from service.db.models import Execution, Search, utcnow
 from service.resources import Resources
-from service.search.ranking import split_intents, whole_from_parts
 from service.settings import LearningSettings
 from service.usage.stats import as_utc
 

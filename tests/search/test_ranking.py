@@ -6,14 +6,13 @@ import math
 
 import pytest
 
+from indexer.intents import split_intents, whole_from_parts
 from service.search.ranking import (
     Candidate,
     apply_boosts,
     fuse,
     max_merge,
     rank,
-    split_intents,
-    whole_from_parts,
     zscores,
 )
 

@@ -12,11 +12,12 @@ import pytest
 from sqlalchemy import insert
 
 from indexer.embedding import SentenceTransformerEmbedder
+from indexer.intents import split_intents, whole_from_parts
 from service.catalog.service import register_tools
 from service.db.models import Execution, Search
 from service.policy.callers import Caller
 from service.resources import Resources, build_resources, close_resources, start_resources
-from service.search.ranking import Candidate, add_signal, behind_newcomers, rank, split_intents, whole_from_parts
+from service.search.ranking import Candidate, add_signal, behind_newcomers, rank
 from service.search.service import log_search, search_tools, start_search
 from service.settings import LearningSettings
 from service.usage.learning import refresh_stats, start_learning, stop_learning
