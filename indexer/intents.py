@@ -31,6 +31,12 @@ def split_intents(query: str) -> list[str]:
     return parts[:MAX_PARTS]
 
 
+def whole_from_parts_applies(parts: Sequence[str], at_least: int) -> bool:
+    """Whether a request split into `parts` gets its vector from theirs (`search.whole_from_parts`: from
+    `at_least` parts on; 0 = never)."""
+    return 0 < at_least <= len(parts)
+
+
 def whole_from_parts(parts: Sequence[str], vectors: Sequence[Sequence[float]]) -> list[float]:
     """The vector of a split request from its parts' vectors: their mean weighted by each part's words, unit
     length (the model mean-pools its tokens, so the whole is near the parts' weighted mean). Spares embedding the

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from indexer.embedding import HashingEmbedder
-from indexer.intents import split_intents
+from indexer.intents import split_intents, whole_from_parts_applies
 from service.main import create_app
 from service.search.service import WARM_UP
 from service.settings import SearchSettings, Settings
@@ -28,7 +28,7 @@ POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 # Texts each start-up embeds: its warm-up searches, each a request and its parts.
 # A request of search.whole_from_parts parts or more embeds its parts only.
 WARM_UP_TEXTS = sum(
-    len(parts) if 0 < SearchSettings().whole_from_parts <= len(parts) else 1 + len(parts)
+    len(parts) if whole_from_parts_applies(parts, SearchSettings().whole_from_parts) else 1 + len(parts)
     for parts in map(split_intents, WARM_UP)
 )
 

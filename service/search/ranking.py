@@ -1,4 +1,4 @@
-"""Pure ranking functions: per-signal z-score fusion, multi-intent splitting and merging, exact names.
+"""Pure ranking functions: per-signal z-score fusion, merging a split request's parts, exact names.
 
 No I/O here; retrieval.py orchestrates the queries and hands the hits to these functions."""
 

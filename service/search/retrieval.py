@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search
-from indexer.intents import split_intents, whole_from_parts
+from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
 from indexer.lexical import SparseVector
 from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems, spelling_tier
 from service.catalog.server_vectors import ServerVectors
@@ -179,7 +179,7 @@ class Retriever:
         parts = split_intents(query) if settings.split_multi_intent else []
         texts.extend(parts)
         # The lexical vectors are encoded while the embedder works (it runs in its own thread).
-        from_parts = 0 < settings.whole_from_parts <= len(parts)
+        from_parts = whole_from_parts_applies(parts, settings.whole_from_parts)
         embedding = self.resources.embed_soon(parts if from_parts else texts)
         sparse = [self.resources.encoder.encode_query(text) for text in texts]
         with stage(self.resources, "embed"):
@@ -214,11 +214,11 @@ class Retriever:
         ranking.end()
         # Payloads only for the winners: converting a hundred payloads per signal costs more than the search. An
         # index that keeps recent ones in memory (the embedded engine) spares the thread hop when it has them all.
-        winners = [c.name for c in ranked]
         cached = getattr(index, "cached_payloads", None)
-        payloads = cached(winners) if cached is not None else {}
-        if len(payloads) < len(winners):
-            payloads = await self.resources.run_index(index.payloads, winners)
+        payloads = cached(c.name for c in ranked) if cached is not None else {}
+        missing = [c.name for c in ranked if c.name not in payloads]
+        if missing:
+            payloads.update(await self.resources.run_index(index.payloads, missing))
         results = [
             RankedTool(c.name, round(c.score, 6), payloads[c.name], self._explain(c) if explain else None)
             for c in ranked

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 import numpy as np
 from sqlalchemy import and_, or_, select
 
-from indexer.intents import split_intents, whole_from_parts
+from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
 from service.db.models import Execution, Search, utcnow
 from service.resources import Resources
 from service.settings import LearningSettings
@@ -112,7 +112,7 @@ async def _embedded(resources: Resources, state: UsageVectors, texts: set[str]) 
 
     def parts_of(text: str) -> list[str]:
         parts = split_intents(text) if search.split_multi_intent else []
-        return parts if 0 < search.whole_from_parts <= len(parts) else []
+        return parts if whole_from_parts_applies(parts, search.whole_from_parts) else []
 
     for start in range(0, len(missing), 256):
         chunk = missing[start : start + 256]
