@@ -109,7 +109,12 @@ class OnnxEmbedder:
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
 
-    def embed_array(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_one_core(self, texts: Sequence[str]) -> list[Vector]:
+        """The same vectors from a single-threaded run, for a pass under load: every core is busy then, and a
+        second intra-op thread costs CPU (waiting on the first at every layer) without shortening the pass."""
+        return self.embed_array(texts, one_core=True).tolist()  # type: ignore[no-any-return]
+
+    def embed_array(self, texts: Sequence[str], one_core: bool = False) -> np.ndarray:
         """Vectors as a (len(texts), dimension) float32 array; texts of similar length share a batch."""
         session, tokenizer = self._load()
         if not texts:
@@ -121,6 +126,8 @@ class OnnxEmbedder:
         batches = self._batches(order, [len(e.ids) for e in encodings])
         workers = self.threads or os.cpu_count() or 1
         if len(texts) < BULK_TEXTS or workers < 2:
+            if one_core and workers > 1:
+                session = self._bulk()
             for chunk in batches:
                 out[chunk] = self._run(session, [encodings[i].ids for i in chunk])
             return out

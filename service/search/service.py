@@ -6,6 +6,8 @@ import logging
 import uuid
 from typing import Any
 
+import anyio
+
 from indexer.index.base import SearchFilter
 from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import last_seq
@@ -56,6 +58,8 @@ async def warm_search(resources: Resources) -> None:
             )
     finally:
         resources.observability = observability
+    if resources.batcher is not None:
+        await anyio.to_thread.run_sync(resources.batcher.warm)
 
 
 def result_view(tool: Any) -> dict[str, Any]:

@@ -54,6 +54,36 @@ def test_concurrent_embeds_are_batched_and_equal_single_calls() -> None:
     assert batcher.requests == 24 and batcher.passes == len(recorder.passes)
 
 
+def test_passes_under_load_take_the_single_core_form_and_a_lone_request_the_default() -> None:
+    class TwoForms(SlowRecorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.forms: list[tuple[str, int]] = []
+
+        def embed(self, texts: Sequence[str]) -> list[Vector]:
+            self.forms.append(("default", len(texts)))
+            return super().embed(texts)
+
+        def embed_one_core(self, texts: Sequence[str]) -> list[Vector]:
+            self.forms.append(("one core", len(texts)))
+            return super().embed(texts)
+
+    recorder = TwoForms()
+    batcher = MicroBatcher(recorder, max_wait=0.002)
+    assert batcher.embed(["alone"]) == HashingEmbedder().embed(["alone"])
+    start = threading.Barrier(12)
+    threads = [threading.Thread(target=lambda i=i: (start.wait(), batcher.embed([f"query {i}"]))) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    batcher.close()
+    # Each request is one text here: a pass of several texts served several requests, and ran on one core.
+    assert recorder.forms[0] == ("default", 1) and any(n > 1 for _, n in recorder.forms), recorder.forms
+    assert all((form == "one core") == (n > 1) for form, n in recorder.forms), recorder.forms
+    assert sum(n for _, n in recorder.forms) == 13
+
+
 def test_a_lone_request_runs_without_waiting() -> None:
     recorder = SlowRecorder(seconds=0.0)
     batcher = MicroBatcher(recorder, max_wait=0.5)
