@@ -21,6 +21,7 @@ from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool
 from service.observability import Stage, stage
 from service.search.ranking import (
+    LEAD_VERB_HEAD,
     SIGNALS,
     Candidate,
     add_signal,
@@ -247,10 +248,11 @@ class Retriever:
         )
 
     def bonus_bound(self, scope: str | None) -> float:
-        """The most that every signal added after fusion can lift a tool (name verb, usage, learned boosts)."""
+        """The most that the signals added after fusion can lift a tool from below a text's LEAD_VERB_HEAD best
+        (name verb, usage, learned boosts). The lead verb and the question's read verbs go to those best only, which
+        fusion always keeps (`_candidates`): lifting them can only push the others further from the top."""
         search, learning = self.resources.settings.search, self.resources.settings.learning
-        verb_weights = (search.weight_name_verb, search.weight_lead_verb, search.weight_question_read)
-        bound = sum(max(0.0, w) for w in verb_weights)
+        bound = max(0.0, search.weight_name_verb)
         if learning.enabled:
             bound += learning.max_popularity_boost + learning.max_caller_boost
             usage = self.resources.usage
@@ -266,7 +268,7 @@ class Retriever:
         if fused:
             return [from_fused({h.qualified_name: h.score for h in hits}) for hits in hit_lists]
         weights = {**self.weights(), "server": self.resources.settings.search.weight_server}
-        keep = (k, self.bonus_bound(scope) + 1e-9)
+        keep = (max(k, LEAD_VERB_HEAD), self.bonus_bound(scope) + 1e-9)
         width = len(SIGNALS)
         per_text: list[dict[str, Candidate]] = []
         for t, vector in enumerate(vectors):

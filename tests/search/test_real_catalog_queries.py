@@ -52,3 +52,14 @@ async def test_the_expected_tool_is_in_the_top(demo: Resources, case: dict) -> N
     outcome = await demo.retriever.search(case["query"], 10, SearchFilter())
     ranked = [r.name for r in outcome.results]
     assert set(case["relevant"]) & set(ranked[: case["top"]]), (case["query"], ranked[:5])
+
+
+@pytest.mark.parametrize("k", [1, 3])
+async def test_a_small_k_ranks_as_the_head_of_a_large_one(demo: Resources, k: int) -> None:
+    """Fusion drops the candidates that cannot reach the top k (service/search/retrieval.py, bonus_bound): the
+    head bonuses (lead verb, question's read verbs) go to a text's best three, which it always keeps."""
+    assert demo.retriever is not None
+    for case in CASES:
+        small = await demo.retriever.search(case["query"], k, SearchFilter())
+        large = await demo.retriever.search(case["query"], 50, SearchFilter())
+        assert [(r.name, r.score) for r in small.results] == [(r.name, r.score) for r in large.results[:k]], case
