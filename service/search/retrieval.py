@@ -250,9 +250,11 @@ class Retriever:
     def bonus_bound(self, scope: str | None) -> float:
         """The most that the signals added after fusion can lift a tool from below a text's LEAD_VERB_HEAD best
         (name verb, usage, learned boosts). The lead verb and the question's read verbs go to those best only, which
-        fusion always keeps (`_candidates`): lifting them can only push the others further from the top."""
+        fusion always keeps (`_candidates`): lifting them can only push the others further from the top (a negative
+        weight lowers them, which brings the others that much closer)."""
         search, learning = self.resources.settings.search, self.resources.settings.learning
-        bound = max(0.0, search.weight_name_verb)
+        head_only = (search.weight_lead_verb, search.weight_question_read)
+        bound = max(0.0, search.weight_name_verb) + sum(max(0.0, -w) for w in head_only)
         if learning.enabled:
             bound += learning.max_popularity_boost + learning.max_caller_boost
             usage = self.resources.usage
