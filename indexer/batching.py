@@ -29,10 +29,11 @@ class MicroBatcher:
     small passes into a few larger ones. The worker thread is also the query path's limiter: query embeds never
     queue behind indexing, which runs on other threads.
 
-    A pass that serves several requests (under load) runs the embedder's single-core form when it has one
-    (`embed_one_core`): the cores are busy with the requests' other work then, and the ONNX int8 model costs
-    10-30 % less CPU per text on one intra-op thread than on two (3.1-3.9 against 3.5-5.6 ms a short query in
-    batches of 4-32, this 2-core machine). A request alone keeps both threads: its latency is what counts."""
+    A pass that serves several requests (under load) runs the embedder's form for that when it has one
+    (`embed_under_load`: one intra-op thread fewer than the cores, leaving one to the event loop): the cores are
+    busy with the requests' other work then, and on this 2-core machine the ONNX int8 model costs 10-30 % less CPU
+    per text on one thread than on two (3.1-3.9 against 3.5-5.6 ms a short query in batches of 4-32). A request
+    alone keeps every thread: its latency is what counts."""
 
     def __init__(self, inner: Embedder, max_wait: float = 0.002, max_texts: int = 64) -> None:
         self.inner = inner
@@ -59,11 +60,11 @@ class MicroBatcher:
         return request.future
 
     def warm(self) -> None:
-        """Load what a pass under load runs too (the embedder's single-core form), so the first burst of
+        """Load what a pass under load runs too (the embedder's `embed_under_load`), so the first burst of
         concurrent searches does not wait for it."""
-        one_core = getattr(self.inner, "embed_one_core", None)
-        if one_core is not None:
-            one_core(["warm up"])
+        under_load = getattr(self.inner, "embed_under_load", None)
+        if under_load is not None:
+            under_load(["warm up"])
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         """Blocking form of submit, for callers on a thread."""
@@ -100,7 +101,7 @@ class MicroBatcher:
             batch = self._collect(first)
             self._busy = len(batch) > 1
             texts = [text for request in batch for text in request.texts]
-            embed = getattr(self.inner, "embed_one_core", self.inner.embed) if self._busy else self.inner.embed
+            embed = getattr(self.inner, "embed_under_load", self.inner.embed) if self._busy else self.inner.embed
             try:
                 vectors = embed(texts)
             except Exception as exc:  # noqa: BLE001 - handed to every waiting caller

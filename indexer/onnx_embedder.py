@@ -83,6 +83,7 @@ class OnnxEmbedder:
         self.path: Path | None = None
         self._session: Any = None
         self._bulk_session: Any = None  # one intra-op thread, run from several threads at once
+        self._load_session: Any = None  # one intra-op thread fewer than the cores, for passes under load (> 2 cores)
         self._tokenizer: Any = None
         self._lock = threading.Lock()
 
@@ -109,12 +110,13 @@ class OnnxEmbedder:
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
 
-    def embed_one_core(self, texts: Sequence[str]) -> list[Vector]:
-        """The same vectors from a single-threaded run, for a pass under load: every core is busy then, and a
-        second intra-op thread costs CPU (waiting on the first at every layer) without shortening the pass."""
-        return self.embed_array(texts, one_core=True).tolist()  # type: ignore[no-any-return]
+    def embed_under_load(self, texts: Sequence[str]) -> list[Vector]:
+        """The same vectors from a run on one intra-op thread fewer than the cores, for a pass under load: the
+        event loop keeps a core busy then, and a thread that competes with it for that core costs CPU (waiting on
+        the others at every layer) without shortening the pass."""
+        return self.embed_array(texts, under_load=True).tolist()  # type: ignore[no-any-return]
 
-    def embed_array(self, texts: Sequence[str], one_core: bool = False) -> np.ndarray:
+    def embed_array(self, texts: Sequence[str], under_load: bool = False) -> np.ndarray:
         """Vectors as a (len(texts), dimension) float32 array; texts of similar length share a batch."""
         session, tokenizer = self._load()
         if not texts:
@@ -126,8 +128,8 @@ class OnnxEmbedder:
         batches = self._batches(order, [len(e.ids) for e in encodings])
         workers = self.threads or os.cpu_count() or 1
         if len(texts) < BULK_TEXTS or workers < 2:
-            if one_core and workers > 1:
-                session = self._bulk()
+            if under_load and workers > 1:
+                session = self._under_load(workers - 1)
             for chunk in batches:
                 out[chunk] = self._run(session, [encodings[i].ids for i in chunk])
             return out
@@ -140,6 +142,15 @@ class OnnxEmbedder:
         with ThreadPoolExecutor(workers, thread_name_prefix="embed-bulk") as pool:
             list(pool.map(run, batches[::-1]))
         return out
+
+    def _under_load(self, threads: int) -> Any:
+        if threads == 1:
+            return self._bulk()
+        with self._lock:
+            if self._load_session is None:
+                assert self.path is not None
+                self._load_session = open_session(self.path, threads)
+        return self._load_session
 
     def _bulk(self) -> Any:
         with self._lock:

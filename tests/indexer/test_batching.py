@@ -54,7 +54,7 @@ def test_concurrent_embeds_are_batched_and_equal_single_calls() -> None:
     assert batcher.requests == 24 and batcher.passes == len(recorder.passes)
 
 
-def test_passes_under_load_take_the_single_core_form_and_a_lone_request_the_default() -> None:
+def test_passes_under_load_take_the_form_for_load_and_a_lone_request_the_default() -> None:
     class TwoForms(SlowRecorder):
         def __init__(self) -> None:
             super().__init__()
@@ -64,8 +64,8 @@ def test_passes_under_load_take_the_single_core_form_and_a_lone_request_the_defa
             self.forms.append(("default", len(texts)))
             return super().embed(texts)
 
-        def embed_one_core(self, texts: Sequence[str]) -> list[Vector]:
-            self.forms.append(("one core", len(texts)))
+        def embed_under_load(self, texts: Sequence[str]) -> list[Vector]:
+            self.forms.append(("under load", len(texts)))
             return super().embed(texts)
 
     recorder = TwoForms()
@@ -78,9 +78,9 @@ def test_passes_under_load_take_the_single_core_form_and_a_lone_request_the_defa
     for thread in threads:
         thread.join()
     batcher.close()
-    # Each request is one text here: a pass of several texts served several requests, and ran on one core.
+    # Each request is one text here: a pass of several texts served several requests, and ran in the form for load.
     assert recorder.forms[0] == ("default", 1) and any(n > 1 for _, n in recorder.forms), recorder.forms
-    assert all((form == "one core") == (n > 1) for form, n in recorder.forms), recorder.forms
+    assert all((form == "under load") == (n > 1) for form, n in recorder.forms), recorder.forms
     assert sum(n for _, n in recorder.forms) == 13
 
 

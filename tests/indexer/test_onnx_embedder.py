@@ -72,10 +72,13 @@ def test_onnx_int8_stays_within_cosine_0_99_of_torch(
     assert cosines.min() >= 0.975, sample_texts[int(cosines.argmin())]
 
 
-def test_the_single_core_form_under_load_gives_the_same_vectors(models_dir: Path, sample_texts: list[str]) -> None:
-    embedder = OnnxEmbedder(models_dir=models_dir, variant="int8", threads=2)
+@pytest.mark.parametrize("threads", [2, 3])  # its session: the indexer's single-threaded one, or one of 2 threads
+def test_the_form_for_passes_under_load_gives_the_same_vectors(
+    models_dir: Path, sample_texts: list[str], threads: int
+) -> None:
+    embedder = OnnxEmbedder(models_dir=models_dir, variant="int8", threads=threads)
     texts = sample_texts[:40]
-    np.testing.assert_allclose(embedder.embed_one_core(texts), embedder.embed(texts), atol=1e-5)
+    np.testing.assert_allclose(embedder.embed_under_load(texts), embedder.embed(texts), atol=1e-5)
 
 
 def test_the_export_is_cached_by_hash(models_dir: Path) -> None:
