@@ -6,6 +6,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -62,6 +63,7 @@ def create_app(
             for hook in app.state.startup_hooks:
                 await hook(resources)
             await warm_search(resources)
+            await warm_routes(app)
             # What start-up built (catalog, name directory, model) lives as long as the process: out of the
             # collector's sight, so a full collection no longer walks it in the middle of a request.
             gc.collect()
@@ -109,6 +111,27 @@ def create_app(
     app.include_router(metrics.router)
     install_console(app)
     return app
+
+
+async def warm_routes(app: FastAPI) -> None:
+    """Have the router prepare every route before ready: FastAPI prepares an included router's routes on the first
+    request that reaches them (5 ms on the first `POST /search`, a third of that search). One request that
+    matches no route, handed to the router itself: every router is tried, and no middleware sees it (no log line,
+    no metric)."""
+    path = "/\x00warm-up"
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": [],
+        "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 0), "state": {},
+    }  # no "app": the router then answers 404 itself instead of raising for the exception middleware
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    await app.router(scope, receive, send)
 
 
 def app_factory() -> FastAPI:
