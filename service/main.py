@@ -131,7 +131,10 @@ async def warm_routes(app: FastAPI) -> None:
     async def send(message: dict[str, Any]) -> None:
         return None
 
-    await app.router(scope, receive, send)
+    try:
+        await app.router(scope, receive, send)
+    except Exception:  # noqa: BLE001 - a warm-up that fails leaves the first request slower, nothing else
+        logger.warning("preparing the routes before ready failed", exc_info=True)
 
 
 def app_factory() -> FastAPI:
