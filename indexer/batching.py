@@ -37,6 +37,7 @@ class MicroBatcher:
 
     def __init__(self, inner: Embedder, max_wait: float = 0.002, max_texts: int = 64) -> None:
         self.inner = inner
+        self._under_load = getattr(inner, "embed_under_load", None)
         self.max_wait = max_wait
         self.max_texts = max_texts
         self.passes = 0  # forward passes run
@@ -62,9 +63,8 @@ class MicroBatcher:
     def warm(self) -> None:
         """Load what a pass under load runs too (the embedder's `embed_under_load`), so the first burst of
         concurrent searches does not wait for it."""
-        under_load = getattr(self.inner, "embed_under_load", None)
-        if under_load is not None:
-            under_load(["warm up"])
+        if self._under_load is not None:
+            self._under_load(["warm up"])
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         """Blocking form of submit, for callers on a thread."""
@@ -101,7 +101,7 @@ class MicroBatcher:
             batch = self._collect(first)
             self._busy = len(batch) > 1
             texts = [text for request in batch for text in request.texts]
-            embed = getattr(self.inner, "embed_under_load", self.inner.embed) if self._busy else self.inner.embed
+            embed = self._under_load if self._busy and self._under_load is not None else self.inner.embed
             try:
                 vectors = embed(texts)
             except Exception as exc:  # noqa: BLE001 - handed to every waiting caller

@@ -82,8 +82,9 @@ class OnnxEmbedder:
         self.threads = threads
         self.path: Path | None = None
         self._session: Any = None
-        self._bulk_session: Any = None  # one intra-op thread, run from several threads at once
-        self._load_session: Any = None  # one intra-op thread fewer than the cores, for passes under load (> 2 cores)
+        # Further sessions by intra-op threads: 1 for bulk indexing (run from several threads at once), the cores
+        # less one for query passes under load.
+        self._sessions: dict[int, Any] = {}
         self._tokenizer: Any = None
         self._lock = threading.Lock()
 
@@ -129,11 +130,11 @@ class OnnxEmbedder:
         workers = self.threads or os.cpu_count() or 1
         if len(texts) < BULK_TEXTS or workers < 2:
             if under_load and workers > 1:
-                session = self._under_load(workers - 1)
+                session = self._session_with(workers - 1)
             for chunk in batches:
                 out[chunk] = self._run(session, [encodings[i].ids for i in chunk])
             return out
-        bulk = self._bulk()
+        bulk = self._session_with(1)
 
         def run(chunk: list[int]) -> None:
             out[chunk] = self._run(bulk, [encodings[i].ids for i in chunk])
@@ -143,21 +144,13 @@ class OnnxEmbedder:
             list(pool.map(run, batches[::-1]))
         return out
 
-    def _under_load(self, threads: int) -> Any:
-        if threads == 1:
-            return self._bulk()
+    def _session_with(self, threads: int) -> Any:
+        """A session of the loaded model with `threads` intra-op threads, opened on first use."""
         with self._lock:
-            if self._load_session is None:
+            if threads not in self._sessions:
                 assert self.path is not None
-                self._load_session = open_session(self.path, threads)
-        return self._load_session
-
-    def _bulk(self) -> Any:
-        with self._lock:
-            if self._bulk_session is None:
-                assert self.path is not None
-                self._bulk_session = open_session(self.path, 1)
-        return self._bulk_session
+                self._sessions[threads] = open_session(self.path, threads)
+            return self._sessions[threads]
 
     def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
         """Consecutive runs of the length-sorted texts: at most batch_size texts and MAX_BATCH_TOKENS padded
