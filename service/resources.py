@@ -99,6 +99,34 @@ class Resources:
 
         return vectors()
 
+    def embed_then(
+        self, texts: list[str], then: Callable[[list[list[float]]], Any]
+    ) -> Awaitable[tuple[list[list[float]], Any]]:
+        """`embed_soon`, and what comes next, `then(vectors)`, run on the embedder's thread right after the pass
+        when it serves this request alone (MicroBatcher.submit_then); its result, or None when it did not run
+        (every text cached, or under load): the caller runs it then."""
+        found, missing = self.embedder.lookup(texts)
+
+        def complete(computed: list[list[float]]) -> list[list[float]]:
+            every = {**found, **dict(zip(missing, computed, strict=True))}
+            return [every[i] for i in range(len(texts))]
+
+        wanted = [texts[i] for i in missing]
+        pending: asyncio.Future[tuple[list[list[float]], Any]] | None = None
+        if missing:
+            if self.batcher is None:
+                self.batcher = MicroBatcher(self.embedder.inner)
+            pending = asyncio.wrap_future(self.batcher.submit_then(wanted, lambda computed: then(complete(computed))))
+
+        async def outcome() -> tuple[list[list[float]], Any]:
+            if pending is None:
+                return complete([]), None
+            computed, after = await pending
+            self.embedder.store(wanted, computed)
+            return complete(computed), after
+
+        return outcome()
+
     async def run_index(self, fn: Any, *args: Any) -> Any:
         """Run a short blocking index call (search, payloads, count, delete) off the event loop."""
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.cpu_limiter)

@@ -67,25 +67,42 @@ class Observability:
 class Stage:
     """One timed stage of a search (embed, index, rank): a leaf span and the stage histogram, ended by `end`."""
 
-    def __init__(self, resources: Resources, name: str) -> None:
+    def __init__(
+        self, resources: Resources, name: str, started: float | None = None, started_wall: int | None = None
+    ) -> None:
+        """`started`: when the stage began (perf_counter) if before now, e.g. on another thread; `started_wall`:
+        the same moment in wall-clock nanoseconds when the stage before it ended there (`ended_wall`)."""
         self.resources, self.name = resources, name
-        self.span = leaf_span(f"search.{name}")
-        self.started = time.perf_counter()
+        now = time.perf_counter()
+        self.started = now if started is None else started
+        if started_wall is None and started is not None:
+            started_wall = _wall_ns(started, now)
+        self.span = leaf_span(f"search.{name}", start_time=started_wall)
+        self.ended: float | None = None  # when it ended (perf_counter), if before `end` is called
+        self.ended_wall: int | None = None  # that moment as the span's end, once ended
 
     def end(self) -> None:
+        now = time.perf_counter()
+        ended = now if self.ended is None else self.ended
         if self.span is not None:
-            self.span.end()
+            self.ended_wall = None if self.ended is None else _wall_ns(self.ended, now)
+            self.span.end(end_time=self.ended_wall)
         obs = self.resources.observability
         if obs is not None:
-            obs.metrics.observe_stage(self.name, time.perf_counter() - self.started)
+            obs.metrics.observe_stage(self.name, ended - self.started)
+
+
+def _wall_ns(moment: float, now: float) -> int:
+    """A perf_counter moment as wall-clock nanoseconds (what spans take)."""
+    return time.time_ns() - int((now - moment) * 1e9)
 
 
 @contextmanager
-def stage(resources: Resources, name: str) -> Iterator[None]:
+def stage(resources: Resources, name: str) -> Iterator[Stage]:
     """A Stage around a block."""
     timed = Stage(resources, name)
     try:
-        yield
+        yield timed
     finally:
         timed.end()
 

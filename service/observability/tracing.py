@@ -98,12 +98,15 @@ def span(name: str, **attributes: Any) -> Iterator[Span | None]:
         yield s
 
 
-def leaf_span(name: str, **attributes: Any) -> Span | None:
-    """A started child span that the caller ends (for a stage with no children of its own)."""
+def leaf_span(name: str, start_time: int | None = None, **attributes: Any) -> Span | None:
+    """A started child span that the caller ends (for a stage with no children of its own); `start_time` in
+    wall-clock nanoseconds when it began earlier."""
     tracer = _tracer.get()
     if tracer is None:
         return None
-    return tracer.start_span(name, attributes={k: v for k, v in attributes.items() if v is not None})
+    return tracer.start_span(
+        name, attributes={k: v for k, v in attributes.items() if v is not None}, start_time=start_time
+    )
 
 
 def current_ids() -> tuple[str, str] | None:

@@ -179,18 +179,29 @@ class Retriever:
         texts = [query]
         parts = split_intents(query) if settings.split_multi_intent else []
         texts.extend(parts)
-        # The lexical vectors are encoded while the embedder works (it runs in its own thread).
         from_parts = whole_from_parts_applies(parts, settings.whole_from_parts)
-        embedding = self.resources.embed_soon(parts if from_parts else texts)
         sparse = [self.resources.encoder.encode_query(text) for text in texts]
-        with stage(self.resources, "embed"):
-            vectors = await embedding
-        if from_parts:
-            vectors = [whole_from_parts(parts, vectors), *vectors]
         index = self.resources.index
         assert index is not None
-        with stage(self.resources, "index"):
-            fused, hit_lists = await self._index_hits(index, list(zip(vectors, sparse, strict=True)), where)
+
+        def index_step(embedded: list[list[float]]) -> tuple[list[list[float]], bool, list[list[Hit]], float]:
+            """The search's vectors and the index's hits for them, and when this began (perf_counter)."""
+            began = time.perf_counter()
+            vectors = [whole_from_parts(parts, embedded), *embedded] if from_parts else embedded
+            return vectors, *self._index_hits_now(index, list(zip(vectors, sparse, strict=True)), where), began
+
+        # A search alone runs its index step on the embedder's thread right after its pass (Resources.embed_then).
+        embedding = self.resources.embed_then(parts if from_parts else texts, index_step)
+        with stage(self.resources, "embed") as embed_stage:
+            embedded, done = await embedding
+            if done is not None:
+                embed_stage.ended = done[3]
+        if done is None:
+            with stage(self.resources, "index"):
+                done = await self.resources.run_index(index_step, embedded)
+        else:
+            Stage(self.resources, "index", started=done[3], started_wall=embed_stage.ended_wall).end()
+        vectors, fused, hit_lists, _ = done
         ranking = Stage(self.resources, "rank")
         per_text = self._candidates(fused, hit_lists, vectors, k, scope)
         verbs = self.directory.verbs
@@ -227,11 +238,11 @@ class Retriever:
         ]
         return SearchOutcome(results, (time.perf_counter() - started) * 1000, parts)
 
-    async def _index_hits(
+    def _index_hits_now(
         self, index: Any, texts: list[tuple[list[float], SparseVector]], where: SearchFilter
     ) -> tuple[bool, list[list[Hit]]]:
-        """The index's hits: one list per text fused by the index when it can (a Qdrant server with
-        `index.server_fusion`; True), else one list per text and signal (False), in SIGNALS order."""
+        """The index's hits (blocking: on a thread): one list per text fused by the index when it can (a Qdrant
+        server with `index.server_fusion`; True), else one list per text and signal (False), in SIGNALS order."""
         settings = self.resources.settings.search
         fused_search = getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
         if fused_search is not None:
@@ -240,11 +251,9 @@ class Retriever:
                 + [SignalQuery("lexical", settings.candidates, sparse=lexical)]
                 for vector, lexical in texts
             ]
-            return True, await self.resources.run_index(
-                fused_search, groups, self.weights(), settings.candidates, where
-            )
-        return False, await self.resources.run_index(
-            pooled_search, index, texts, where, settings.pool_candidates, settings.candidates, settings.centre_fields
+            return True, fused_search(groups, self.weights(), settings.candidates, where)
+        return False, pooled_search(
+            index, texts, where, settings.pool_candidates, settings.candidates, settings.centre_fields
         )
 
     def bonus_bound(self, scope: str | None) -> float:

@@ -193,6 +193,11 @@ async def test_search_spans_continue_an_incoming_trace(tmp_path: Path) -> None:
     names = [s.name for s in spans]
     for name in ("POST /search", "search", "search.embed", "search.index", "search.rank", "GET /tools/{name}"):
         assert name in names, names
+    # The stages follow each other inside the search, also when the index step ran on the embedder's thread.
+    stages = {s.name: s for s in spans if s.name.startswith("search")}
+    embed, index, rank = (stages[f"search.{n}"] for n in ("embed", "index", "rank"))
+    assert stages["search"].start_time <= embed.start_time <= embed.end_time <= index.start_time
+    assert index.start_time <= index.end_time <= rank.start_time <= rank.end_time <= stages["search"].end_time
     search = next(s for s in spans if s.name == "POST /search")
     assert f"{search.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
     assert search.parent.span_id == 0xB7AD6B7169203331
