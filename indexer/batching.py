@@ -70,7 +70,9 @@ class MicroBatcher:
                 self._thread.start()
         self._queue.put(request)
 
-    def submit_then(self, texts: Sequence[str], then: Callable[[list[Vector]], Any]) -> Future[tuple[list[Vector], Any]]:
+    def submit_then(
+        self, texts: Sequence[str], then: Callable[[list[Vector]], Any]
+    ) -> Future[tuple[list[Vector], Any]]:
         """Queue texts to embed; the future holds (their vectors, `then(vectors)` when the worker ran it, else
         None: the caller runs its next step itself). An exception of `then` is the future's."""
         request = _Request(list(texts), then=then)
