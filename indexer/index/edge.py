@@ -231,6 +231,15 @@ class EdgeIndex:
         batch = iter(self._query_batch(rest, where) if rest else [])
         return [answer if answer is not None else next(batch) for answer in answers]
 
+    def scan_many(
+        self, requests: Sequence[tuple[Sequence[Sequence[float]], SearchFilter]], limit: int
+    ) -> list[list[list[Hit]]]:
+        """Per request (its texts' vectors and its filter), per text, the `limit` best tools by their `tool`
+        vector: the scans of several searches as one matrix product (`pooled_search_many`)."""
+        live = [(vectors, where) for vectors, where in requests if not where.matches_nothing]
+        found = iter(self.pool.search_many(live, limit))
+        return [[[] for _ in vectors] if where.matches_nothing else next(found) for vectors, where in requests]
+
     def _query_batch(self, queries: Sequence[SignalQuery], where: SearchFilter) -> list[list[Hit]]:
         flt = _filter(where)
         within: dict[frozenset[str], qe.Filter] = {}  # the fields of one text share their candidates

@@ -124,45 +124,61 @@ class PoolMatrix:
             self._names[row] = None
             self._free.append(row)
 
-    def search(
-        self, vectors: Sequence[Sequence[float]], limit: int, where: SearchFilter
-    ) -> list[list[Hit]]:
+    def search(self, vectors: Sequence[Sequence[float]], limit: int, where: SearchFilter) -> list[list[Hit]]:
         """Per query vector, the `limit` tools inside the filter with the highest cosine, best first. The queries
         share one matrix product: the matrix is read once (a long request and its parts: 5 texts, 1 read)."""
-        if not vectors:
-            return []
-        queries = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), self.dimension)
+        return self.search_many([(vectors, where)], limit)[0]
+
+    def search_many(
+        self, requests: Sequence[tuple[Sequence[Sequence[float]], SearchFilter]], limit: int
+    ) -> list[list[list[Hit]]]:
+        """`search` for several requests (their query vectors and filters) at once: one matrix product for all
+        their queries, so that the matrix is read once for the searches one embedding pass served together (at
+        32 concurrent searches, each one's own scan cost 1.3 ms of CPU at 10k tools, most of it waiting on memory)."""
+        sizes = [len(vectors) for vectors, _ in requests]
+        if not sum(sizes):
+            return [[] for _ in requests]
+        queries = np.asarray([v for vectors, _ in requests for v in vectors], dtype=np.float32).reshape(
+            sum(sizes), self.dimension
+        )
         norms = np.linalg.norm(queries, axis=1, keepdims=True)
         queries = queries / np.where(norms > 0, norms, 1.0)
+        out: list[list[list[Hit]]] = []
         with self._lock:
             used = len(self._names)
-            mask = self._mask(where, used)
-            inside = int(np.count_nonzero(mask))
-            count = min(limit, inside)
-            if count <= 0:
-                return [[] for _ in vectors]
-            if self._axes is not None:
-                return self._reduced_search(queries, used, mask, count, inside)
-            scores = _scan(queries, self._vectors[:used])
-            if inside < used:
-                scores[:, ~mask] = -np.inf
-            out = []
-            for row in scores:
-                best = np.argpartition(-row, count - 1)[:count]
-                best = best[np.argsort(-row[best], kind="stable")]
-                out.append(list(map(Hit, [self._names[i] for i in best.tolist()], row[best].tolist())))
-            return out
+            reduced = self._axes is not None
+            matrix, projected = (
+                (self._reduced[:used], queries @ self._axes) if reduced else (self._vectors[:used], queries)
+            )
+            scores = _scan(projected, matrix)
+            start = 0
+            for (_, where), size in zip(requests, sizes, strict=True):
+                own, rows_of = scores[start : start + size], queries[start : start + size]
+                start += size
+                mask = self._mask(where, used)
+                inside = int(np.count_nonzero(mask))
+                count = min(limit, inside)
+                if count <= 0 or not size:
+                    out.append([[] for _ in range(size)])
+                    continue
+                if inside < used:
+                    own = np.where(mask, own, -np.inf)
+                out.append(
+                    self._exact_best(rows_of, own, count, inside)
+                    if reduced
+                    else [self._best(row, count) for row in own]
+                )
+        return out
 
-    def _reduced_search(
-        self, queries: np.ndarray, used: int, mask: np.ndarray, count: int, inside: int
-    ) -> list[list[Hit]]:
-        """The best `count` rows per query (`inside` rows pass the mask): OVERSAMPLING x count candidates by the
-        reduced scan, ranked exactly."""
-        assert self._axes is not None
+    def _best(self, scores: np.ndarray, count: int) -> list[Hit]:
+        best = np.argpartition(-scores, count - 1)[:count]
+        best = best[np.argsort(-scores[best], kind="stable")]
+        return list(map(Hit, [self._names[i] for i in best.tolist()], scores[best].tolist()))
+
+    def _exact_best(self, queries: np.ndarray, coarse: np.ndarray, count: int, inside: int) -> list[list[Hit]]:
+        """The best `count` rows per query (`inside` rows pass the filter, the others score -inf in `coarse`, the
+        reduced scan): OVERSAMPLING x count candidates by the reduced scan, ranked exactly."""
         wanted = min(count * OVERSAMPLING, inside)
-        coarse = _scan(queries @ self._axes, self._reduced[:used])
-        if inside < used:
-            coarse[:, ~mask] = -np.inf
         out = []
         for query, row in zip(queries, coarse, strict=True):
             rows = np.argpartition(-row, wanted - 1)[:wanted]  # all inside the filter: wanted <= rows inside

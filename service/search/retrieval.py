@@ -20,6 +20,7 @@ from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems, s
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool
 from service.observability import Stage, stage
+from service.search.index_steps import IndexSteps
 from service.search.ranking import (
     LEAD_VERB_HEAD,
     SIGNALS,
@@ -142,6 +143,7 @@ class Retriever:
         self.resources = resources
         self.directory = NameDirectory()
         self.servers = ServerVectors()
+        self.index_steps = IndexSteps(resources)
 
     async def load_names(self, session: AsyncSession) -> None:
         """Fill the name directory from the catalog of record."""
@@ -184,10 +186,13 @@ class Retriever:
         index = self.resources.index
         assert index is not None
 
+        def with_whole(embedded: list[list[float]]) -> list[list[float]]:
+            return [whole_from_parts(parts, embedded), *embedded] if from_parts else embedded
+
         def index_step(embedded: list[list[float]]) -> tuple[list[list[float]], bool, list[list[Hit]], float]:
             """The search's vectors and the index's hits for them, and when this began (perf_counter)."""
             began = time.perf_counter()
-            vectors = [whole_from_parts(parts, embedded), *embedded] if from_parts else embedded
+            vectors = with_whole(embedded)
             return vectors, *self._index_hits_now(index, list(zip(vectors, sparse, strict=True)), where), began
 
         # A search alone runs its index step on the embedder's thread right after its pass (Resources.embed_then).
@@ -197,11 +202,12 @@ class Retriever:
             if done is not None:
                 embed_stage.ended = done[3]
         if done is None:
+            vectors = with_whole(embedded)
             with stage(self.resources, "index"):
-                done = await self.resources.run_index(index_step, embedded)
+                fused, hit_lists = await self._index_hits(index, list(zip(vectors, sparse, strict=True)), where)
         else:
-            Stage(self.resources, "index", started=done[3], started_wall=embed_stage.ended_wall).end()
-        vectors, fused, hit_lists, _ = done
+            vectors, fused, hit_lists, began = done
+            Stage(self.resources, "index", started=began, started_wall=embed_stage.ended_wall).end()
         ranking = Stage(self.resources, "rank")
         per_text = self._candidates(fused, hit_lists, vectors, k, scope)
         verbs = self.directory.verbs
@@ -238,13 +244,25 @@ class Retriever:
         ]
         return SearchOutcome(results, (time.perf_counter() - started) * 1000, parts)
 
+    async def _index_hits(
+        self, index: Any, texts: list[tuple[list[float], SparseVector]], where: SearchFilter
+    ) -> tuple[bool, list[list[Hit]]]:
+        """`_index_hits_now` on an index thread, together with the other searches that wake now (IndexSteps)."""
+        if self._fused_search(index) is not None:
+            return await self.resources.run_index(self._index_hits_now, index, texts, where)  # type: ignore[no-any-return]
+        return False, await self.index_steps.hits(index, texts, where)
+
+    def _fused_search(self, index: Any) -> Any:
+        """The index's own fusion (a Qdrant server, with `index.server_fusion`), else None."""
+        return getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
+
     def _index_hits_now(
         self, index: Any, texts: list[tuple[list[float], SparseVector]], where: SearchFilter
     ) -> tuple[bool, list[list[Hit]]]:
         """The index's hits (blocking: on a thread): one list per text fused by the index when it can (a Qdrant
         server with `index.server_fusion`; True), else one list per text and signal (False), in SIGNALS order."""
         settings = self.resources.settings.search
-        fused_search = getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
+        fused_search = self._fused_search(index)
         if fused_search is not None:
             groups = [
                 [SignalQuery(f, settings.candidates, dense=vector) for f in DENSE_FIELDS]  # type: ignore[arg-type]

@@ -121,3 +121,35 @@ def test_centred_field_scores_are_cosines_to_the_vectors_minus_the_catalogs_mean
         for field in DENSE_FIELDS:
             assert [name for name, _ in scores[field]] == [names[i] for i in best]
             assert [s for _, s in scores[field]] == pytest.approx(cosines[best].tolist(), abs=1e-5)
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+def test_several_requests_scanned_together_get_what_each_gets_alone(
+    monkeypatch: pytest.MonkeyPatch, reduced: bool
+) -> None:
+    if reduced:
+        monkeypatch.setattr(pool_matrix, "REDUCE_ABOVE", 500)
+    vectors = _catalog(800)
+    matrix = _filled(vectors)
+    assert (matrix._axes is not None) == reduced
+    queries = _unit(vectors[:9] + 0.5 * _catalog(9, seed=2)).tolist()
+    requests = [
+        (queries[0:1], SearchFilter()),
+        (queries[1:4], SearchFilter(servers=("odd",))),  # a long request and its parts
+        ([], SearchFilter()),
+        (queries[4:6], SearchFilter(allowed=frozenset({"t1", "t2", "t3"}))),  # fewer tools than the limit
+        (queries[6:7], SearchFilter(servers=("nowhere",))),
+        (queries[7:9], SearchFilter(denied=frozenset({"t0", "t8"}))),
+    ]
+    together = matrix.search_many(requests, 10)
+    alone = [matrix.search(texts, 10, where) for texts, where in requests]
+    # One product for 9 queries rounds differently from one per query (float32): the same tools, the same scores
+    # to 1e-6.
+    assert [[[name for name, _ in hits] for hits in texts] for texts in together] == [
+        [[name for name, _ in hits] for hits in texts] for texts in alone
+    ]
+    for texts_together, texts_alone in zip(together, alone, strict=True):
+        for hits_together, hits_alone in zip(texts_together, texts_alone, strict=True):
+            assert [s for _, s in hits_together] == pytest.approx([s for _, s in hits_alone], abs=1e-6)
+    assert [len(hits) for hits in together[3]] == [3, 3] and together[4] == [[]] and together[2] == []
+    assert all(int(name[1:]) % 2 for hits in together[1] for name, _ in hits)
