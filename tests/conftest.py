@@ -6,6 +6,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -13,10 +14,14 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from indexer.embedding import HashingEmbedder
+from indexer.embedding import Embedder, HashingEmbedder
 from indexer.intents import split_intents, whole_from_parts_applies
+from service.catalog.files import demo_catalog
+from service.catalog.server_info import demo_servers
+from service.catalog.service import register_tools
 from service.main import create_app
-from service.search.service import WARM_UP
+from service.resources import Resources, build_resources, close_resources, start_resources
+from service.search.service import WARM_UP, start_search
 from service.settings import SearchSettings, Settings
 from service.upstream.demo import NODE_DEMO, PYTHON_DEMO, ensure_node_packages, ensure_python_packages, node_available
 from tests.upstream.upstream_support import toolchain_path
@@ -43,6 +48,20 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     settings.execution.allow_api_stdio = True
     settings.execution.api_stdio_commands = [sys.executable]
     return settings
+
+
+@asynccontextmanager
+async def demo_resources(data_dir: Path, embedder: Embedder) -> AsyncIterator[Resources]:
+    """Started resources and retriever with the bundled catalogs of real MCP servers registered."""
+    resources = build_resources(make_settings(data_dir), embedder)
+    await start_resources(resources)
+    await start_search(resources)
+    report = await register_tools(resources, demo_catalog(), servers=demo_servers())
+    assert not report.errors
+    try:
+        yield resources
+    finally:
+        await close_resources(resources)
 
 
 @pytest.fixture

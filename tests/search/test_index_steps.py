@@ -10,12 +10,8 @@ import pytest
 
 from indexer.embedding import HashingEmbedder
 from indexer.index.base import IndexBackendError, SearchFilter
-from service.catalog.files import demo_catalog
-from service.catalog.server_info import demo_servers
-from service.catalog.service import register_tools
-from service.resources import Resources, build_resources, close_resources, start_resources
-from service.search.service import start_search
-from tests.conftest import make_settings
+from service.resources import Resources
+from tests.conftest import demo_resources
 
 QUERIES = [
     "what time is it in Tokyo?",
@@ -29,13 +25,8 @@ QUERIES = [
 
 @pytest.fixture
 async def demo(tmp_path: Path) -> AsyncIterator[Resources]:
-    resources = build_resources(make_settings(tmp_path), HashingEmbedder())
-    await start_resources(resources)
-    await start_search(resources)
-    report = await register_tools(resources, demo_catalog(), servers=demo_servers())
-    assert not report.errors
-    yield resources
-    await close_resources(resources)
+    async with demo_resources(tmp_path, HashingEmbedder()) as resources:
+        yield resources
 
 
 def _ranked(outcome: object) -> list[tuple[str, float]]:

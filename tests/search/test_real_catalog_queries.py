@@ -11,12 +11,8 @@ import pytest
 
 from indexer.embedding import SentenceTransformerEmbedder
 from indexer.index.base import SearchFilter
-from service.catalog.files import demo_catalog
-from service.catalog.server_info import demo_servers
-from service.catalog.service import register_tools
-from service.resources import Resources, build_resources, close_resources, start_resources
-from service.search.service import start_search
-from tests.conftest import FIXTURES, make_settings
+from service.resources import Resources
+from tests.conftest import FIXTURES, demo_resources
 
 pytestmark = pytest.mark.model
 CASES = [json.loads(line) for line in (FIXTURES / "retrieval" / "real_catalog_queries.jsonl").read_text().splitlines()]
@@ -29,13 +25,8 @@ KNOWN_MISSES = {
 
 @pytest.fixture(scope="module")
 async def demo(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Resources]:
-    resources = build_resources(make_settings(Path(tmp_path_factory.mktemp("real"))), SentenceTransformerEmbedder())
-    await start_resources(resources)
-    await start_search(resources)
-    report = await register_tools(resources, demo_catalog(), servers=demo_servers())
-    assert not report.errors
-    yield resources
-    await close_resources(resources)
+    async with demo_resources(Path(tmp_path_factory.mktemp("real")), SentenceTransformerEmbedder()) as resources:
+        yield resources
 
 
 @pytest.mark.parametrize(
