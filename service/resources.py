@@ -78,33 +78,16 @@ class Resources:
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """Embed query texts off the event loop: cached ones at once, the rest micro-batched."""
-        return await self.embed_soon(texts)
-
-    def embed_soon(self, texts: list[str]) -> Awaitable[list[list[float]]]:
-        """Queue the embedding now (so the caller can work while the embedder does) and await it later."""
-        found, missing = self.embedder.lookup(texts)
-        pending: asyncio.Future[list[list[float]]] | None = None
-        wanted = [texts[i] for i in missing]
-        if missing:
-            if self.batcher is None:
-                self.batcher = MicroBatcher(self.embedder.inner)
-            pending = asyncio.wrap_future(self.batcher.submit(wanted))
-
-        async def vectors() -> list[list[float]]:
-            if pending is not None:
-                computed = await pending
-                self.embedder.store(wanted, computed)
-                found.update(zip(missing, computed, strict=True))
-            return [found[i] for i in range(len(texts))]
-
-        return vectors()
+        vectors, _ = await self.embed_then(texts)
+        return vectors
 
     def embed_then(
-        self, texts: list[str], then: Callable[[list[list[float]]], Any]
+        self, texts: list[str], then: Callable[[list[list[float]]], Any] | None = None
     ) -> Awaitable[tuple[list[list[float]], Any]]:
-        """`embed_soon`, and what comes next, `then(vectors)`, run on the embedder's thread right after the pass
-        when it serves this request alone (MicroBatcher.submit_then); its result, or None when it did not run
-        (every text cached, or under load): the caller runs it then."""
+        """Queue the embedding now (so the caller can work while the embedder does) and await it later: the
+        vectors, and the result of what comes next, `then(vectors)`, run on the embedder's thread right after the
+        pass when it serves this request alone (MicroBatcher.submit_then); None when it did not run (no `then`,
+        every text cached, or under load): the caller runs it then."""
         found, missing = self.embedder.lookup(texts)
 
         def complete(computed: list[list[float]]) -> list[list[float]]:
@@ -112,16 +95,20 @@ class Resources:
             return [every[i] for i in range(len(texts))]
 
         wanted = [texts[i] for i in missing]
-        pending: asyncio.Future[tuple[list[list[float]], Any]] | None = None
+        pending: asyncio.Future[Any] | None = None
         if missing:
             if self.batcher is None:
                 self.batcher = MicroBatcher(self.embedder.inner)
-            pending = asyncio.wrap_future(self.batcher.submit_then(wanted, lambda computed: then(complete(computed))))
+            pending = asyncio.wrap_future(
+                self.batcher.submit(wanted)
+                if then is None
+                else self.batcher.submit_then(wanted, lambda computed: then(complete(computed)))
+            )
 
         async def outcome() -> tuple[list[list[float]], Any]:
             if pending is None:
                 return complete([]), None
-            computed, after = await pending
+            computed, after = (await pending, None) if then is None else await pending
             self.embedder.store(wanted, computed)
             return complete(computed), after
 

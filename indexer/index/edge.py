@@ -236,9 +236,7 @@ class EdgeIndex:
     ) -> list[list[list[Hit]]]:
         """Per request (its texts' vectors and its filter), per text, the `limit` best tools by their `tool`
         vector: the scans of several searches as one matrix product (`pooled_search_many`)."""
-        live = [(vectors, where) for vectors, where in requests if not where.matches_nothing]
-        found = iter(self.pool.search_many(live, limit))
-        return [[[] for _ in vectors] if where.matches_nothing else next(found) for vectors, where in requests]
+        return self.pool.search_many(requests, limit)
 
     def _query_batch(self, queries: Sequence[SignalQuery], where: SearchFilter) -> list[list[Hit]]:
         flt = _filter(where)

@@ -5,28 +5,32 @@ event loop. Each used to take its own index thread for its index step and read t
 own scan (at 32 concurrent searches over 10k tools: 1.3 ms of CPU a search, most of it waiting on memory, since
 the model's weights and the other requests' work keep evicting the matrix from the cache). Here the first of them
 schedules one job for every search that registers before the job starts: their scans are one matrix product
-(`pooled_search_many`), then each one's lexical query and field scores follow, on one index thread."""
+(`pooled_search_many`, as the retriever runs it), then each one's lexical query and field scores follow, on one
+index thread."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from indexer.index.base import Hit, SearchFilter, pooled_search_many
+from indexer.index.base import Hit, SearchFilter
 from indexer.lexical import SparseVector
 
 if TYPE_CHECKING:
     from service.resources import Resources
 
 Texts = Sequence[tuple[list[float], SparseVector]]
+# (index, [(texts, filter) per search]) -> per search, its hits: `pooled_search_many` with the search settings.
+RunMany = Callable[[Any, list[tuple[Texts, SearchFilter]]], list[list[list[Hit]]]]
 
 
 class IndexSteps:
     """Collects the index steps of concurrent searches and runs them together (`hits`)."""
 
-    def __init__(self, resources: Resources) -> None:
+    def __init__(self, resources: Resources, run_many: RunMany) -> None:
         self.resources = resources
+        self.run_many = run_many
         self._pending: list[tuple[Texts, SearchFilter, asyncio.Future[list[list[Hit]]]]] = []
         self._jobs: set[asyncio.Task[None]] = set()
         self.jobs_run = 0  # jobs started (each served one search or more)
@@ -49,16 +53,8 @@ class IndexSteps:
 
     async def _run(self, index: Any, batch: list[tuple[Texts, SearchFilter, asyncio.Future[list[list[Hit]]]]]) -> None:
         self.jobs_run += 1
-        settings = self.resources.settings.search
         try:
-            found = await self.resources.run_index(
-                pooled_search_many,
-                index,
-                [(texts, where) for texts, where, _ in batch],
-                settings.pool_candidates,
-                settings.candidates,
-                settings.centre_fields,
-            )
+            found = await self.resources.run_index(self.run_many, index, [(texts, where) for texts, where, _ in batch])
         except asyncio.CancelledError:
             for _, _, future in batch:
                 future.cancel()

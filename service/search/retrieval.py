@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import normalize_name_key
-from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search
+from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
 from indexer.lexical import SparseVector
 from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems, spelling_tier
@@ -143,7 +143,7 @@ class Retriever:
         self.resources = resources
         self.directory = NameDirectory()
         self.servers = ServerVectors()
-        self.index_steps = IndexSteps(resources)
+        self.index_steps = IndexSteps(resources, self._pooled_many)
 
     async def load_names(self, session: AsyncSession) -> None:
         """Fill the name directory from the catalog of record."""
@@ -270,8 +270,15 @@ class Retriever:
                 for vector, lexical in texts
             ]
             return True, fused_search(groups, self.weights(), settings.candidates, where)
-        return False, pooled_search(
-            index, texts, where, settings.pool_candidates, settings.candidates, settings.centre_fields
+        return False, self._pooled_many(index, [(texts, where)])[0]
+
+    def _pooled_many(
+        self, index: Any, requests: list[tuple[Sequence[tuple[list[float], SparseVector]], SearchFilter]]
+    ) -> list[list[list[Hit]]]:
+        """`pooled_search_many` with the search settings (blocking: on a thread)."""
+        settings = self.resources.settings.search
+        return pooled_search_many(
+            index, requests, settings.pool_candidates, settings.candidates, settings.centre_fields
         )
 
     def bonus_bound(self, scope: str | None) -> float:
