@@ -23,6 +23,7 @@ from service.benchmarks.search import (
     bench_queries,
     build_catalog,
     embedding_median_ms,
+    floor_sample,
     peak_rss_mb,
     source_tools,
 )
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         print("wrk is not installed (apt-get install wrk, or scripts/install-test-extras.sh)", file=sys.stderr)
         return 2
     kinds = {kind: bench_queries(kind, args.queries) for kind in ("short", "long")}
-    result: dict[str, Any] = {"floor_ms": {kind: embedding_floor_ms(q[:200]) for kind, q in kinds.items()}}
+    result: dict[str, Any] = {"floor_ms": {kind: embedding_floor_ms(floor_sample(q)) for kind, q in kinds.items()}}
     with tempfile.TemporaryDirectory(prefix="toolscout-load-") as tmp:
         process = None
         url = args.url
