@@ -26,6 +26,29 @@ REDUCED_DIMENSIONS = 96
 OVERSAMPLING = 16
 FIT_SAMPLE = 20_000  # rows the principal components are computed from
 GEMV_UP_TO = 3  # queries scanned one at a time (see _scan)
+# top_rows: from SAMPLE_FROM scores on, a threshold from every SAMPLE_STRIDE-th one first.
+SAMPLE_FROM = 4096
+SAMPLE_STRIDE = 16
+SAMPLE_MARGIN = 8
+
+
+def top_rows(scores: np.ndarray, count: int) -> np.ndarray:
+    """The indices of the `count` highest of a row of scores, in no order (what `np.argpartition` gives).
+
+    A partition of the whole row costs more than the scan past a few thousand rows (100k rows, 1,600 wanted:
+    1.5 ms a text on this 2-core machine). The `count / SAMPLE_STRIDE + SAMPLE_MARGIN`-th highest of every
+    SAMPLE_STRIDE-th score is a threshold that a little more than `count` scores reach; only those are partitioned
+    (6 texts at 100k: 9.3 -> 1.8 ms). Exact: when fewer than `count` reach it, the whole row is partitioned."""
+    size = len(scores)
+    if count >= size:
+        return np.arange(size)
+    if size >= SAMPLE_FROM:
+        sample = scores[::SAMPLE_STRIDE]
+        kth = max(0, len(sample) - 1 - (count // SAMPLE_STRIDE + SAMPLE_MARGIN))
+        above = np.flatnonzero(scores >= np.partition(sample, kth)[kth])
+        if len(above) >= count:
+            return above[np.argpartition(-scores[above], count - 1)[:count]]
+    return np.argpartition(-scores, count - 1)[:count]
 
 
 def _scan(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
@@ -174,7 +197,7 @@ class PoolMatrix:
         return out
 
     def _best(self, scores: np.ndarray, count: int) -> list[Hit]:
-        best = np.argpartition(-scores, count - 1)[:count]
+        best = top_rows(scores, count)
         best = best[np.argsort(-scores[best], kind="stable")]
         return list(map(Hit, [self._names[i] for i in best.tolist()], scores[best].tolist()))
 
@@ -184,7 +207,7 @@ class PoolMatrix:
         wanted = min(count * OVERSAMPLING, inside)
         out = []
         for query, row in zip(queries, coarse, strict=True):
-            rows = np.argpartition(-row, wanted - 1)[:wanted]  # all inside the filter: wanted <= rows inside
+            rows = top_rows(row, wanted)  # all inside the filter: wanted <= rows inside
             exact = self._vectors[rows] @ query
             best = np.argpartition(-exact, count - 1)[:count]
             best = best[np.argsort(-exact[best], kind="stable")]

@@ -153,3 +153,22 @@ def test_several_requests_scanned_together_get_what_each_gets_alone(
             assert [s for _, s in hits_together] == pytest.approx([s for _, s in hits_alone], abs=1e-6)
     assert [len(hits) for hits in together[3]] == [3, 3] and together[4] == [[]] and together[2] == []
     assert all(int(name[1:]) % 2 for hits in together[1] for name, _ in hits)
+
+
+@pytest.mark.parametrize("count", [1, 100, 1600, 9000])
+def test_top_rows_are_the_highest_scores_whatever_the_sample_finds(count: int) -> None:
+    rng = np.random.default_rng(count)
+    scores = rng.standard_normal(10_000).astype(np.float32)
+    scores[::3] = -np.inf  # rows outside a filter
+    scores[-200:] = np.sort(scores[-200:])  # an ordered run: the strided sample sees one end of it only
+    kth_best = np.sort(scores)[-count]
+    top = pool_matrix.top_rows(scores, count)
+    assert len(top) == count == len(set(top.tolist()))
+    assert scores[top].min() == kth_best
+    # A sample that misses the best rows (they lie between its strides) still gives them: the threshold falls
+    # below them, or the whole row is partitioned.
+    skewed = np.zeros(10_000, dtype=np.float32)
+    skewed[1::16][:count] = 1.0
+    assert set(pool_matrix.top_rows(skewed, min(count, 625)).tolist()) == set(
+        np.flatnonzero(skewed)[: min(count, 625)].tolist()
+    )
