@@ -209,7 +209,7 @@ class PoolMatrix:
         for query, row in zip(queries, coarse, strict=True):
             rows = top_rows(row, wanted)  # all inside the filter: wanted <= rows inside
             exact = self._vectors[rows] @ query
-            best = np.argpartition(-exact, count - 1)[:count]
+            best = top_rows(exact, count)
             best = best[np.argsort(-exact[best], kind="stable")]
             names = [self._names[i] for i in rows[best].tolist()]
             out.append(list(map(Hit, names, exact[best].tolist())))
@@ -257,7 +257,7 @@ class PoolMatrix:
         out: dict[str, list[Hit]] = {}
         for i, field in enumerate(DENSE_FIELDS):
             column = scores[:, i]
-            best = np.argpartition(-column, count - 1)[:count]
+            best = top_rows(column, count)
             best = best[np.argsort(-column[best], kind="stable")]
             out[field] = list(map(Hit, [known[j][0] for j in best.tolist()], column[best].tolist()))
         return out
