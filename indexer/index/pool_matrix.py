@@ -20,12 +20,12 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, centred_cosines
+from indexer.index.products import Products
 
 REDUCE_ABOVE = 30_000
 REDUCED_DIMENSIONS = 96
 OVERSAMPLING = 16
 FIT_SAMPLE = 20_000  # rows the principal components are computed from
-GEMV_UP_TO = 3  # queries scanned one at a time (see _scan)
 # top_rows: from SAMPLE_FROM scores on, a threshold from every SAMPLE_STRIDE-th one first.
 SAMPLE_FROM = 4096
 SAMPLE_STRIDE = 16
@@ -49,19 +49,6 @@ def top_rows(scores: np.ndarray, count: int) -> np.ndarray:
         if len(above) >= count:
             return above[np.argpartition(-scores[above], count - 1)[:count]]
     return np.argpartition(-scores, count - 1)[:count]
-
-
-def _scan(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """(queries, rows) cosines of every query against every row of a C-contiguous matrix, reading it in place.
-
-    OpenBLAS multiplies a few queries by a large matrix badly: `matrix @ queries.T` packs (copies) the matrix
-    first. A matrix-vector product per query reads it without a copy; from GEMV_UP_TO + 1 queries on,
-    `queries @ matrix.T` (the matrix as a transposed operand) is cheaper. Measured at 10k x 384 right after a
-    query embedding (the caches as a search finds them), ms: 2 queries 1.1 / 2.1 / 1.3 (per query / matrix @
-    queries.T / queries @ matrix.T), 4 queries 2.0 / 2.3 / 1.3, 7 queries 2.7 / 2.6 / 1.8."""
-    if len(queries) <= GEMV_UP_TO:
-        return np.stack([matrix @ query for query in queries])
-    return queries @ matrix.T
 
 
 class PoolMatrix:
@@ -89,6 +76,9 @@ class PoolMatrix:
         self._fitted_rows = 0
         # Each field's sum over the live rows, for the catalog's mean field vectors (`centred_cosines`).
         self._field_sums = np.zeros((len(DENSE_FIELDS), dimension), dtype=np.float64)
+        # The scans' products, each matrix in the BLAS form that is fastest here for the number of queries.
+        self._products = Products()
+        self._reduced_products = Products()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -173,10 +163,7 @@ class PoolMatrix:
             matrix, projected = (
                 (self._reduced[:used], queries @ self._axes) if reduced else (self._vectors[:used], queries)
             )
-            # The reduced matrix (rows of 96 floats) is read best as a transposed operand even for one query: at 100k
-            # rows, after 40 MB of other reads, 1 / 2 / 3 queries took 2.06 / 3.99 / 5.93 ms one at a time and 1.53 /
-            # 2.66 / 3.51 ms as `queries @ matrix.T` (for the 384-float rows, `_scan`'s choice holds).
-            scores = projected @ matrix.T if reduced else _scan(projected, matrix)
+            scores = (self._reduced_products if reduced else self._products)(projected, matrix)
             start = 0
             for (_, where), size in zip(requests, sizes, strict=True):
                 own, rows_of = scores[start : start + size], queries[start : start + size]

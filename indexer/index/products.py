@@ -1,0 +1,75 @@
+"""The scan's matrix product in the BLAS form that is fastest on this machine, for this matrix and query count.
+
+A scan multiplies a few unit queries (1 for a short request, 5-7 for a long one split into parts) by a matrix of
+many rows. OpenBLAS has three ways to do it and which one wins depends on the CPU, its caches and the shapes, by
+2-3 x either way: on a 2-core AMD EPYC here (one BLAS thread, as the service runs), 6 queries against 10k x 384
+rows took 7.1 / 3.6 / 6.2 ms one matrix-vector product per query / `matrix @ queries.T` / `queries @ matrix.T`,
+and 100k x 96 took 19.5 / 6.3 / 12.4 ms, where an earlier machine (a Xeon) ran `queries @ matrix.T` fastest at
+10k. So each form is timed on the live scans themselves, TRIALS times per query count, and the fastest median is
+kept; the trials run again when the matrix has doubled or halved in rows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+TRIALS = 3
+MANY_QUERIES = 8  # query counts from here on share one choice
+
+
+def per_query(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """One matrix-vector product per query: reads the matrix in place, once per query."""
+    return np.stack([matrix @ query for query in queries])
+
+
+def matrix_first(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """`matrix @ queries.T`, transposed back to one contiguous row per query."""
+    return np.ascontiguousarray((matrix @ queries.T).T)
+
+
+def queries_first(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """`queries @ matrix.T`: the matrix as a transposed operand."""
+    return queries @ matrix.T
+
+
+FORMS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "per_query": per_query,
+    "matrix_first": matrix_first,
+    "queries_first": queries_first,
+}
+
+
+class Products:
+    """(queries, rows) products of unit queries and the rows of one matrix, each query count in its fastest form.
+
+    Not thread-safe: its caller (the pool matrix) scans under its own lock."""
+
+    def __init__(self) -> None:
+        self._timings: dict[int, dict[str, list[float]]] = {}
+        self._chosen: dict[int, str] = {}
+        self._rows_timed = 0
+
+    def __call__(self, queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+        rows = len(matrix)
+        if rows >= 2 * self._rows_timed or 2 * rows < self._rows_timed:
+            self._timings.clear()
+            self._chosen.clear()
+            self._rows_timed = max(rows, 1)
+        count = min(len(queries), MANY_QUERIES)
+        chosen = self._chosen.get(count)
+        if chosen is not None:
+            return FORMS[chosen](queries, matrix)
+        timings = self._timings.setdefault(count, {form: [] for form in FORMS})
+        form = min(timings, key=lambda name: len(timings[name]))
+        start = time.perf_counter()
+        scores = FORMS[form](queries, matrix)
+        timings[form].append(time.perf_counter() - start)
+        if all(len(seconds) >= TRIALS for seconds in timings.values()):
+            self._chosen[count] = min(timings, key=lambda name: float(np.median(timings[name])))
+        return scores
+
+    def choices(self) -> dict[int, str]:
+        """The form chosen per query count so far (MANY_QUERIES stands for that many or more)."""
+        return dict(self._chosen)
