@@ -49,14 +49,21 @@ def tokenize(text: str) -> list[str]:
     """Lower-cased, identifier-split, stop-word-free, stemmed terms (CJK runs become uni- and bigrams)."""
     terms: list[str] = []
     for raw in _WORD.findall(text):
-        if _CJK.search(raw):
-            terms.extend(_cjk_terms(raw))
-            continue
-        for word in split_identifier(raw).split():
-            if len(word) < 2 or word in STOPWORDS:
-                continue
-            terms.append(_stem(word) if word.isascii() else word)
+        terms.extend(_word_terms(raw))
     return terms
+
+
+@lru_cache(maxsize=50_000)
+def _word_terms(raw: str) -> tuple[str, ...]:
+    """The terms of one word of a text: words recur across requests and documents, and splitting and stemming
+    them again cost a search 0.1-0.2 ms of event-loop time."""
+    if _CJK.search(raw):
+        return tuple(_cjk_terms(raw))
+    return tuple(
+        _stem(word) if word.isascii() else word
+        for word in split_identifier(raw).split()
+        if len(word) >= 2 and word not in STOPWORDS
+    )
 
 
 def term_index(term: str) -> int:
