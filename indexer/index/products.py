@@ -5,8 +5,10 @@ many rows. OpenBLAS has three ways to do it and which one wins depends on the CP
 2-3 x either way: on a 2-core AMD EPYC here (one BLAS thread, as the service runs), 6 queries against 10k x 384
 rows took 7.1 / 3.6 / 6.2 ms one matrix-vector product per query / `matrix @ queries.T` / `queries @ matrix.T`,
 and 100k x 96 took 19.5 / 6.3 / 12.4 ms, where an earlier machine (a Xeon) ran `queries @ matrix.T` fastest at
-10k. So each form is timed on the live scans themselves, TRIALS times per query count, and the fastest median is
-kept; the trials run again when the matrix has doubled or halved in rows."""
+10k; and at 10k x 384 here 8 queries took 3.5 / 4.4 ms as `matrix @ queries.T` / `queries @ matrix.T`, 128
+queries (the texts of many searches scanned together under load) 19.4 / 16.0 ms. So each form is timed on the live
+scans themselves, TRIALS times per query count (`query_bucket`), and the fastest median is kept; the trials run
+again when the matrix has doubled or halved in rows."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 
 TRIALS = 3
-MANY_QUERIES = 8  # query counts from here on share one choice
+PER_QUERY_UP_TO = 8  # past this many queries one product per query never wins (each reads the whole matrix)
 
 
 def per_query(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
@@ -57,11 +59,12 @@ class Products:
             self._timings.clear()
             self._chosen.clear()
             self._rows_timed = max(rows, 1)
-        count = min(len(queries), MANY_QUERIES)
+        count = query_bucket(len(queries))
         chosen = self._chosen.get(count)
         if chosen is not None:
             return FORMS[chosen](queries, matrix)
-        timings = self._timings.setdefault(count, {form: [] for form in FORMS})
+        forms = FORMS if count <= PER_QUERY_UP_TO else [name for name in FORMS if name != "per_query"]
+        timings = self._timings.setdefault(count, {form: [] for form in forms})
         form = min(timings, key=lambda name: len(timings[name]))
         start = time.perf_counter()
         scores = FORMS[form](queries, matrix)
@@ -71,5 +74,11 @@ class Products:
         return scores
 
     def choices(self) -> dict[int, str]:
-        """The form chosen per query count so far (MANY_QUERIES stands for that many or more)."""
+        """The form chosen so far per query count (`query_bucket`)."""
         return dict(self._chosen)
+
+
+def query_bucket(count: int) -> int:
+    """The query counts that share one choice: each up to PER_QUERY_UP_TO, then by powers of two (under load one
+    scan serves the texts of many searches: 8 queries and 128 are best read in different forms)."""
+    return count if count <= PER_QUERY_UP_TO else 1 << (count - 1).bit_length()
