@@ -63,13 +63,12 @@ def test_onnx_fp32_gives_the_torch_vectors(
     np.testing.assert_allclose(embedder.embed(sample_texts[:5]), embedder.embed(sample_texts)[:5], atol=1e-5)
 
 
-def test_onnx_int8_stays_within_cosine_0_99_of_torch(
-    models_dir: Path, sample_texts: list[str], torch_vectors: np.ndarray
-) -> None:
+def test_onnx_int8_stays_close_to_torch(models_dir: Path, sample_texts: list[str], torch_vectors: np.ndarray) -> None:
     cosines = _cosines(OnnxEmbedder(models_dir=models_dir, variant="int8"), sample_texts, torch_vectors)
-    # Measured on these 769 texts: mean 0.9963, 3 below 0.99, all of them one word ("now" 0.981).
-    assert cosines.mean() >= 0.995 and np.percentile(cosines, 1) >= 0.99, (cosines.mean(), np.percentile(cosines, 1))
-    assert cosines.min() >= 0.975, sample_texts[int(cosines.argmin())]
+    # Measured on these 769 texts (recipe v2, every weight MatMul int8): mean 0.9935, 1st percentile 0.9865, one
+    # below 0.98, a single word ("now" 0.970). The dev sets' retrieval metrics stay within .001 of torch (README).
+    assert cosines.mean() >= 0.992 and np.percentile(cosines, 1) >= 0.985, (cosines.mean(), np.percentile(cosines, 1))
+    assert cosines.min() >= 0.965, sample_texts[int(cosines.argmin())]
 
 
 @pytest.mark.parametrize("threads", [2, 3])  # its session: the indexer's single-threaded one, or one of 2 threads
