@@ -35,7 +35,8 @@ class MicroBatcher:
     (`embed_under_load`: one intra-op thread fewer than the cores, leaving one to the event loop): the cores are
     busy with the requests' other work then, and on this 2-core machine the ONNX int8 model costs 10-30 % less CPU
     per text on one thread than on two (3.1-3.9 against 3.5-5.6 ms a short query in batches of 4-32). A request
-    alone keeps every thread: its latency is what counts.
+    alone runs in the default form, which the embedder may time against its form for load (`OnnxEmbedder`: a lone
+    pass keeps whichever is faster on the machine).
 
     `submit_then` hands the worker what the caller does next with the vectors (a search: its index step). The
     worker runs it right after the pass when the pass served that request alone and nobody waits for the next one:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from indexer.fastest import Fastest
 from indexer.onnx_export import Variant, ensure_exported, model_dir
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,10 @@ BULK_TEXTS = 256
 # 0.05 ms per padded token (this CPU, 2 threads), so a new batch is cheaper once the padding it saves exceeds
 # ~24 tokens: a long request and its short parts are two passes, not one padded to the longest (30 -> 11 ms).
 MAX_PADDING_TOKENS = 24
+# Timed passes of each form per token count before a lone pass keeps the faster (`Fastest`): the two differ by
+# 10-15 % either way (this 2-core Xeon: one short query 4.7-5.4 ms on one thread against 5.3-6.4 on two, a long
+# request 14.0-14.5 against 15.1-16.0; the EPYC of an earlier round ran a lone query faster on two).
+LONE_TRIALS = 5
 
 
 def max_seq_length(source: Path) -> int:
@@ -87,6 +92,8 @@ class OnnxEmbedder:
         self._sessions: dict[int, Any] = {}
         self._tokenizer: Any = None
         self._lock = threading.Lock()
+        # A pass outside load: on every core or on one fewer, whichever is faster on this machine for its size.
+        self._lone = Fastest(LONE_TRIALS)
 
     def _load(self) -> tuple[Any, Any]:
         with self._lock:
@@ -126,13 +133,25 @@ class OnnxEmbedder:
         encodings = tokenizer.encode_batch([str(text).strip() for text in texts])
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        batches = self._batches(order, [len(e.ids) for e in encodings])
+        lengths = [len(e.ids) for e in encodings]
+        batches = self._batches(order, lengths)
         workers = self.threads or os.cpu_count() or 1
         if len(texts) < BULK_TEXTS or workers < 2:
-            if under_load and workers > 1:
-                session = self._session_with(workers - 1)
-            for chunk in batches:
-                out[chunk] = self._run(session, [encodings[i].ids for i in chunk])
+
+            def run_on(on: Any) -> None:
+                for chunk in batches:
+                    out[chunk] = self._run(on, [encodings[i].ids for i in chunk])
+
+            if workers < 2:
+                run_on(session)
+            elif under_load:
+                run_on(self._session_with(workers - 1))
+            else:
+                fewer = self._session_with(workers - 1)
+                self._lone.call(
+                    token_bucket(sum(lengths)),
+                    {"every core": lambda: run_on(session), "one core fewer": lambda: run_on(fewer)},
+                )
             return out
         bulk = self._session_with(1)
 
@@ -143,6 +162,10 @@ class OnnxEmbedder:
         with ThreadPoolExecutor(workers, thread_name_prefix="embed-bulk") as pool:
             list(pool.map(run, batches[::-1]))
         return out
+
+    def lone_choices(self) -> dict[int, str]:
+        """The form a pass outside load runs in, chosen so far per token count (`token_bucket`)."""
+        return self._lone.choices()  # type: ignore[return-value]
 
     def _session_with(self, threads: int) -> Any:
         """A session of the loaded model with `threads` intra-op threads, opened on first use."""
@@ -182,3 +205,8 @@ class OnnxEmbedder:
             mask[row, : len(tokens)] = 1
         feed = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
         return session.run(None, feed)[0]  # type: ignore[no-any-return]
+
+
+def token_bucket(tokens: int) -> int:
+    """The token counts of a pass that share one choice of form: by powers of two."""
+    return 1 << max(tokens - 1, 0).bit_length()

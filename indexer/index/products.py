@@ -7,15 +7,16 @@ rows took 7.1 / 3.6 / 6.2 ms one matrix-vector product per query / `matrix @ que
 and 100k x 96 took 19.5 / 6.3 / 12.4 ms, where an earlier machine (a Xeon) ran `queries @ matrix.T` fastest at
 10k; and at 10k x 384 here 8 queries took 3.5 / 4.4 ms as `matrix @ queries.T` / `queries @ matrix.T`, 128
 queries (the texts of many searches scanned together under load) 19.4 / 16.0 ms. So each form is timed on the live
-scans themselves, TRIALS times per query count (`query_bucket`), and the fastest median is kept; the trials run
-again when the matrix has doubled or halved in rows."""
+scans themselves, TRIALS times per query count (`query_bucket`), and the fastest median is kept (`Fastest`); the
+trials run again when the matrix has doubled or halved in rows."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
+
+from indexer.fastest import Fastest
 
 TRIALS = 3
 PER_QUERY_UP_TO = 8  # past this many queries one product per query never wins (each reads the whole matrix)
@@ -41,6 +42,7 @@ FORMS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "matrix_first": matrix_first,
     "queries_first": queries_first,
 }
+WITHOUT_PER_QUERY = {name: form for name, form in FORMS.items() if name != "per_query"}
 
 
 class Products:
@@ -49,33 +51,24 @@ class Products:
     Not thread-safe: its caller (the pool matrix) scans under its own lock."""
 
     def __init__(self) -> None:
-        self._timings: dict[int, dict[str, list[float]]] = {}
-        self._chosen: dict[int, str] = {}
+        self._fastest = Fastest(TRIALS)
         self._rows_timed = 0
 
     def __call__(self, queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
         rows = len(matrix)
         if rows >= 2 * self._rows_timed or 2 * rows < self._rows_timed:
-            self._timings.clear()
-            self._chosen.clear()
+            self._fastest.forget()
             self._rows_timed = max(rows, 1)
         count = query_bucket(len(queries))
-        chosen = self._chosen.get(count)
-        if chosen is not None:
-            return FORMS[chosen](queries, matrix)
-        forms = FORMS if count <= PER_QUERY_UP_TO else [name for name in FORMS if name != "per_query"]
-        timings = self._timings.setdefault(count, {form: [] for form in forms})
-        form = min(timings, key=lambda name: len(timings[name]))
-        start = time.perf_counter()
-        scores = FORMS[form](queries, matrix)
-        timings[form].append(time.perf_counter() - start)
-        if all(len(seconds) >= TRIALS for seconds in timings.values()):
-            self._chosen[count] = min(timings, key=lambda name: float(np.median(timings[name])))
-        return scores
+        return self._fastest.call(count, FORMS if count <= PER_QUERY_UP_TO else WITHOUT_PER_QUERY, queries, matrix)
 
     def choices(self) -> dict[int, str]:
         """The form chosen so far per query count (`query_bucket`)."""
-        return dict(self._chosen)
+        return self._fastest.choices()  # type: ignore[return-value]
+
+    def timings(self, count: int) -> dict[str, list[float]]:
+        """The seconds each form took in the trials of a query count (`query_bucket`)."""
+        return self._fastest.timings(count)
 
 
 def query_bucket(count: int) -> int:

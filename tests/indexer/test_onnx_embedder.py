@@ -108,3 +108,31 @@ def test_batches_split_where_padding_would_cost_more_than_a_new_pass() -> None:
     assert embedder._batches(list(range(6)), [20] * 6) == [[0, 1, 2, 3], [4, 5]]
     assert [len(b) for b in embedder._batches(list(range(3)), [256, 256, 256])] == [3]
     assert [len(b) for b in OnnxEmbedder(batch_size=32)._batches(list(range(9)), [256] * 9)] == [8, 1]
+
+
+def test_a_lone_pass_times_both_forms_then_keeps_the_faster(models_dir: Path) -> None:
+    from indexer.onnx_embedder import LONE_TRIALS, token_bucket
+
+    embedder = OnnxEmbedder(models_dir=models_dir, variant="int8", threads=2)
+    first = embedder.embed(["weather in Paris"])
+    for _ in range(2 * LONE_TRIALS - 1):
+        # The same vectors whichever form ran (one intra-op thread or two: the same pass).
+        np.testing.assert_allclose(embedder.embed(["weather in Paris"]), first, atol=1e-5)
+    bucket = token_bucket(len(embedder._tokenizer.encode("weather in Paris").ids))
+    timings = embedder._lone.timings(bucket)
+    assert {name: len(seconds) for name, seconds in timings.items()} == {
+        "every core": LONE_TRIALS,
+        "one core fewer": LONE_TRIALS,
+    }
+    medians = {name: float(np.median(seconds)) for name, seconds in timings.items()}
+    assert embedder.lone_choices() == {bucket: min(medians, key=medians.__getitem__)}
+    pair = ["weather in Paris today", "time in Tokyo now"]
+    embedder.embed_under_load(pair)  # under load: never a trial
+    tokens = sum(len(embedder._tokenizer.encode(text).ids) for text in pair)
+    assert embedder._lone.timings(token_bucket(tokens)) == {} and set(embedder.lone_choices()) == {bucket}
+
+
+def test_token_counts_share_a_choice_by_powers_of_two() -> None:
+    from indexer.onnx_embedder import token_bucket
+
+    assert [token_bucket(n) for n in (1, 2, 3, 12, 16, 17, 100)] == [1, 2, 4, 16, 16, 32, 128]
