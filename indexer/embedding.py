@@ -73,10 +73,7 @@ class SentenceTransformerEmbedder:
         if len(texts) <= SMALL_BATCH:
             return self._embed_small(model, texts)
         array = model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
             show_progress_bar=False,
         )
         return [row.tolist() for row in array]
@@ -91,10 +88,7 @@ class SentenceTransformerEmbedder:
         transformer = model[0]
         with torch.inference_mode():
             batch = transformer.tokenizer(
-                list(texts),
-                padding=True,
-                truncation=True,
-                max_length=transformer.max_seq_length,
+                list(texts), padding=True, truncation=True, max_length=transformer.max_seq_length,
                 return_tensors="pt",
             )
             hidden = transformer.auto_model(**batch).last_hidden_state

@@ -18,11 +18,8 @@ def server_info(raw: Any) -> dict[str, str]:
     """The string fields of an MCP server info block (`serverInfo` plus the `instructions` of initialize)."""
     if not isinstance(raw, Mapping):
         return {}
-    return {
-        f: " ".join(raw[f].split())[:MAX_INFO_CHARS]
-        for f in INFO_FIELDS
-        if isinstance(raw.get(f), str) and raw[f].strip()
-    }
+    return {f: " ".join(raw[f].split())[:MAX_INFO_CHARS] for f in INFO_FIELDS if isinstance(raw.get(f), str)
+            and raw[f].strip()}
 
 
 def server_document(server_id: str, info: Mapping[str, str], tool_names: Iterable[str]) -> str:
@@ -30,13 +27,8 @@ def server_document(server_id: str, info: Mapping[str, str], tool_names: Iterabl
     words = dict.fromkeys(split_identifier(n) for n in (server_id, info.get("name", "")) if n)
     head = " ".join(words)
     tools = ", ".join(split_identifier(n) for n in sorted(tool_names)[:MAX_TOOL_NAMES])
-    parts = [
-        head,
-        info.get("title", ""),
-        info.get("description", ""),
-        f"tools: {tools}" if tools else "",
-        info.get("instructions", ""),
-    ]
+    parts = [head, info.get("title", ""), info.get("description", ""), f"tools: {tools}" if tools else "",
+             info.get("instructions", "")]
     return ". ".join(p.strip(" .") for p in parts if p.strip(" ."))
 
 
