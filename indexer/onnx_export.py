@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -154,7 +155,24 @@ def ensure_exported(models_dir: Path, model: str, variant: Variant) -> Path:
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not target.is_file():
         raise RuntimeError(f"ONNX export of {model} failed: {done.stderr.strip()[-2000:]}")
+    remove_older_exports(target)
     return target
+
+
+def remove_older_exports(target: Path) -> list[Path]:
+    """Delete the exports of the same model and variant made from other weights or an older recipe (an upgrade
+    leaves the last one behind otherwise: 59-69 MB each). Only after a new export: a process still serving an
+    older one has loaded it already, and one that starts on it exports it again."""
+    prefix = target.stem.rsplit("-", 1)[0] + "-"
+    older = [
+        path
+        for path in target.parent.glob(f"{prefix}*.onnx")
+        if path != target and re.fullmatch(r"[0-9a-f]{12}", path.stem[len(prefix) :])
+    ]
+    for path in older:
+        path.unlink(missing_ok=True)
+        logger.info("removed %s, an export of an older recipe or other weights", path)
+    return older
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -136,3 +136,17 @@ def test_token_counts_share_a_choice_by_powers_of_two() -> None:
     from indexer.onnx_embedder import token_bucket
 
     assert [token_bucket(n) for n in (1, 2, 3, 12, 16, 17, 100)] == [1, 2, 4, 16, 16, 32, 128]
+
+
+def test_a_new_export_removes_the_older_ones_of_its_model_and_variant(tmp_path: Path, models_dir: Path) -> None:
+    from indexer.onnx_export import remove_older_exports
+
+    current = ensure_exported(models_dir, "bundled", "int8")
+    target = tmp_path / current.name
+    target.write_bytes(b"new")
+    older = tmp_path / "minilm-int8-0123456789ab.onnx"
+    kept = [tmp_path / "minilm-fp32-0123456789ab.onnx", tmp_path / "minilm-int8-notes.onnx", tmp_path / "other.onnx"]
+    for path in [older, *kept]:
+        path.write_bytes(b"old")
+    assert remove_older_exports(target) == [older]
+    assert not older.exists() and target.exists() and all(path.exists() for path in kept)
