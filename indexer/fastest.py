@@ -53,3 +53,8 @@ class Fastest:
         """Drop every choice and timing: the trials run again (what they measured has changed)."""
         self._timings.clear()
         self._chosen.clear()
+
+
+def power_of_two_at_least(count: int) -> int:
+    """The smallest power of two >= count (1 for 0): the sizes that share one choice once sizes spread widely."""
+    return 1 << max(count - 1, 0).bit_length()

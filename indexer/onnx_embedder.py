@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from indexer.fastest import Fastest
+from indexer.fastest import Fastest, power_of_two_at_least
 from indexer.onnx_export import Variant, ensure_exported, model_dir
 
 logger = logging.getLogger(__name__)
@@ -147,10 +147,12 @@ class OnnxEmbedder:
             elif under_load:
                 run_on(self._session_with(workers - 1))
             else:
-                fewer = self._session_with(workers - 1)
                 self._lone.call(
                     token_bucket(sum(lengths)),
-                    {"every core": lambda: run_on(session), "one core fewer": lambda: run_on(fewer)},
+                    {
+                        "every core": lambda: run_on(session),
+                        "one core fewer": lambda: run_on(self._session_with(workers - 1)),
+                    },
                 )
             return out
         bulk = self._session_with(1)
@@ -209,4 +211,4 @@ class OnnxEmbedder:
 
 def token_bucket(tokens: int) -> int:
     """The token counts of a pass that share one choice of form: by powers of two."""
-    return 1 << max(tokens - 1, 0).bit_length()
+    return power_of_two_at_least(tokens)

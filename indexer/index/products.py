@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from indexer.fastest import Fastest
+from indexer.fastest import Fastest, power_of_two_at_least
 
 TRIALS = 3
 PER_QUERY_UP_TO = 8  # past this many queries one product per query never wins (each reads the whole matrix)
@@ -74,4 +74,4 @@ class Products:
 def query_bucket(count: int) -> int:
     """The query counts that share one choice: each up to PER_QUERY_UP_TO, then by powers of two (under load one
     scan serves the texts of many searches: 8 queries and 128 are best read in different forms)."""
-    return count if count <= PER_QUERY_UP_TO else 1 << (count - 1).bit_length()
+    return count if count <= PER_QUERY_UP_TO else power_of_two_at_least(count)
