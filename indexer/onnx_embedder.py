@@ -94,6 +94,7 @@ class OnnxEmbedder:
         self._lock = threading.Lock()
         # A pass outside load: on every core or on one fewer, whichever is faster on this machine for its size.
         self._lone = Fastest(LONE_TRIALS)
+        self._lanes: ThreadPoolExecutor | None = None  # the lanes of a lone pass side by side, beside the caller's
 
     def _load(self) -> tuple[Any, Any]:
         with self._lock:
@@ -114,6 +115,8 @@ class OnnxEmbedder:
     def warm(self) -> None:
         """Load the model and run one embedding so the first query pays nothing."""
         self.embed(["warm up"])
+        if (self.threads or os.cpu_count() or 1) > 1:
+            self._session_with(1)  # what lanes side by side run on
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
@@ -147,13 +150,13 @@ class OnnxEmbedder:
             elif under_load:
                 run_on(self._session_with(workers - 1))
             else:
-                self._lone.call(
-                    token_bucket(sum(lengths)),
-                    {
-                        "every core": lambda: run_on(session),
-                        "one core fewer": lambda: run_on(self._session_with(workers - 1)),
-                    },
-                )
+                forms = {
+                    "every core": lambda: run_on(session),
+                    "one core fewer": lambda: run_on(self._session_with(workers - 1)),
+                }
+                if len(texts) > 1:
+                    forms["side by side"] = lambda: self._side_by_side(encodings, lengths, out, workers)
+                self._lone.call((min(len(texts), workers), token_bucket(sum(lengths))), forms)
             return out
         bulk = self._session_with(1)
 
@@ -165,9 +168,28 @@ class OnnxEmbedder:
             list(pool.map(run, batches[::-1]))
         return out
 
-    def lone_choices(self) -> dict[int, str]:
-        """The form a pass outside load runs in, chosen so far per token count (`token_bucket`)."""
+    def lone_choices(self) -> dict[tuple[int, int], str]:
+        """The form a pass outside load runs in, chosen so far per (texts up to the cores, `token_bucket`)."""
         return self._lone.choices()  # type: ignore[return-value]
+
+    def _side_by_side(self, encodings: list[Any], lengths: list[int], out: np.ndarray, workers: int) -> None:
+        """A lone request's texts split into one lane per core, each lane's passes on one intra-op thread, the
+        lanes run at once: a long request and its parts (two passes, one after the other otherwise) end in about
+        the time of the longer (this 2-core Xeon: 4.7 texts 4.8-7.5 ms against 6.9-8.6 on one pass at a time)."""
+        lanes = balanced_lanes(lengths, workers)
+        single = self._session_with(1)
+
+        def run(lane: list[int]) -> None:
+            for chunk in self._batches(sorted(lane, key=lengths.__getitem__), lengths):
+                out[chunk] = self._run(single, [encodings[i].ids for i in chunk])
+
+        with self._lock:
+            if self._lanes is None:
+                self._lanes = ThreadPoolExecutor(workers - 1, thread_name_prefix="embed-lane")
+        others = [self._lanes.submit(run, lane) for lane in lanes[1:]]
+        run(lanes[0])
+        for other in others:
+            other.result()
 
     def _session_with(self, threads: int) -> Any:
         """A session of the loaded model with `threads` intra-op threads, opened on first use."""
@@ -212,3 +234,15 @@ class OnnxEmbedder:
 def token_bucket(tokens: int) -> int:
     """The token counts of a pass that share one choice of form: by powers of two."""
     return power_of_two_at_least(tokens)
+
+
+def balanced_lanes(lengths: list[int], lanes: int) -> list[list[int]]:
+    """The texts (by index) dealt longest first to the lane with the fewest tokens so far; no lane is empty (at
+    most as many lanes as texts)."""
+    dealt: list[list[int]] = [[] for _ in range(min(lanes, len(lengths)))]
+    work = [0] * len(dealt)
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        lane = work.index(min(work))
+        dealt[lane].append(i)
+        work[lane] += lengths[i]
+    return dealt

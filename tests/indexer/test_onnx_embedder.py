@@ -118,7 +118,7 @@ def test_a_lone_pass_times_both_forms_then_keeps_the_faster(models_dir: Path) ->
     for _ in range(2 * LONE_TRIALS - 1):
         # The same vectors whichever form ran (one intra-op thread or two: the same pass).
         np.testing.assert_allclose(embedder.embed(["weather in Paris"]), first, atol=1e-5)
-    bucket = token_bucket(len(embedder._tokenizer.encode("weather in Paris").ids))
+    bucket = (1, token_bucket(len(embedder._tokenizer.encode("weather in Paris").ids)))
     timings = embedder._lone.timings(bucket)
     assert {name: len(seconds) for name, seconds in timings.items()} == {
         "every core": LONE_TRIALS,
@@ -129,7 +129,49 @@ def test_a_lone_pass_times_both_forms_then_keeps_the_faster(models_dir: Path) ->
     pair = ["weather in Paris today", "time in Tokyo now"]
     embedder.embed_under_load(pair)  # under load: never a trial
     tokens = sum(len(embedder._tokenizer.encode(text).ids) for text in pair)
-    assert embedder._lone.timings(token_bucket(tokens)) == {} and set(embedder.lone_choices()) == {bucket}
+    assert embedder._lone.timings((2, token_bucket(tokens))) == {} and set(embedder.lone_choices()) == {bucket}
+
+
+def test_a_lone_request_of_several_texts_also_times_its_texts_in_lanes_side_by_side(models_dir: Path) -> None:
+    from indexer.onnx_embedder import LONE_TRIALS, token_bucket
+
+    embedder = OnnxEmbedder(models_dir=models_dir, variant="int8", threads=2)
+    request = [
+        "find a flight to Lisbon next Friday, book a hotel near the old town and then send the plan to my team",
+        "find a flight to Lisbon next Friday",
+        "book a hotel near the old town",
+        "send the plan to my team",
+    ]
+    first = embedder.embed(request)
+    for _ in range(3 * LONE_TRIALS - 1):
+        # The same vectors in every form: side by side, the request is one lane and its parts the other, the
+        # passes that run one after the other in the other forms.
+        np.testing.assert_allclose(embedder.embed(request), first, atol=1e-5)
+    tokens = sum(len(embedder._tokenizer.encode(text).ids) for text in request)
+    timings = embedder._lone.timings((2, token_bucket(tokens)))
+    assert {name: len(seconds) for name, seconds in timings.items()} == {
+        "every core": LONE_TRIALS,
+        "one core fewer": LONE_TRIALS,
+        "side by side": LONE_TRIALS,
+    }
+    medians = {name: float(np.median(seconds)) for name, seconds in timings.items()}
+    assert embedder.lone_choices() == {(2, token_bucket(tokens)): min(medians, key=medians.__getitem__)}
+    # Side by side, each lane's passes are its own: two texts in two lanes get the vectors each gets alone, in
+    # the request's order.
+    pair = [request[3], request[0]]
+    encodings = embedder._tokenizer.encode_batch(pair)
+    out = np.empty((2, embedder.dimension), dtype=np.float32)
+    embedder._side_by_side(encodings, [len(e.ids) for e in encodings], out, 2)
+    np.testing.assert_allclose(out, [embedder.embed([text])[0] for text in pair], atol=1e-5)
+
+
+def test_lanes_get_the_longest_texts_first_and_even_work() -> None:
+    from indexer.onnx_embedder import balanced_lanes
+
+    # A long request and its parts: the request alone in one lane, the parts in the other.
+    assert balanced_lanes([90, 14, 12, 16, 13], 2) == [[0], [3, 1, 4, 2]]
+    assert balanced_lanes([20, 20, 20, 20], 2) == [[0, 2], [1, 3]]
+    assert balanced_lanes([30], 4) == [[0]]
 
 
 def test_token_counts_share_a_choice_by_powers_of_two() -> None:
