@@ -149,6 +149,13 @@ class UpstreamTimeout(ToolscoutError):
     status, slug, title = 504, "upstream-timeout", "Upstream MCP call timed out"
 
 
+class RequestBody(BaseModel):
+    """A JSON request body: a field it does not define is a 422 naming that field, never ignored (a misspelt
+    `arguments` would otherwise call the tool with none, a `top_k` search silently get the default k)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class Problem(BaseModel):
     """An RFC 9457 problem: the body of every error answer (extensions such as `errors` or `limit` beside)."""
 

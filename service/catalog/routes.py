@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from service.catalog import service as catalog
 from service.catalog.json_body import OrjsonBodyRoute
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
-from service.errors import InvalidTool, PayloadTooLarge
+from service.errors import InvalidTool, PayloadTooLarge, RequestBody
 
 router = APIRouter(tags=["tools"], route_class=OrjsonBodyRoute)
 
@@ -24,7 +24,7 @@ class ServerInfo(BaseModel):
     instructions: str | None = Field(default=None, max_length=20000)
 
 
-class RegisterRequest(BaseModel):
+class RegisterRequest(RequestBody):
     """A batch of tools; each names its server or takes the batch's `server`."""
 
     server: str | None = Field(default=None, description="Default server for tools that name none")

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from service.deps import CallerDep, GatewayDep, ResourcesDep
-from service.errors import InvalidRequest, RateLimited
+from service.errors import InvalidRequest, RateLimited, RequestBody
 from service.policy.keys import key_resolver
 
 router = APIRouter(tags=["execute"])
 
 
-class ExecuteRequest(BaseModel):
+class ExecuteRequest(RequestBody):
     """One call of a tool by its qualified name."""
 
     name: str = Field(
@@ -48,7 +48,7 @@ class ExecuteResponse(BaseModel):
     duration_ms: float
 
 
-class BatchRequest(BaseModel):
+class BatchRequest(RequestBody):
     """Calls run in parallel; results come back in request order."""
 
     calls: list[ExecuteRequest] = Field(min_length=1)

@@ -8,13 +8,14 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, model_validator
 
 from service.deps import ApproverDep, CallerDep, ResourcesDep, SessionDep
+from service.errors import RequestBody
 from service.policy import approvals
 from service.policy.service import is_approver
 
 router = APIRouter(prefix="/approvals", tags=["approvals"])
 
 
-class GrantRequest(BaseModel):
+class GrantRequest(RequestBody):
     """Grant a pending request by id, or approve a call in advance (caller + tool + arguments)."""
 
     approval_id: str | None = Field(default=None, description="The id from the 403 approval_required answer")

@@ -11,13 +11,14 @@ from pydantic import BaseModel, Field
 from pydantic_core import to_jsonable_python
 
 from service.deps import CallerDep, ResourcesDep
+from service.errors import RequestBody
 from service.search.retrieval import SearchOutcome
 from service.search.service import log_search, result_view, search_tools
 
 router = APIRouter(tags=["search"])
 
 
-class SearchRequest(BaseModel):
+class SearchRequest(RequestBody):
     """A request for the tools that fit a task."""
 
     query: str = Field(min_length=1, description="What the agent wants to do, in natural language")

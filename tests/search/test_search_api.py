@@ -68,6 +68,17 @@ async def test_k_defaults_to_five_and_is_bounded(client: httpx.AsyncClient) -> N
     assert (await client.post("/search", json={"query": "   "})).status_code == 400
 
 
+async def test_a_field_the_body_does_not_define_is_a_422_naming_it(client: httpx.AsyncClient) -> None:
+    """Not ignored: `top_k` would silently get the default k, a misspelt `arguments` a call with none."""
+    await _seed(client)
+    search = await client.post("/search", json={"query": "tool", "top_k": 3})
+    call = await client.post("/execute", json={"name": "x__tool_1", "args": {"a": 1}})
+    for response, pointer in ((search, "/body/top_k"), (call, "/body/args")):
+        assert response.status_code == 422
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert response.json()["errors"] == [{"pointer": pointer, "reason": "Extra inputs are not permitted"}]
+
+
 async def test_long_non_english_queries_work(client: httpx.AsyncClient) -> None:
     await _seed(client)
     long_query = " ".join(["please send an email to my team about the quarterly results"] * 60)

@@ -8,11 +8,12 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from service.deps import CallerDep, CodeModeDep
+from service.errors import RequestBody
 
 router = APIRouter(tags=["code mode"])
 
 
-class RunRequest(BaseModel):
+class RunRequest(RequestBody):
     """A script: the body of an async function; `return` gives the result."""
 
     script: str = Field(min_length=1, description="JavaScript, e.g. `return await tools.time__get_current_time({})`")
