@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
-class DatabaseSettings(BaseModel):
+class Section(BaseModel):
+    """A section of the settings: a key it does not define is an error (TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY, a typo,
+    would otherwise leave the service on its default without a word)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class DatabaseSettings(Section):
     """SQL catalog of record; SQLite under the data folder unless a URL is given."""
 
     url: str | None = None
     echo: bool = False
 
 
-class IndexSettings(BaseModel):
+class IndexSettings(Section):
     """Vector index backend: `edge` (embedded, default) or `qdrant` (qdrant-client with url or ':memory:')."""
 
     backend: Literal["edge", "qdrant"] = "edge"
@@ -40,7 +48,7 @@ class IndexSettings(BaseModel):
     fusion: Literal["rrf", "dbsf"] = "rrf"
 
 
-class EmbeddingSettings(BaseModel):
+class EmbeddingSettings(Section):
     """The dense embedder; `model` is a sentence-transformers path or `bundled` for the offline MiniLM."""
 
     model: str = "bundled"
@@ -54,7 +62,7 @@ class EmbeddingSettings(BaseModel):
     threads: int | None = None  # intra-op threads; None = all cores
 
 
-class SearchSettings(BaseModel):
+class SearchSettings(Section):
     """Fusion weights and candidate pool sizes of the hybrid search."""
 
     # One configuration for every catalog, tuned on both dev sets (bench/tune_fusion.py); see README.
@@ -97,7 +105,7 @@ class SearchSettings(BaseModel):
     max_query_chars: int = 8000
 
 
-class ExecutionSettings(BaseModel):
+class ExecutionSettings(Section):
     """Upstream calls: timeouts, result budgets and what the execution log keeps."""
 
     servers_file: Path | None = None
@@ -132,7 +140,7 @@ class ExecutionSettings(BaseModel):
     tool_cache_seconds: float = 5.0
 
 
-class PolicySettings(BaseModel):
+class PolicySettings(Section):
     """API keys, permissions file and rate limits."""
 
     permissions_file: Path | None = None
@@ -157,7 +165,7 @@ class PolicySettings(BaseModel):
     auth_failure_max_delay_seconds: float = 300.0
 
 
-class LearningSettings(BaseModel):
+class LearningSettings(Section):
     """Bounded ranking boosts learned from the execution log."""
 
     enabled: bool = True
@@ -187,7 +195,7 @@ class LearningSettings(BaseModel):
     usage_max_queries: int = 32  # kept per scope and tool (the latest)
 
 
-class FrontendSettings(BaseModel):
+class FrontendSettings(Section):
     """The MCP front end: which REST API it calls and how."""
 
     api_url: str = "http://127.0.0.1:8765"
@@ -208,7 +216,7 @@ class FrontendSettings(BaseModel):
     run_script: bool = True  # offer the run_script meta-tool (code mode over POST /run) in every mode
 
 
-class CodeModeSettings(BaseModel):
+class CodeModeSettings(Section):
     """Code mode (POST /run, the run_script meta-tool): budgets of one JavaScript program calling many tools."""
 
     enabled: bool = True
@@ -221,12 +229,14 @@ class CodeModeSettings(BaseModel):
     max_log_line_chars: int = 1000
 
 
-class ObservabilitySettings(BaseModel):
+class ObservabilitySettings(Section):
     """Metrics labels (traces are configured by the standard OTEL_* variables)."""
 
     # A caller label on the execution metrics: one series per caller, so only for a bounded set of callers.
     metrics_caller_label: bool = False
-class ClusterSettings(BaseModel):
+
+
+class ClusterSettings(Section):
     """Several replicas: shared ephemeral state in Redis; unset `redis_url` keeps everything in one process."""
 
     redis_url: str | None = None
@@ -270,6 +280,23 @@ class Settings(BaseSettings):
     code_mode: CodeModeSettings = Field(default_factory=CodeModeSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+
+    @model_validator(mode="after")
+    def _no_unknown_sections(self) -> Settings:
+        """A TOOLSCOUT_ variable with a section (`__`) names one of the sections (TOOLSCOUT_POLCY__... is a typo)."""
+        sections = {
+            name
+            for name, field in type(self).model_fields.items()
+            if isinstance(field.annotation, type) and issubclass(field.annotation, Section)
+        }
+        for variable in os.environ:
+            if variable.upper().startswith("TOOLSCOUT_") and "__" in variable:
+                section = variable[len("TOOLSCOUT_") :].split("__")[0].lower()
+                if section not in sections:
+                    raise ValueError(
+                        f"{variable}: no settings section {section!r} (sections: {', '.join(sorted(sections))})"
+                    )
+        return self
 
     @property
     def database_url(self) -> str:

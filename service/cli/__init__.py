@@ -7,6 +7,8 @@ import importlib
 import logging
 import sys
 
+from pydantic import ValidationError
+
 # Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
 COMMAND_MODULES = [
     "service.cli.core", "service.cli.bench", "service.cli.keys", "service.cli.analytics", "service.cli.mcp",
@@ -32,6 +34,26 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        print(settings_problems(exc), file=sys.stderr)
+        return 2
+
+
+def settings_problems(error: ValidationError) -> str:
+    """Invalid settings by the variable that sets each (TOOLSCOUT_SEARCH__DEFAULT_K), not a stack trace."""
+    lines = ["Invalid settings (environment or .env):"]
+    for problem in error.errors():
+        if not problem["loc"]:  # a check of the whole: an unknown section
+            lines.append("  " + problem["msg"].removeprefix("Value error, "))
+            continue
+        variable = "TOOLSCOUT_" + "__".join(str(part) for part in problem["loc"]).upper()
+        if problem["type"] == "extra_forbidden":
+            lines.append(f"  {variable}: no such setting")
+        else:
+            lines.append(f"  {variable}: {problem['msg']} (given: {problem['input']!r})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,45 @@
+"""Settings from the environment: a typo is an error naming the variable, never a silent default."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from service.cli import main
+from service.settings import Settings
+
+
+def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLSCOUT_POLICY__OPEN_WITHOUT_KEYS", "false")
+    monkeypatch.setenv("TOOLSCOUT_SEARCH__DEFAULT_K", "7")
+    settings = Settings()
+    assert settings.policy.open_without_keys is False and settings.search.default_k == 7
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY", "true", "TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY: no such setting"),
+        (
+            "TOOLSCOUT_POLCY__OPEN_WITHOUT_KEYS",
+            "true",
+            "TOOLSCOUT_POLCY__OPEN_WITHOUT_KEYS: no settings section 'polcy'",
+        ),
+        (
+            "TOOLSCOUT_SEARCH__DEFAULT_K",
+            "five",
+            "TOOLSCOUT_SEARCH__DEFAULT_K: Input should be a valid integer, unable to parse string as an integer "
+            "(given: 'five')",
+        ),
+    ],
+)
+def test_a_misspelt_or_invalid_setting_stops_the_command_with_its_variable_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError):
+        Settings()
+    assert main(["search", "anything"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Invalid settings (environment or .env):\n") and message in err
+    assert "Traceback" not in err
