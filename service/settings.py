@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
+from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -283,13 +284,18 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _no_unknown_sections(self) -> Settings:
-        """A TOOLSCOUT_ variable with a section (`__`) names one of the sections (TOOLSCOUT_POLCY__... is a typo)."""
+        """A TOOLSCOUT_ variable with a section (`__`), in the environment or .env, names one of the sections
+        (TOOLSCOUT_POLCY__... is a typo)."""
         sections = {
             name
             for name, field in type(self).model_fields.items()
             if isinstance(field.annotation, type) and issubclass(field.annotation, Section)
         }
-        for variable in os.environ:
+        variables = set(os.environ)
+        env_file = type(self).model_config.get("env_file")
+        if isinstance(env_file, str) and Path(env_file).is_file():
+            variables |= set(dotenv_values(env_file))
+        for variable in sorted(variables):
             if variable.upper().startswith("TOOLSCOUT_") and "__" in variable:
                 section = variable[len("TOOLSCOUT_") :].split("__")[0].lower()
                 if section not in sections:

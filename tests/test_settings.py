@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -43,3 +45,12 @@ def test_a_misspelt_or_invalid_setting_stops_the_command_with_its_variable_named
     err = capsys.readouterr().err
     assert err.startswith("Invalid settings (environment or .env):\n") and message in err
     assert "Traceback" not in err
+
+
+def test_an_unknown_section_in_the_env_file_is_named_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("TOOLSCOUT_POLCY__OPEN_WITHOUT_KEYS=false\n")
+    assert main(["search", "anything"]) == 2
+    assert "TOOLSCOUT_POLCY__OPEN_WITHOUT_KEYS: no settings section 'polcy'" in capsys.readouterr().err
