@@ -15,7 +15,8 @@ LEAD_CHARS = 200
 FRAMING = re.compile(
     r"(?:^|(?<=[.!?,;] ))(?:(?:hi|hello|hey)(?: there)?[!,.]*\s+"
     r"|(?:can|could|would|will) you(?: please)?(?: help me| assist me)?(?: to| with| in| by)?\s+"
-    r"|please\s+|help me(?: to| with)?\s+|i(?:'d| would) like(?: you)? to\s+|i (?:want|need)(?: you)? to\s+)+",
+    r"|please\s+|help me(?: to| with)?\s+|i(?:'d| would) like(?: you)? to\s+|i (?:want|need)(?: you)? to\s+"
+    r"|(?:show|tell|give) me\s+|let me (?:know|see)\s+)+",
     re.IGNORECASE,
 )
 _PLEASE = re.compile(r",?\s*\bplease\b", re.IGNORECASE)
@@ -85,5 +86,7 @@ def asks(text: str) -> bool:
 
 
 def query_stems(query: str) -> frozenset[str]:
-    """The stemmed words of a request, stop-words included (a verb like `get` or `find` is one)."""
-    return frozenset(_stem(w) for w in split_identifier(query).split())
+    """The stemmed words of a request once its framing is gone, stop-words included (a verb like `get` or `find`
+    is one; the `show` of "show me ..." or the `help` of "help me ..." asks for nothing). Punctuation stays on its
+    word ("commit?"): stripping it moved R@5 by -.0003 on both dev sets."""
+    return frozenset(_stem(w) for w in split_identifier(without_framing(query)).split())

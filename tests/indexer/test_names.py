@@ -69,6 +69,17 @@ def test_the_lead_verb_is_the_first_word_once_the_framing_is_gone() -> None:
     assert lead_verb("") == ""
 
 
+def test_show_me_and_tell_me_frame_a_request_and_name_no_action() -> None:
+    """"Show me the last commits" asks for the commits, not for `git_show`: neither the lead verb nor the name
+    verbs read the framing (git_show was first by its name verb's 0.2 on the bundled catalog)."""
+    assert lead_verb("show me the last commits of the repository") == ""
+    assert "show" not in query_stems("show me the last commits of the repository")
+    assert query_stems("Can you help me commit this") == frozenset({"commit", "this"})  # no "help"
+    assert asks("Tell me what laws protect tenants") and not asks("Tell me the water quality of the lake")
+    assert lead_verb("give me a random number") == "" and lead_verb("let me see the open issues") == ""
+    assert lead_verb("show the contents of a file") == "show"  # no "me": the action itself
+
+
 def test_the_lead_verb_bonus_goes_to_the_sibling_at_the_head_that_does_what_was_asked() -> None:
     candidates = {
         "git__git_commit": Candidate("git__git_commit", 1.0),
