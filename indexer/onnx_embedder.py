@@ -142,8 +142,7 @@ class OnnxEmbedder:
         if len(texts) < BULK_TEXTS or workers < 2:
 
             def run_on(on: Any) -> None:
-                for chunk in batches:
-                    out[chunk] = self._run(on, [encodings[i].ids for i in chunk])
+                self._fill(out, on, encodings, batches)
 
             if workers < 2:
                 run_on(session)
@@ -159,13 +158,9 @@ class OnnxEmbedder:
                 self._lone.call((min(len(texts), workers), token_bucket(sum(lengths))), forms)
             return out
         bulk = self._session_with(1)
-
-        def run(chunk: list[int]) -> None:
-            out[chunk] = self._run(bulk, [encodings[i].ids for i in chunk])
-
         # Longest batches first, so no worker is left with a long one at the end.
         with ThreadPoolExecutor(workers, thread_name_prefix="embed-bulk") as pool:
-            list(pool.map(run, batches[::-1]))
+            list(pool.map(lambda chunk: self._fill(out, bulk, encodings, [chunk]), batches[::-1]))
         return out
 
     def lone_choices(self) -> dict[tuple[int, int], str]:
@@ -180,8 +175,7 @@ class OnnxEmbedder:
         single = self._session_with(1)
 
         def run(lane: list[int]) -> None:
-            for chunk in self._batches(sorted(lane, key=lengths.__getitem__), lengths):
-                out[chunk] = self._run(single, [encodings[i].ids for i in chunk])
+            self._fill(out, single, encodings, self._batches(sorted(lane, key=lengths.__getitem__), lengths))
 
         with self._lock:
             if self._lanes is None:
@@ -217,6 +211,11 @@ class OnnxEmbedder:
         if current:
             batches.append(current)
         return batches
+
+    def _fill(self, out: np.ndarray, session: Any, encodings: list[Any], batches: list[list[int]]) -> None:
+        """Each batch's forward pass on `session`, its vectors written to its texts' rows of `out`."""
+        for chunk in batches:
+            out[chunk] = self._run(session, [encodings[i].ids for i in chunk])
 
     @staticmethod
     def _run(session: Any, ids: list[list[int]]) -> np.ndarray:
