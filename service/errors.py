@@ -29,12 +29,12 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -156,6 +156,17 @@ class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _without_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL (U+0000) characters")
+    return value
+
+
+# A request string that is stored or looked up as SQL text, which cannot hold NUL on PostgreSQL (a 500 on lookups;
+# a search or execution whose log row the database then refused).
+Text = Annotated[str, AfterValidator(_without_nul)]
+
+
 class Problem(BaseModel):
     """An RFC 9457 problem: the body of every error answer (extensions such as `errors` or `limit` beside)."""
 
@@ -187,9 +198,7 @@ _DOCUMENTED = {
 def problem_responses() -> dict[int | str, dict[str, Any]]:
     """The error answers of every route, for the OpenAPI document."""
     content = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
-    return {
-        status: {"model": Problem, "description": text, "content": content} for status, text in _DOCUMENTED.items()
-    }
+    return {status: {"model": Problem, "description": text, "content": content} for status, text in _DOCUMENTED.items()}
 
 
 def problem_response(error: ToolscoutError, request: Request | None = None) -> JSONResponse:
@@ -203,17 +212,45 @@ def problem_response(error: ToolscoutError, request: Request | None = None) -> J
     if instance is not None and (ids := current_ids()) is not None:
         instance = f"{instance}#trace={ids[0]}"  # the trace of this occurrence, for the operator's trace viewer
         error.extensions.setdefault("trace_id", ids[0])
-    return JSONResponse(
-        error.problem(instance), status_code=error.status, media_type=PROBLEM_JSON, headers=headers
-    )
+    return JSONResponse(error.problem(instance), status_code=error.status, media_type=PROBLEM_JSON, headers=headers)
+
+
+NOT_JSON = "the body must be JSON, sent with Content-Type: application/json"
+
+
+def _json_position(doc: Any, pos: Any) -> str:
+    """Where in a body a JSON error is, as line and column (the character offset when the text is not at hand)."""
+    if not isinstance(pos, int):
+        return ""
+    if not isinstance(doc, str):
+        return f" at character {pos + 1}"
+    line, line_start = doc.count("\n", 0, pos) + 1, doc.rfind("\n", 0, pos) + 1
+    return f" at line {line}, column {pos - line_start + 1}"
 
 
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors():
         loc = [str(part) for part in err.get("loc", ())]
-        errors.append({"pointer": "/" + "/".join(loc), "reason": err.get("msg", "invalid")})
+        if err.get("type") == "json_invalid":
+            # FastAPI puts the character offset in the location: it is no field, so the pointer is the body.
+            where = _json_position(exc.body, err["loc"][1] if len(err.get("loc", ())) > 1 else None)
+            reason = f"not valid JSON: {(err.get('ctx') or {}).get('error', 'malformed')}{where}"
+            errors.append({"pointer": "/body", "reason": reason})
+        elif loc == ["body"] and isinstance(err.get("input"), bytes | bytearray):
+            errors.append({"pointer": "/body", "reason": NOT_JSON})  # a body of another (or no) content type
+        else:
+            errors.append({"pointer": "/" + "/".join(loc), "reason": err.get("msg", "invalid")})
     return errors
+
+
+def unreadable_body(cause: BaseException) -> str:
+    """Why a body that the JSON parser gave up on (other than with a JSONDecodeError) is not valid JSON."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"not valid JSON: not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "not valid JSON for this service: arrays and objects nest too deeply"
+    return f"not valid JSON: {str(cause).splitlines()[0] if str(cause) else type(cause).__name__}"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -231,6 +268,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError | RecursionError):
+            # FastAPI's "There was an error parsing the body" for what is not a JSONDecodeError: a body that is
+            # not UTF-8, nests deeper than the parser goes, or holds a value it refuses (an integer of over 4,300
+            # digits, NaN on a strict route). Said like any other invalid JSON.
+            reason = unreadable_body(exc.__cause__)
+            error = InvalidRequest(f"Invalid request: /body: {reason}", errors=[{"pointer": "/body", "reason": reason}])
+            return problem_response(error, request)
         error = ToolscoutError(str(exc.detail))
         error.status = exc.status_code
         error.slug = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}.get(

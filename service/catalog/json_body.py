@@ -1,9 +1,16 @@
 """JSON request bodies parsed with orjson: a 5,000-tool registration (2.7 MB) in 16 ms instead of 160 ms.
 
-orjson.JSONDecodeError is a json.JSONDecodeError, so FastAPI turns a malformed body into the same 422."""
+orjson.JSONDecodeError is a json.JSONDecodeError, so FastAPI turns a malformed body into the same 422.
+
+Routes whose bodies carry values passed on as they are (tool arguments) parse strictly with the standard
+library instead: integers of any size stay exact (orjson reads them past 64 bits as floats), and NaN, Infinity
+and numbers past the floats, which JSON does not have and the stdlib would let through (an MCP client then sends
+them as null), are refused."""
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,5 +35,40 @@ class OrjsonBodyRoute(APIRoute):
 
         async def route(request: Request) -> Response:
             return await handler(_OrjsonRequest(request.scope, request.receive))
+
+        return route
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text[:40]} is beyond the range of a number")
+    return number
+
+
+def strict_json(body: bytes) -> Any:
+    """A JSON body as the standard library reads it, NaN, Infinity and overflowing numbers refused (ValueError)."""
+    return json.loads(body, parse_constant=_refuse_constant, parse_float=_finite)
+
+
+class _StrictJsonRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = strict_json(await self.body())
+        return self._json
+
+
+class StrictJsonBodyRoute(APIRoute):
+    """A route whose JSON body is parsed strictly (see the module)."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await handler(_StrictJsonRequest(request.scope, request.receive))
 
         return route

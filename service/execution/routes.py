@@ -7,28 +7,21 @@ from typing import Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from service.catalog.json_body import StrictJsonBodyRoute
 from service.deps import CallerDep, GatewayDep, ResourcesDep
-from service.errors import InvalidRequest, RateLimited, RequestBody
+from service.errors import InvalidRequest, RateLimited, RequestBody, Text
 from service.policy.keys import key_resolver
 
-router = APIRouter(tags=["execute"])
+router = APIRouter(tags=["execute"], route_class=StrictJsonBodyRoute)
 
 
 class ExecuteRequest(RequestBody):
     """One call of a tool by its qualified name."""
 
-    name: str = Field(
-        min_length=1, max_length=256, description="Qualified tool name, e.g. time__get_current_time"
-    )
-    arguments: dict[str, Any] = Field(
-        default_factory=dict, description="Arguments, checked against the input schema"
-    )
-    search_id: str | None = Field(
-        default=None, max_length=36, description="The /search that led to this call"
-    )
-    approval_id: str | None = Field(
-        default=None, max_length=36, description="A granted approval for this call"
-    )
+    name: Text = Field(min_length=1, max_length=256, description="Qualified tool name, e.g. time__get_current_time")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="Arguments, checked against the input schema")
+    search_id: Text | None = Field(default=None, max_length=36, description="The /search that led to this call")
+    approval_id: Text | None = Field(default=None, max_length=36, description="A granted approval for this call")
 
 
 class ExecuteResponse(BaseModel):
@@ -125,9 +118,7 @@ async def get_result(
     caller: CallerDep,
     gateway: GatewayDep,
     offset: int = Query(0, ge=0, description="First token"),
-    limit: int | None = Query(
-        None, ge=1, le=100_000, description="Tokens (default: the result token budget)"
-    ),
+    limit: int | None = Query(None, ge=1, le=100_000, description="Tokens (default: the result token budget)"),
 ) -> dict[str, Any]:
     """Page through a result that /execute cut to the token budget."""
     limit = limit or resources.settings.execution.result_token_budget

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from pydantic_core import to_jsonable_python
 
 from service.deps import CallerDep, ResourcesDep
-from service.errors import RequestBody
+from service.errors import RequestBody, Text
 from service.search.retrieval import SearchOutcome
 from service.search.service import log_search, result_view, search_tools
 
@@ -21,10 +21,10 @@ router = APIRouter(tags=["search"])
 class SearchRequest(RequestBody):
     """A request for the tools that fit a task."""
 
-    query: str = Field(min_length=1, description="What the agent wants to do, in natural language")
+    query: Text = Field(min_length=1, description="What the agent wants to do, in natural language")
     k: int | None = Field(default=None, ge=1, le=50, description="How many tools (default 5)")
-    servers: list[str] | None = Field(default=None, description="Only tools of these servers")
-    tags: list[str] | None = Field(default=None, description="Only tools with one of these tags")
+    servers: list[Text] | None = Field(default=None, description="Only tools of these servers")
+    tags: list[Text] | None = Field(default=None, description="Only tools with one of these tags")
     explain: bool = Field(default=False, description="Include each signal's contribution")
 
 

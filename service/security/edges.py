@@ -1,4 +1,4 @@
-"""The guards every request passes before a route: host and origin, CORS when configured, body size."""
+"""The guards every request passes before a route: host and origin, CORS when configured, body size, NUL in the URL."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from service.security.hosts import HostOriginMiddleware, default_allowed_hosts
-from service.security.limits import BodySizeLimitMiddleware
+from service.security.limits import BodySizeLimitMiddleware, NulInUrlMiddleware
 from service.settings import Settings
 
 
@@ -14,6 +14,7 @@ def install_edge_guards(app: FastAPI, settings: Settings) -> None:
     """Add the middleware; the last added runs first, so the host check sees every request."""
     policy = settings.policy
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=policy.max_body_bytes)
+    app.add_middleware(NulInUrlMiddleware)
     if policy.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qsl
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -76,3 +77,40 @@ class BodySizeLimitMiddleware:
             if exc.status_code != 413 or started:
                 raise
             await send_problem(send, 413, too_large_body(self.max_bytes, path))
+
+
+def nul_in_url(scope: Scope) -> str | None:
+    """The pointer of the part of the URL (`/path` or `/query/<name>`) that holds a NUL character, if one does."""
+    if "\x00" in scope.get("path", ""):
+        return "/path"
+    query = scope.get("query_string", b"")
+    if b"%00" in query or b"\x00" in query:
+        for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            if "\x00" in name or "\x00" in value:
+                return "/query/" + name.replace("\x00", "")
+        return "/query"
+    return None
+
+
+class NulInUrlMiddleware:
+    """Refuse a URL whose path or query holds a NUL character (%00): no name, id or filter has one, and PostgreSQL
+    text cannot hold one (every lookup with it was a 500)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pointer = nul_in_url(scope) if scope["type"] == "http" else None
+        if pointer is None:
+            await self.app(scope, receive, send)
+            return
+        reason = "must not contain NUL (U+0000) characters"
+        body = {
+            "type": "https://toolscout.dev/problems/invalid-request",
+            "title": "The request body or parameters are invalid",
+            "status": 422,
+            "detail": f"Invalid request: {pointer}: {reason}",
+            "instance": scope.get("path", "").replace("\x00", "%00"),
+            "errors": [{"pointer": pointer, "reason": reason}],
+        }
+        await send_problem(send, 422, json.dumps(body).encode())
