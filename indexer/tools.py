@@ -172,10 +172,27 @@ def _check_schema_text(canonical: str) -> str | None:
     except jsonschema_rs.ValidationError as exc:
         where = "/".join(str(p) for p in exc.instance_path) or "(root)"
         return f"not a valid JSON Schema at {where}: {str(exc).splitlines()[0]}"
+    try:
+        # Compiled as /execute will use it: every `$ref` must resolve within the schema (a remote one is never
+        # fetched, here or at a call) and every `pattern` must be a regular expression.
+        jsonschema_rs.Draft202012Validator(schema, retriever=_no_retrieval)
+    except jsonschema_rs.ValidationError as exc:
+        return f"not a usable JSON Schema: {_compile_problem(str(exc))}"
     declared = schema.get("type")
     if declared is not None and declared != "object":
         return f'input_schema must describe an object (type "object"), not {declared!r}'
     return None
+
+
+def _no_retrieval(uri: str) -> Any:
+    raise ValueError(f"$ref {uri} is outside the schema; remote references are never fetched")
+
+
+def _compile_problem(message: str) -> str:
+    first = message.splitlines()[0]
+    if "retrieving it failed: " in first:  # jsonschema-rs wraps the retriever's refusal
+        return first.split("retrieving it failed: ", 1)[1].removeprefix("ValueError: ")
+    return first
 
 
 def validate_tool(index: int, raw: Any, default_server: str | None = None) -> ToolDefinition | ToolProblem:
@@ -186,6 +203,10 @@ def validate_tool(index: int, raw: Any, default_server: str | None = None) -> To
     label = name if isinstance(name, str) and name else f"#{index}"
     if not isinstance(name, str) or not name.strip():
         return ToolProblem(index, label, "name", "name is missing or empty")
+    # PostgreSQL text cannot hold NUL: a tool with one made the whole batch a 500.
+    for key in ("name", "server", "description"):
+        if isinstance(raw.get(key), str) and "\x00" in raw[key]:
+            return ToolProblem(index, label.replace("\x00", ""), key, f"{key} must not contain NUL (U+0000) characters")
     if len(name) > MAX_NAME_CHARS:
         return ToolProblem(index, label[:80], "name", f"name is longer than {MAX_NAME_CHARS} characters")
     server = raw.get("server", default_server)

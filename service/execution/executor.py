@@ -12,15 +12,8 @@ import json
 import logging
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
 
 from service.catalog.service import find_tool, tool_not_found
 from service.db.models import Tool, utcnow
@@ -35,6 +28,7 @@ from service.errors import (
     UpstreamTimeout,
     unexpected_error,
 )
+from service.execution.arguments import ArgumentValidator
 from service.execution.log import ExecutionLog
 from service.execution.results import ResultStore, count_tokens_async, measure, render_text
 from service.observability import observe_execution, span
@@ -45,9 +39,6 @@ from service.resources import Resources
 from service.upstream.pool import UpstreamPool
 
 logger = logging.getLogger(__name__)
-
-MAX_REPORTED_ERRORS = 20
-_VALIDATOR_CACHE_SIZE = 4096
 
 
 def status_of(error: BaseException) -> str:
@@ -67,69 +58,6 @@ def status_of(error: BaseException) -> str:
     if isinstance(error, asyncio.CancelledError):
         return "cancelled"
     return "internal_error"
-
-
-def _pointer(parts: Sequence[Any]) -> str:
-    """An RFC 6901 JSON pointer ("" is the whole document)."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
-
-
-class ArgumentValidator:
-    """Input-schema validation with compiled validators cached per tool version."""
-
-    def __init__(self) -> None:
-        self._cache: OrderedDict[tuple[str, str], Validator | None] = OrderedDict()
-
-    def _validator(self, tool: Tool) -> Validator | None:
-        key = (tool.qualified_name, tool.content_hash)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        schema = tool.input_schema or {}
-        validator: Validator | None = None
-        if schema:
-            cls = validator_for(schema, default=Draft202012Validator)
-            try:
-                cls.check_schema(schema)
-                validator = cls(schema)
-            except SchemaError:
-                logger.warning(
-                    "tool %s has an invalid input schema; arguments are not validated", tool.qualified_name
-                )
-        self._cache[key] = validator
-        while len(self._cache) > _VALIDATOR_CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return validator
-
-    def errors(self, tool: Tool, arguments: dict[str, Any]) -> list[dict[str, str]]:
-        """Each error as {pointer, reason, keyword}; a missing required property points at that property."""
-        validator = self._validator(tool)
-        if validator is None:
-            return []
-        found = []
-        for error in validator.iter_errors(arguments):
-            path = list(error.absolute_path)
-            if error.validator == "required" and isinstance(error.instance, dict):
-                missing = [
-                    p for p in error.validator_value if p not in error.instance and repr(p) in error.message
-                ]
-                path += missing[:1]
-            found.append(
-                {"pointer": _pointer(path), "reason": error.message, "keyword": str(error.validator)}
-            )
-        found.sort(key=lambda e: (e["pointer"], e["reason"]))
-        return found[:MAX_REPORTED_ERRORS]
-
-    def check(self, tool: Tool, arguments: dict[str, Any]) -> None:
-        """Raise InvalidArguments with every error's JSON pointer and reason."""
-        errors = self.errors(tool, arguments)
-        if errors:
-            summary = "; ".join(f"{e['pointer'] or '(root)'}: {e['reason']}" for e in errors[:5])
-            raise InvalidArguments(
-                f"Arguments do not match the input schema of {tool.qualified_name}: {summary}",
-                tool=tool.qualified_name,
-                errors=errors,
-            )
 
 
 class ToolCache:
@@ -198,9 +126,7 @@ class ExecutionResult:
 class Executor:
     """Runs calls on the upstream pool and logs each one; counts calls in flight so shutdown drains them."""
 
-    def __init__(
-        self, resources: Resources, pool: UpstreamPool, log: ExecutionLog, results: ResultStore
-    ) -> None:
+    def __init__(self, resources: Resources, pool: UpstreamPool, log: ExecutionLog, results: ResultStore) -> None:
         self.resources = resources
         self.pool = pool
         self.log = log
@@ -262,9 +188,7 @@ class Executor:
             raise
         except BaseException as exc:
             if "finished_at" not in row:
-                row.update(
-                    status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None
-                )
+                row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None)
                 self._record(row, started)
             raise
         finally:
@@ -301,9 +225,7 @@ class Executor:
                 await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
             if session.in_transaction():
                 await session.commit()
-        row["input_tokens"] = await count_tokens_async(
-            json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
-        )
+        row["input_tokens"] = await count_tokens_async(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
         self.validator.check(tool, arguments)
         connection = self.pool.get(tool.server_id)
         if connection is None:
@@ -315,9 +237,7 @@ class Executor:
         timeout = connection.spec.timeout_seconds or self.resources.settings.execution.timeout_seconds
         with span("upstream.call", server=tool.server_id, tool=tool.name):
             result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
-        content = [
-            block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content
-        ]
+        content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
         structured = result.structured_content
         text = render_text(content, structured)
         budget = self.resources.settings.execution.result_token_budget

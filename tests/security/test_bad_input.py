@@ -1,0 +1,213 @@
+"""Bad input from a careless or hostile client: a 4xx problem that says what was wrong and where, never a 500, a
+hang, a fetch the schema's author asked for, or data mangled on its way to a tool."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from service.db.models import Execution, Search, Tool
+from service.execution.runtime import get_gateway
+from tests.security.conftest import assert_problem, count_rows, make_settings, running
+
+JSON = {"Content-Type": "application/json"}
+
+
+def tool(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"server": "s", "name": name, "description": "d", "input_schema": schema}
+
+
+@contextmanager
+def schema_host() -> Iterator[tuple[str, list[str]]]:
+    """A local HTTP server that would serve any schema asked of it, and the paths it was asked for."""
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            asked.append(self.path)
+            body = b'{"type": "string"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_a_body_that_is_not_json_says_why_and_points_at_the_body(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        for path in ("/tools", "/execute"):
+            body = assert_problem(await http.post(path, content=b'{"tools": [', headers=JSON), 422, "invalid-request")
+            assert body["errors"] == [{"pointer": "/body", "reason": body["errors"][0]["reason"]}]
+            assert body["errors"][0]["reason"].startswith("not valid JSON: ")
+            assert "line 1, column 12" in body["errors"][0]["reason"]  # not a pointer to a field named "11"
+        wrong_type = await http.post("/tools", content=b'{"tools": []}', headers={"Content-Type": "text/plain"})
+        body = assert_problem(wrong_type, 422, "invalid-request")
+        assert body["errors"] == [
+            {"pointer": "/body", "reason": "the body must be JSON, sent with Content-Type: application/json"}
+        ]
+        # What FastAPI answered with a bare 400 "There was an error parsing the body".
+        unreadable = {
+            b'{"name": "a__b", "arguments": {"x": "\xff"}}': "not UTF-8 (byte 0xff at offset 37)",
+            b'{"name": "a__b", "arguments": {"x": ' + b"[" * 10_000 + b"]" * 10_000 + b"}}": "nest too deeply",
+            b'{"name": "a__b", "arguments": {"x": ' + b"9" * 5000 + b"}}": "Exceeds the limit (4300 digits)",
+        }
+        for content, reason in unreadable.items():
+            body = assert_problem(await http.post("/execute", content=content, headers=JSON), 422, "invalid-request")
+            assert body["errors"][0]["pointer"] == "/body" and reason in body["errors"][0]["reason"], body
+
+
+async def test_nan_and_infinity_arguments_are_refused_not_passed_on(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+        await http.post("/tools", json={"tools": [tool("t", {"type": "object"})]})
+        for value, reason in (
+            ("NaN", "NaN is not a JSON number"),
+            ("-Infinity", "-Infinity is not a JSON number"),
+            ("1e400", "1e400 is beyond the range of a number"),
+        ):
+            content = f'{{"name": "s__t", "arguments": {{"x": {value}}}}}'.encode()
+            body = assert_problem(await http.post("/execute", content=content, headers=JSON), 422, "invalid-request")
+            assert body["errors"] == [{"pointer": "/body", "reason": f"not valid JSON: {reason}"}]
+        # A big integer is not JSON's problem: it stays exact (orjson would have made it a float).
+        exact = await http.post(
+            "/execute", content=b'{"name": "s__t", "arguments": {"x": 123456789012345678901234567890}}', headers=JSON
+        )
+        assert_problem(exact, 502, "upstream-error")  # passed validation: the tool has no live server
+        await get_gateway(app.state.resources).log.flush(10)
+        assert await count_rows(app, Execution) == 1  # the refused bodies never reached the executor
+
+
+async def test_registration_refuses_schemas_that_execute_could_not_trust(tmp_path: Path) -> None:
+    with schema_host() as (host, asked):
+        async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+            tools = [
+                tool("remote", {"type": "object", "properties": {"x": {"$ref": f"{host}/x.json"}}}),
+                tool("based", {"$id": f"{host}/base.json", "type": "object", "properties": {"x": {"$ref": "y.json"}}}),
+                tool("dangling", {"type": "object", "properties": {"x": {"$ref": "#/$defs/nowhere"}}}),
+                tool("regex", {"type": "object", "properties": {"x": {"type": "string", "pattern": "(unclosed"}}}),
+            ]
+            body = assert_problem(await http.post("/tools", json={"tools": tools}), 422, "invalid-tool")
+            errors = {e["tool"]: e for e in body["errors"]}
+            assert {e["pointer"] for e in body["errors"]} == {f"/{i}/input_schema" for i in range(4)}
+            assert "remote references are never fetched" in errors["remote"]["reason"]
+            assert f"{host}/x.json" in errors["remote"]["reason"]
+            assert "remote references are never fetched" in errors["based"]["reason"]
+            assert "'/$defs/nowhere' does not exist" in errors["dangling"]["reason"]
+            assert '"(unclosed" is not a "regex"' in errors["regex"]["reason"]
+            assert await count_rows(app, Tool) == 0
+        assert asked == []
+
+
+async def test_execute_never_fetches_a_remote_ref_of_a_stored_schema(tmp_path: Path) -> None:
+    with schema_host() as (host, asked):
+        async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+            await http.post("/tools", json={"tools": [tool("old", {"type": "object"})]})
+            # A row stored before registrations were checked for remote references.
+            schema = {"type": "object", "properties": {"x": {"$ref": f"{host}/x.json"}}}
+            async with app.state.resources.session() as session:
+                await session.execute(
+                    update(Tool).where(Tool.qualified_name == "s__old").values(input_schema=schema, content_hash="0")
+                )
+                await session.commit()
+            response = await http.post("/execute", json={"name": "s__old", "arguments": {"x": 1}})
+            body = assert_problem(response, 422, "invalid-tool")
+            assert body["tool"] == "s__old" and body["errors"][0]["pointer"] == "/input_schema"
+            assert f"$ref '{host}/x.json' does not resolve within the schema" in body["detail"]
+        assert asked == []
+
+
+async def test_a_ref_loop_is_a_422_naming_the_schema_not_a_500(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        loop = tool("loop", {"type": "object", "$ref": "#"})
+        assert (await http.post("/tools", json={"tools": [loop]})).status_code == 200
+        body = assert_problem(
+            await http.post("/execute", json={"name": "s__loop", "arguments": {}}), 422, "invalid-tool"
+        )
+        assert "recursed without end" in body["detail"] and body["errors"][0]["pointer"] == "/input_schema"
+        batch = await http.post("/execute/batch", json={"calls": [{"name": "s__loop", "arguments": {}}]})
+        assert batch.status_code == 200 and batch.json()["results"][0]["status"] == 422
+
+
+async def test_a_catastrophic_pattern_is_answered_at_once(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        schema = {
+            "type": "object",
+            "properties": {"x": {"type": "string", "pattern": "^(a|aa)+$"}},
+            "patternProperties": {"^(b|bb)+$": {"type": "string"}},
+            "additionalProperties": False,
+        }
+        assert (await http.post("/tools", json={"tools": [tool("redos", schema)]})).status_code == 200
+        started = time.perf_counter()  # Python's re took minutes on each of these (the event loop held)
+        arguments = {"x": "a" * 60 + "!", "b" * 60 + "!": "v"}
+        response = await http.post("/execute", json={"name": "s__redos", "arguments": arguments})
+        assert time.perf_counter() - started < 5
+        body = assert_problem(response, 422, "invalid-arguments")
+        assert [(e["pointer"], e["keyword"]) for e in body["errors"]] == [
+            ("", "additionalProperties"),
+            ("/x", "pattern"),
+        ]
+        assert body["errors"][1]["reason"] == f"'{'a' * 60}!' does not match '^(a|aa)+$'"
+        fine = await http.post("/execute", json={"name": "s__redos", "arguments": {"x": "aaa", "bb": "v"}})
+        assert_problem(fine, 502, "upstream-error")  # valid: on to the (missing) server
+
+
+async def test_multiple_of_a_huge_integer_is_checked_exactly(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        schema = {"type": "object", "properties": {"tenth": {"multipleOf": 0.1}, "third": {"multipleOf": 3}}}
+        await http.post("/tools", json={"tools": [tool("m", schema)]})
+        huge = "1" + "0" * 4000
+        content = f'{{"name": "s__m", "arguments": {{"tenth": {huge}, "third": {huge}}}}}'.encode()
+        body = assert_problem(await http.post("/execute", content=content, headers=JSON), 422, "invalid-arguments")
+        assert [(e["pointer"], e["keyword"]) for e in body["errors"]] == [("/third", "multipleOf")]
+
+
+@pytest.mark.postgres
+async def test_nul_characters_are_refused_before_they_reach_sql_text(tmp_path: Path, postgres_url: str) -> None:
+    settings = make_settings(tmp_path, permissions=None)
+    settings.db.url = postgres_url
+    async with running(settings) as (app, http):
+        tools = [
+            {"server": "s", "name": "a\x00b"},
+            {"server": "s", "name": "d", "description": "x\x00y"},
+            {"server": "s", "name": "fine"},
+        ]
+        answer = await http.post("/tools", json={"tools": tools})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tools"] == ["s__fine"]
+        assert [(e["pointer"], e["reason"]) for e in answer.json()["errors"]] == [
+            ("/0/name", "name must not contain NUL (U+0000) characters"),
+            ("/1/description", "description must not contain NUL (U+0000) characters"),
+        ]
+        body = assert_problem(await http.post("/execute", json={"name": "s__fine\x00"}), 422, "invalid-request")
+        assert body["errors"][0]["pointer"] == "/body/name"
+        body = assert_problem(await http.post("/search", json={"query": "fine\x00"}), 422, "invalid-request")
+        assert body["errors"][0]["pointer"] == "/body/query"
+        for url, pointer in (
+            ("/tools/s__a%00b", "/path"),
+            ("/tools?server=%00", "/query/server"),
+            ("/servers/x%00", "/path"),
+        ):
+            body = assert_problem(await http.get(url), 422, "invalid-request")
+            assert body["errors"] == [{"pointer": pointer, "reason": "must not contain NUL (U+0000) characters"}]
+        assert_problem(await http.delete("/tools/s__fine%00"), 422, "invalid-request")
+        assert await count_rows(app, Tool) == 1
+        assert await count_rows(app, Search) == 0
