@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.tools import normalize_server_id, qualify
+from service.catalog.json_body import strict_json
 from service.errors import BadRequest
 
 DEMO_CATALOGS = Path(__file__).resolve().parents[1] / "demo" / "catalogs"
@@ -27,22 +28,43 @@ def _description(item: dict[str, Any]) -> str:
     """The description, followed by any other description field the line carries (`description_for_model` of
     ChatGPT plugins): more of what the tool does to index (MetaTool R@5 +.02, bench/ideas.py)."""
     short = item.get("description") if isinstance(item.get("description"), str) else ""
-    extra = [v.strip() for k, v in item.items()
-             if k != "description" and "description" in k.lower() and isinstance(v, str) and v.strip()]
+    extra = [
+        v.strip()
+        for k, v in item.items()
+        if k != "description" and "description" in k.lower() and isinstance(v, str) and v.strip()
+    ]
     return " ".join([short.strip(), *(v for v in extra if v not in short)]).strip()
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise BadRequest(
+            f"{path}:{line}: not UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})",
+            file=str(path),
+            line=line,
+        ) from exc
+
+
+def _json_problem(exc: ValueError) -> str:
+    """Why a text is not JSON (NaN and Infinity, which the stdlib would read, included: JSON has neither)."""
+    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
 
 
 def _from_jsonl(path: Path, server: str | None) -> CatalogFile:
     tools: list[dict[str, Any]] = []
     ids: dict[str, str] = {}
     taken: set[str] = set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadRequest(f"{path}:{number}: not valid JSON ({exc.msg})", file=str(path), line=number) from exc
+            item = strict_json(line)
+        except (ValueError, RecursionError) as exc:
+            reason = _json_problem(exc) if isinstance(exc, ValueError) else "nested too deeply"
+            raise BadRequest(f"{path}:{number}: not valid JSON ({reason})", file=str(path), line=number) from exc
         if not isinstance(item, dict) or not isinstance(item.get("name") or item.get("id"), str):
             raise BadRequest(f"{path}:{number}: each line must be an object with a name", file=str(path), line=number)
         name = item.get("name") or item["id"]
@@ -54,14 +76,16 @@ def _from_jsonl(path: Path, server: str | None) -> CatalogFile:
             qualified = qualify(normalize_server_id(tool_server), name)
         taken.add(qualified)
         ids[qualified] = str(item.get("id", name))
-        tools.append({
-            "server": tool_server,
-            "name": name,
-            "description": _description(item),
-            "input_schema": item.get("input_schema") or item.get("inputSchema") or {},
-            "annotations": item.get("annotations") or {},
-            "tags": item.get("tags") or [],
-        })
+        tools.append(
+            {
+                "server": tool_server,
+                "name": name,
+                "description": _description(item),
+                "input_schema": item.get("input_schema") or item.get("inputSchema") or {},
+                "annotations": item.get("annotations") or {},
+                "tags": item.get("tags") or [],
+            }
+        )
     return CatalogFile(tools, ids)
 
 
@@ -80,7 +104,8 @@ def _from_tools_list(path: Path, data: Any, server: str | None) -> CatalogFile:
             tools.append(item)
     ids = {
         qualify(normalize_server_id(t["server"]), t["name"]): t["name"]
-        for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("server"), str)
+        for t in tools
+        if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("server"), str)
     }
     # An export may carry the server's own description (`serverInfo` and `instructions`), as the bundled ones do.
     info = data.get("server") if isinstance(data, dict) else None
@@ -95,9 +120,12 @@ def load_catalog_file(path: Path, server: str | None = None) -> CatalogFile:
     if path.suffix == ".jsonl":
         return _from_jsonl(path, server)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = strict_json(_read_text(path))
     except json.JSONDecodeError as exc:
         raise BadRequest(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})", file=str(path)) from exc
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
+        raise BadRequest(f"{path}: not valid JSON ({reason})", file=str(path)) from exc
     return _from_tools_list(path, data, server)
 
 

@@ -50,7 +50,7 @@ def _finite(text: str) -> float:
     return number
 
 
-def strict_json(body: bytes) -> Any:
+def strict_json(body: bytes | str) -> Any:
     """A JSON body as the standard library reads it, NaN, Infinity and overflowing numbers refused (ValueError)."""
     return json.loads(body, parse_constant=_refuse_constant, parse_float=_finite)
 

@@ -11,8 +11,13 @@ from service.catalog.files import load_catalog_file
 def test_a_jsonl_tool_is_described_by_every_description_field_of_its_line(tmp_path: Path) -> None:
     path = tmp_path / "catalog.jsonl"
     lines = [
-        {"id": "timeport", "name": "timeport", "description": "A time-travel game.",
-         "description_for_model": "Start the game in a moment in history.", "name_for_human": "Timeport"},
+        {
+            "id": "timeport",
+            "name": "timeport",
+            "description": "A time-travel game.",
+            "description_for_model": "Start the game in a moment in history.",
+            "name_for_human": "Timeport",
+        },
         {"id": "plain", "name": "plain", "description": "Only a description."},
         {"id": "same", "name": "same", "description": "Says it once.", "long_description": "Says it once."},
         {"id": "bare", "name": "bare", "description_for_model": "Only the long one.", "description_x": 3},
@@ -25,3 +30,22 @@ def test_a_jsonl_tool_is_described_by_every_description_field_of_its_line(tmp_pa
         "Says it once.",
         "Only the long one.",
     ]
+
+
+def test_a_catalog_file_that_is_not_utf8_or_holds_nan_is_a_bad_request_naming_the_line(tmp_path: Path) -> None:
+    import pytest
+
+    from service.errors import BadRequest
+
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"name": "ok"}\n{"name": "caf\xe9"}\n')
+    with pytest.raises(BadRequest, match=r"latin.jsonl:2: not UTF-8 \(byte 0xe9 at offset 28\)"):
+        load_catalog_file(latin)
+    nan = tmp_path / "nan.jsonl"
+    nan.write_text('{"name": "a", "input_schema": {"type": "object", "maximum": NaN}}\n')
+    with pytest.raises(BadRequest, match=r"nan.jsonl:1: not valid JSON \(NaN is not a JSON number\)"):
+        load_catalog_file(nan)  # was read as float("nan")
+    listed = tmp_path / "server.json"
+    listed.write_text('{"tools": [{"name": "a", "inputSchema": {"type": "object", "minimum": -Infinity}}]}')
+    with pytest.raises(BadRequest, match=r"not valid JSON \(-Infinity is not a JSON number\)"):
+        load_catalog_file(listed)
