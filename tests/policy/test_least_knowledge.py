@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import mcp.types as types
 from mcp import Client
-from policy_world import FORBIDDEN_FOR_DEV, make_settings
+from policy_world import FORBIDDEN_FOR_DEV, bearer, make_settings
 
 from service.mcp.server import create_frontend
 
@@ -56,3 +56,38 @@ async def test_dynamic_sessions_in_redis_are_not_shared_across_api_keys(world: d
         # The admin's own session is untouched: the same client name still sees its activations there.
         again = {t.name for t in (await on_admin.list_tools(cache_mode="bypass")).tools}
         assert {t["name"] for t in found["tools"]} <= again
+
+
+async def test_a_callers_own_approvals_name_only_tools_it_may_use(world: dict[str, Any]) -> None:
+    """An approver may grant in advance a call of a tool the caller may not use: the caller's own approvals (list,
+    lookup, and the refusal of a mismatched approval) must not name that tool."""
+    http, dev, approver = world["http"], world["dev"], world["approver"]
+    forbidden = await http.post(
+        "/approvals", json={"caller": "dev-agent", "tool": "vault__get_secret"}, headers=bearer(approver)
+    )
+    visible = await http.post(
+        "/approvals", json={"caller": "dev-agent", "tool": "util__format_date"}, headers=bearer(approver)
+    )
+    assert forbidden.status_code == visible.status_code == 200
+    hidden_id, visible_id = forbidden.json()["id"], visible.json()["id"]
+    listed = await http.get("/approvals", headers=bearer(dev))
+    assert [a["id"] for a in listed.json()["approvals"]] == [visible_id]
+    assert "vault" not in listed.text
+    assert [
+        a["id"] for a in (await http.get("/approvals?status=granted", headers=bearer(dev))).json()["approvals"]
+    ] == [visible_id]
+    # Looked up by id, it is answered like an approval that does not exist.
+    hidden = await http.get(f"/approvals/{hidden_id}", headers=bearer(dev))
+    missing_id = str(uuid.uuid4())
+    missing = await http.get(f"/approvals/{missing_id}", headers=bearer(dev))
+    assert hidden.status_code == missing.status_code == 404
+    assert json.loads(hidden.text.replace(hidden_id, "<ID>")) == json.loads(missing.text.replace(missing_id, "<ID>"))
+    # Used with a tool it was not given for, the refusal does not name the tool it was given for.
+    mismatched = await http.post(
+        "/execute", json={"name": "util__purge_cache", "approval_id": hidden_id}, headers=bearer(dev)
+    )
+    assert mismatched.status_code == 403 and "another call" in mismatched.json()["detail"]
+    assert "vault" not in mismatched.text
+    # Approvers still see every approval.
+    everything = (await http.get("/approvals", headers=bearer(approver))).json()["approvals"]
+    assert {a["id"] for a in everything} == {hidden_id, visible_id}
