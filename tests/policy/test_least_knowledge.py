@@ -91,3 +91,13 @@ async def test_a_callers_own_approvals_name_only_tools_it_may_use(world: dict[st
     # Approvers still see every approval.
     everything = (await http.get("/approvals", headers=bearer(approver))).json()["approvals"]
     assert {a["id"] for a in everything} == {hidden_id, visible_id}
+
+
+async def test_readiness_does_not_count_the_tools_under_restricted_permissions(world: dict[str, Any]) -> None:
+    """/readyz needs no key: under a permissions file its count of every tool would tell a restricted caller
+    (or anyone) how many tools it cannot see."""
+    http, dev = world["http"], world["dev"]
+    visible = (await http.get("/tools", headers=bearer(dev))).json()["total"]
+    ready = await http.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["checks"]["index"] == "ok"
+    assert "tools" not in ready.json()["checks"], (visible, ready.json()["checks"])
