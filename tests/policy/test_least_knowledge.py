@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -12,7 +13,10 @@ import mcp.types as types
 from mcp import Client
 from policy_world import FORBIDDEN_FOR_DEV, bearer, make_settings
 
+from service.db.models import Execution, Search
 from service.mcp.server import create_frontend
+from service.resources import Resources
+from service.usage.learning import refresh_stats
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -101,3 +105,41 @@ async def test_readiness_does_not_count_the_tools_under_restricted_permissions(w
     ready = await http.get("/readyz")
     assert ready.status_code == 200 and ready.json()["checks"]["index"] == "ok"
     assert "tools" not in ready.json()["checks"], (visible, ready.json()["checks"])
+
+
+async def test_the_usage_signal_learns_only_from_the_searchers_own_calls(world: dict[str, Any]) -> None:
+    """The usage signal learns a query inside its searcher's permission scope. A call by another caller (other
+    roles, other permissions) that names the search's id must not teach that scope anything."""
+    http, dev = world["http"], world["dev"]
+    resources: Resources = world["resources"]
+    query = "turn a timestamp into text"
+    at = datetime.now(UTC) - timedelta(minutes=5)
+    searches = {caller: str(uuid.uuid4()) for caller in ("dev-agent", "lead")}
+    rows: list[Any] = [
+        Search(id=search_id, caller="dev-agent", scope="dev", query=query, k=5, created_at=at, results=[])
+        for search_id in searches.values()
+    ]
+    for i, (caller, search_id) in enumerate(searches.items()):
+        rows.append(
+            Execution(
+                id=str(uuid.uuid4()),
+                caller=caller,  # "lead" (roles approver, ops) names a search of dev's
+                tool="util__format_date" if caller == "dev-agent" else "util__purge_cache",
+                server_id="util",
+                search_id=search_id,
+                arguments_digest="0" * 64,
+                status="ok",
+                duration_ms=5.0,
+                started_at=at + timedelta(seconds=i + 1),
+                finished_at=at + timedelta(seconds=i + 1),
+            )
+        )
+    async with resources.session() as session:
+        session.add_all(rows)
+        await session.commit()
+    await refresh_stats(resources)
+    assert resources.usage is not None
+    assert set(resources.usage.by_scope.get("dev", {})) == {"util__format_date"}  # dev's own call only
+    body = (await http.post("/search", json={"query": query, "k": 10, "explain": True}, headers=bearer(dev))).json()
+    usage = {r["name"]: r["explain"]["signals"].get("usage", 0.0) for r in body["results"]}
+    assert usage["util__format_date"] > 0 and usage["util__purge_cache"] == 0.0
