@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import httpx
 import mcp.types as types
 from mcp import Client
@@ -17,6 +18,7 @@ from service.db.models import Execution, Search
 from service.mcp.server import create_frontend
 from service.resources import Resources
 from service.usage.learning import refresh_stats
+from tests.security.conftest import serving
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -143,3 +145,35 @@ async def test_the_usage_signal_learns_only_from_the_searchers_own_calls(world: 
     body = (await http.post("/search", json={"query": query, "k": 10, "explain": True}, headers=bearer(dev))).json()
     usage = {r["name"]: r["explain"]["signals"].get("usage", 0.0) for r in body["results"]}
     assert usage["util__format_date"] > 0 and usage["util__purge_cache"] == 0.0
+
+
+async def test_events_do_not_announce_changes_of_tools_the_caller_may_not_use(world: dict[str, Any]) -> None:
+    """dev may use the server `public` but not its delete_* tools: adding or removing one of those must not send
+    dev a `tools_changed` (its list did not change; the event alone would say a hidden tool did)."""
+    app, admin, dev = world["app"], world["admin"], world["dev"]
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        received: list[str] = []
+        done = anyio.Event()
+
+        async def follow() -> None:
+            async with http.stream("GET", "/events", headers=bearer(dev)) as stream:
+                async for line in stream.aiter_lines():
+                    received.append(line)
+                    if line.startswith("data:") and len([x for x in received if x.startswith("data:")]) == 2:
+                        done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await anyio.sleep(0.5)
+            hidden = {"server": "public", "name": "delete_everything", "description": "Delete every account"}
+            assert (await http.post("/tools", json={"tools": [hidden]}, headers=bearer(admin))).status_code == 200
+            assert (await http.delete("/tools/public__delete_account", headers=bearer(admin))).status_code == 204
+            visible = {"server": "public", "name": "get_news", "description": "Latest news headlines"}
+            assert (await http.post("/tools", json={"tools": [visible]}, headers=bearer(admin))).status_code == 200
+            assert (await http.delete("/tools/public__get_news", headers=bearer(admin))).status_code == 204
+            with anyio.fail_after(20):
+                await done.wait()
+            await anyio.sleep(0.3)  # anything sent late would arrive now
+            tg.cancel_scope.cancel()
+    data = [line for line in received if line.startswith("data:")]
+    assert data == ['data: {"server":"public"}'] * 2, received
