@@ -20,8 +20,9 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=None)
 async def readyz(resources: ResourcesDep) -> JSONResponse:
-    """The database answers and the index is open; background loops are listed with their state (one
-    waiting to restart after an error makes the status "degraded", still ready)."""
+    """The database answers and the index is open (with its number of tools when no permissions file restricts
+    what callers see); background loops are listed with their state (one waiting to restart after an error makes
+    the status "degraded", still ready)."""
     checks: dict[str, str] = {}
     try:
         async with resources.session() as session:
@@ -31,7 +32,11 @@ async def readyz(resources: ResourcesDep) -> JSONResponse:
         checks["database"] = f"error: {exc.__class__.__name__}"
     if resources.index is not None:
         try:
-            checks["tools"] = str(await resources.run_index(resources.index.count))
+            tools = await resources.run_index(resources.index.count)
+            if resources.settings.policy.permissions_file is None:
+                # Anyone may ask: under a permissions file the count would tell callers how many tools they
+                # may not see (least knowledge). /metrics has it for admins.
+                checks["tools"] = str(tools)
             checks["index"] = "ok"
         except Exception as exc:  # noqa: BLE001 - readiness reports any failure instead of raising
             checks["index"] = f"error: {exc.__class__.__name__}"

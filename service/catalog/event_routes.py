@@ -27,7 +27,8 @@ def format_event(event: CatalogEvent) -> str:
 
 
 def may_see(resources: Resources, caller: Caller, event: CatalogEvent) -> bool:
-    """Whether this caller may hear of this event: only of servers it may use (every server for admins)."""
+    """Whether this caller may hear of this event: only of tools it may use when the event names them, else of
+    servers it may use (every server for admins)."""
     if caller.is_admin:
         return True
     visible = visible_names(resources, caller)
@@ -37,6 +38,9 @@ def may_see(resources: Resources, caller: Caller, event: CatalogEvent) -> bool:
     if server is None:
         return True  # "something changed" names nothing
     rules = caller_rules(resources, caller)
+    if event.names is not None:
+        # Only a change of a tool this caller may use concerns it (a removed one included).
+        return any(rules.permits(name, str(server)) for name in event.names)
     by_server = [p for p in rules.allow if p.kind == "server" and p.matches("", str(server))]
     if by_server and not any(p.kind == "server" and p.matches("", str(server)) for p in rules.deny):
         return True  # a server the rules allow by name, even before its tools reach the snapshot

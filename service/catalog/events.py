@@ -10,7 +10,7 @@ With several API replicas this moves to a shared broker, like the rest of the pe
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,8 @@ class CatalogEvent:
 
     kind: str
     data: dict[str, Any] = field(default_factory=dict)
+    # The tools that changed, when known: never sent, only read to tell whom the event concerns (event_routes.py).
+    names: frozenset[str] | None = None
 
 
 class EventHub:
@@ -77,6 +79,8 @@ def event_hub(resources: Resources) -> EventHub:
     return resources.events
 
 
-def publish_tools_changed(resources: Resources, server_id: str | None) -> None:
-    """The tools of a server changed (None: the catalog changed in ways not tied to one server)."""
-    event_hub(resources).publish(CatalogEvent(TOOLS_CHANGED, {"server": server_id}))
+def publish_tools_changed(resources: Resources, server_id: str | None, names: Iterable[str] | None = None) -> None:
+    """The tools of a server changed (None: the catalog changed in ways not tied to one server); `names`: which
+    ones, when known (only callers that may use one of them hear of it)."""
+    changed = frozenset(names) if names is not None else None
+    event_hub(resources).publish(CatalogEvent(TOOLS_CHANGED, {"server": server_id}, changed))

@@ -177,7 +177,8 @@ async def register_tools(
         await index_definitions(resources, batch.tools, vectors)
         await refresh_servers(resources, {t.server for t in batch.tools} | described)
     for server in sorted({t.server for t in batch.tools if t.qualified_name in changed}):
-        publish_tools_changed(resources, server)  # MCP front ends re-list (GET /events)
+        names = [t.qualified_name for t in batch.tools if t.server == server and t.qualified_name in changed]
+        publish_tools_changed(resources, server, names)  # MCP front ends re-list (GET /events)
     if changed or described:
         await announce(resources)
     return report
@@ -353,7 +354,7 @@ async def delete_tool(resources: Resources, name: str) -> None:
             await session.commit()
         await unindex(resources, [name])
         await refresh_servers(resources, [server_id])
-    publish_tools_changed(resources, server_id)
+    publish_tools_changed(resources, server_id, [name])
     await announce(resources)
 
 

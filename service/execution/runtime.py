@@ -71,8 +71,8 @@ def build_gateway(resources: Resources) -> Gateway:
                                          info=connection.server_info if connection else None)
         if (gateway := resources.gateway) is not None:
             gateway.executor.tools.invalidate_server(spec.id)
-        if report.created or report.updated or report.removed:
-            publish_tools_changed(resources, spec.id)  # MCP front ends re-list (GET /events)
+        if changed := [*report.created, *report.updated, *report.removed]:
+            publish_tools_changed(resources, spec.id, changed)  # MCP front ends re-list (GET /events)
         return report
 
     async def prepare(spec: ServerSpec) -> ServerSpec:

@@ -108,6 +108,11 @@ class Frontend:
         # Not under a profile: a script's calls are bounded by the caller's permissions, not the profile's.
         self.run_script = frontend.run_script and profile is None
         self.single_session = transport == "stdio"
+        # Whose tools this front end shows: its API and key (the permissions) and its profile (the scope). Part of
+        # every shared session key, so a front end on another key or profile never reads these activations.
+        self.scope = hashlib.sha256(
+            f"{frontend.api_url}\n{frontend.api_key or ''}\n{profile.name if profile else ''}".encode()
+        ).hexdigest()
         self.sessions = SessionStore(
             frontend.dynamic_max_sessions, frontend.dynamic_max_active, frontend.dynamic_idle_seconds
         )
@@ -213,11 +218,7 @@ class Frontend:
                 if self.single_session:
                     key = STDIO_SESSION
                 else:
-                    key = (
-                        f"http:{connection.session_id}"
-                        if connection.session_id
-                        else f"conn:{uuid.uuid4().hex}"
-                    )
+                    key = f"http:{connection.session_id}" if connection.session_id else f"conn:{uuid.uuid4().hex}"
                     connection.exit_stack.callback(self.sessions.drop, key)
                 connection.state[_STATE_KEY] = key
                 self.notifier.register(key, connection)
@@ -229,19 +230,16 @@ class Frontend:
         transport_session = headers.get("mcp-session-id", "") if headers is not None else ""
         params = ctx.session.client_params
         client = params.client_info.name if params is not None else ""
-        # The credential is part of every key, so a guessed session id never reaches another caller's set.
-        identity = f"{credential}\n{transport_session}\n{client}"
+        # The credential is part of every key, so a guessed session id never reaches another caller's set; the
+        # front end's scope too, so front ends on other API keys (other permissions) sharing Redis never meet.
+        identity = f"{self.scope}\n{credential}\n{transport_session}\n{client}"
         return "caller:" + hashlib.sha256(identity.encode()).hexdigest()[:24]
 
-    def _origin(
-        self, ctx: ServerRequestContext[Any, Any]
-    ) -> tuple[Connection, ServerRequestContext[Any, Any]] | None:
+    def _origin(self, ctx: ServerRequestContext[Any, Any]) -> tuple[Connection, ServerRequestContext[Any, Any]] | None:
         connection = _connection_of(ctx)
         return (connection, ctx) if connection is not None else None
 
-    async def _on_initialized(
-        self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams
-    ) -> None:
+    async def _on_initialized(self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams) -> None:
         self.session_key(ctx)  # registers the connection for list_changed before its first request
 
     async def _on_listen(
@@ -290,9 +288,7 @@ class Frontend:
             return render.error_result(exc)
         except Exception as exc:  # the session boundary: a bug in one call must not end the client's session
             logger.exception("front end call of %s failed", params.name)
-            return render.error_result(
-                ToolscoutError(f"The Toolscout front end failed: {type(exc).__name__}: {exc}")
-            )
+            return render.error_result(ToolscoutError(f"The Toolscout front end failed: {type(exc).__name__}: {exc}"))
 
     async def _dispatch(
         self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any]
@@ -328,14 +324,10 @@ class Frontend:
         return None
 
     async def _status(self, ctx: ServerRequestContext[Any, Any]) -> types.CallToolResult:
-        servers = [
-            s for s in await self.api.servers() if self.profile is None or self.profile.allows_server(s["id"])
-        ]
+        servers = [s for s in await self.api.servers() if self.profile is None or self.profile.allows_server(s["id"])]
         state = await self.sessions.load(self.session_key(ctx))
         active = list(state.active) if state is not None else []
-        return _text(
-            render.status_text(self.mode, self.profile.name if self.profile else None, servers, active)
-        )
+        return _text(render.status_text(self.mode, self.profile.name if self.profile else None, servers, active))
 
     async def _search(
         self, ctx: ServerRequestContext[Any, Any], query: str, k: int | None, server: str | None
@@ -373,9 +365,7 @@ class Frontend:
         if self.profile is not None:
             tool = await self.view.tool(name)  # an unknown name is the API's 404, closest tools named
             if not self.profile.allows(tool):
-                raise PermissionDenied(
-                    f"Tool {name!r} is outside the profile {self.profile.name!r}", tool=name
-                )
+                raise PermissionDenied(f"Tool {name!r} is outside the profile {self.profile.name!r}", tool=name)
             name = str(tool["name"])
         state = await self.sessions.load(self.session_key(ctx))
         search_id = state.search_ids.get(name) if state is not None else None

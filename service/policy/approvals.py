@@ -12,9 +12,10 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import false, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.db.among import among
 from service.db.models import Approval, as_utc, utcnow
 from service.errors import ApprovalRequired, BadRequest, Conflict, NotFound, PermissionDenied
 from service.policy.callers import Caller
@@ -152,10 +153,9 @@ async def consume_approval(resources: Resources, approval_id: str, caller: Calle
     if row is None or row.caller != caller.id:
         raise PermissionDenied(f"Approval {approval_id} does not exist for this caller", approval_id=approval_id)
     if row.tool != tool or row.arguments_digest != digest:
-        raise PermissionDenied(
-            f"Approval {approval_id} was given for another call ({row.tool} with other arguments)",
-            approval_id=approval_id,
-        )
+        # Not naming the approval's tool: an approver may have granted one that this caller may not use.
+        what = "other arguments" if row.tool == tool else "another tool"
+        raise PermissionDenied(f"Approval {approval_id} was given for another call ({what})", approval_id=approval_id)
     state = status_of(row, now)
     reasons = {
         PENDING: "is not granted yet",
@@ -170,21 +170,36 @@ async def consume_approval(resources: Resources, approval_id: str, caller: Calle
     )
 
 
-async def get_approval(session: AsyncSession, caller: Caller, approval_id: str, is_approver: bool) -> Approval:
-    """An approval its requester or an approver may see."""
+async def get_approval(
+    session: AsyncSession,
+    caller: Caller,
+    approval_id: str,
+    is_approver: bool,
+    visible: frozenset[str] | None = None,
+) -> Approval:
+    """An approval its requester or an approver may see; a requester sees only approvals of tools it may use
+    (`visible`, None: every tool), the others are answered like a missing one."""
     row = await session.get(Approval, approval_id)
-    if row is None or not (is_approver or row.caller == caller.id):
+    if row is None or not (is_approver or (row.caller == caller.id and (visible is None or row.tool in visible))):
         raise NotFound(f"No approval {approval_id!r}", approval_id=approval_id)
     return row
 
 
 async def list_approvals(
-    session: AsyncSession, caller: Caller, is_approver: bool, status: str | None = None, limit: int = 100
+    session: AsyncSession,
+    caller: Caller,
+    is_approver: bool,
+    status: str | None = None,
+    limit: int = 100,
+    visible: frozenset[str] | None = None,
 ) -> list[Approval]:
-    """Approvals, newest first: all of them for an approver, one's own otherwise."""
+    """Approvals, newest first: all of them for an approver, one's own otherwise (of the tools it may use,
+    `visible`; None: every tool)."""
     query = select(Approval).order_by(Approval.requested_at.desc()).limit(limit)
     if not is_approver:
         query = query.where(Approval.caller == caller.id)
+        if visible is not None:
+            query = query.where(among(Approval.tool, visible) if visible else false())
     if status in (PENDING, GRANTED):
         query = query.where(Approval.status == status, Approval.expires_at > utcnow())
     elif status is not None:

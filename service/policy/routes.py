@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, model_validator
 from service.deps import ApproverDep, CallerDep, ResourcesDep, SessionDep
 from service.errors import RequestBody
 from service.policy import approvals
-from service.policy.service import is_approver
+from service.policy.service import is_approver, visible_names
 
 router = APIRouter(prefix="/approvals", tags=["approvals"])
 
@@ -87,13 +87,15 @@ async def list_approvals(
     status: Literal["pending", "granted", "used", "denied"] | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    """Approvals, newest first: every caller's for an approver, one's own otherwise."""
-    rows = await approvals.list_approvals(session, caller, is_approver(resources, caller), status, limit)
+    """Approvals, newest first: every caller's for an approver, one's own of the tools it may use otherwise."""
+    visible = visible_names(resources, caller)
+    rows = await approvals.list_approvals(session, caller, is_approver(resources, caller), status, limit, visible)
     return {"approvals": [approvals.approval_view(r) for r in rows]}
 
 
 @router.get("/{approval_id}", response_model=ApprovalResponse)
 async def get(approval_id: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
     """One approval: its requester and approvers may read it."""
-    row = await approvals.get_approval(session, caller, approval_id, is_approver(resources, caller))
+    visible = visible_names(resources, caller)
+    row = await approvals.get_approval(session, caller, approval_id, is_approver(resources, caller), visible)
     return approvals.approval_view(row)

@@ -134,7 +134,9 @@ async def _read_evidence(resources: Resources, state: UsageVectors, batch: int) 
     while True:
         statement = (
             select(Execution.id, Execution.finished_at, Execution.tool, Search.query, Search.scope)
-            .join(Search, Search.id == Execution.search_id)
+            # The searcher's own calls only: a caller naming another's search id (its own roles, its own
+            # permissions) must not teach that search's scope.
+            .join(Search, and_(Search.id == Execution.search_id, Search.caller == Execution.caller))
             .where(Execution.status == "ok", Execution.finished_at <= horizon, Search.scope.is_not(None))
             .order_by(Execution.finished_at, Execution.id)
             .limit(batch)
