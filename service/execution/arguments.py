@@ -27,6 +27,7 @@ from service.errors import InvalidArguments, InvalidTool
 logger = logging.getLogger(__name__)
 
 MAX_REPORTED_ERRORS = 20
+MAX_REASON_CHARS = 300  # jsonschema's messages repeat the value: a 5 MB bad string made a 5 MB problem body
 _VALIDATOR_CACHE_SIZE = 4096
 
 
@@ -154,7 +155,10 @@ class ArgumentValidator:
             if error.validator == "required" and isinstance(error.instance, dict):
                 missing = [p for p in error.validator_value if p not in error.instance and repr(p) in error.message]
                 path += missing[:1]
-            found.append({"pointer": _pointer(path), "reason": error.message, "keyword": str(error.validator)})
+            reason = error.message
+            if len(reason) > MAX_REASON_CHARS:
+                reason = f"{reason[: MAX_REASON_CHARS - 20]}… ({len(reason):,} characters)"
+            found.append({"pointer": _pointer(path), "reason": reason, "keyword": str(error.validator)})
         found.sort(key=lambda e: (e["pointer"], e["reason"]))
         return found[:MAX_REPORTED_ERRORS]
 

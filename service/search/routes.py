@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter
 from fastapi.responses import Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from pydantic_core import to_jsonable_python
 
 from service.deps import CallerDep, ResourcesDep
@@ -26,6 +26,13 @@ class SearchRequest(RequestBody):
     servers: list[Text] | None = Field(default=None, description="Only tools of these servers")
     tags: list[Text] | None = Field(default=None, description="Only tools with one of these tags")
     explain: bool = Field(default=False, description="Include each signal's contribution")
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, query: str) -> str:
+        if not query.strip():
+            raise ValueError("must not be blank (only whitespace)")
+        return query
 
 
 class SearchResult(BaseModel):

@@ -13,7 +13,7 @@ from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
 from service.db.models import Search, utcnow
-from service.errors import BadRequest, InvalidRequest
+from service.errors import InvalidRequest
 from service.observability import observe_search, span
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.service import permission_filter
@@ -94,9 +94,10 @@ async def search_tools(
     settings = resources.settings.search
     k = settings.default_k if k is None else k
     if not 1 <= k <= settings.max_k:
-        raise BadRequest(f"k must be between 1 and {settings.max_k}", pointer="/k")
+        reason = f"must be between 1 and {settings.max_k}"
+        raise InvalidRequest(f"k {reason}", errors=[{"pointer": "/k", "reason": reason}])
     if not query.strip():
-        raise BadRequest("query must not be empty", pointer="/query")
+        raise InvalidRequest("query must not be empty", errors=[{"pointer": "/query", "reason": "must not be empty"}])
     if len(query) > settings.max_query_chars:
         raise InvalidRequest(
             f"query is longer than {settings.max_query_chars} characters (search.max_query_chars)",
@@ -107,7 +108,12 @@ async def search_tools(
     assert resources.retriever is not None
     with span("search", k=k):
         outcome = await resources.retriever.search(
-            query, k, where, caller_id=caller.id, boosts=resources.boosts, explain=explain,
+            query,
+            k,
+            where,
+            caller_id=caller.id,
+            boosts=resources.boosts,
+            explain=explain,
             scope=scope_key(caller.roles),
         )
     search_id = str(uuid.uuid4())
@@ -129,13 +135,20 @@ async def stop_search_log(resources: Resources) -> None:
         await log.close(resources.supervisor.task(SEARCH_LOG_TASK))
 
 
-async def log_search(resources: Resources, search_id: str, caller: Caller, query: str, k: int,
-                     outcome: SearchOutcome) -> None:
+async def log_search(
+    resources: Resources, search_id: str, caller: Caller, query: str, k: int, outcome: SearchOutcome
+) -> None:
     """Log the search: queued for the batched writer when it runs, else written at once (CLI, evaluation)."""
     row = {
-        "id": search_id, "caller": caller.id[:128], "scope": scope_key(caller.roles), "query": query[:4000], "k": k,
+        "id": search_id,
+        "caller": caller.id[:128],
+        "scope": scope_key(caller.roles),
+        "query": query[:4000],
+        "k": k,
         "results": [{"name": r.name, "score": r.score} for r in outcome.results],
-        "result_count": len(outcome.results), "latency_ms": round(outcome.latency_ms, 3), "created_at": utcnow(),
+        "result_count": len(outcome.results),
+        "latency_ms": round(outcome.latency_ms, 3),
+        "created_at": utcnow(),
     }
     if resources.search_log is not None:
         resources.search_log.record(row)

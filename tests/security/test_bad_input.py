@@ -180,6 +180,17 @@ async def test_multiple_of_a_huge_integer_is_checked_exactly(tmp_path: Path) -> 
         assert [(e["pointer"], e["keyword"]) for e in body["errors"]] == [("/third", "multipleOf")]
 
 
+async def test_an_error_about_a_huge_value_quotes_only_its_start(tmp_path: Path) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+        await http.post("/tools", json={"tools": [tool("big", schema)]})
+        response = await http.post("/execute", json={"name": "s__big", "arguments": {"n": "x" * 1_000_000}})
+        body = assert_problem(response, 422, "invalid-arguments")
+        assert len(response.content) < 2_000
+        reason = body["errors"][0]["reason"]
+        assert reason.startswith("'xxx") and reason.endswith("… (1,000,027 characters)") and len(reason) < 320
+
+
 @pytest.mark.postgres
 async def test_nul_characters_are_refused_before_they_reach_sql_text(tmp_path: Path, postgres_url: str) -> None:
     settings = make_settings(tmp_path, permissions=None)
