@@ -226,6 +226,7 @@ class CodeModeSettings(Section):
     max_tool_calls: int = 50  # tool calls and searches of one script
     max_concurrent: int = 4  # scripts running at once; the others wait in turn
     max_script_chars: int = 100_000
+    max_value_chars: int = 1_000_000  # JSON of the script's return value and of each call's arguments
     max_log_lines: int = 100
     max_log_line_chars: int = 1000
 

@@ -20,6 +20,7 @@ from sqlalchemy import select
 
 from service.db.models import Execution
 from service.execution.code_mode import code_mode
+from service.execution.code_mode.sandbox import Sandbox
 from service.execution.runtime import get_gateway
 from service.mcp.server import create_frontend
 from service.policy.service import policy_state, refresh_catalog
@@ -260,3 +261,97 @@ async def test_the_token_bench_scenario_runs_the_task_both_ways(python_servers: 
     assert not any(s["is_error"] for s in lazy["steps"] + code["steps"])
     assert code["calls_in_script"] == 5 and (lazy["model_turns"], code["model_turns"]) == (6, 2)
     assert code["input_tokens"] < lazy["input_tokens"] and code["context_tokens"] < lazy["context_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("script", "result", "logs"),
+    [
+        ("JSON.stringify = () => 'not json';\nreturn 1;", 1, []),
+        ("JSON.stringify = () => ({});\nreturn (await tools.t__echo({text: 'a'})).result;", "a", []),
+        (
+            "RegExp.prototype.exec = () => ['x', 'NaN', '1'];\nreturn (await tools.t__echo({text: 'b'})).result;",
+            "b",
+            [],
+        ),
+        (
+            "console.log('\\ud800');\nreturn (await tools.t__echo({text: 'c\\udc00'})).result + '\\ud801';",
+            "c\ufffd\ufffd",
+            ["\ufffd"],
+        ),
+        (
+            "const p = tools.t__echo({text: 'real'});\nreturn typeof __ts_settle + ' ' + (await p).result;",
+            "undefined real",
+            [],
+        ),
+    ],
+    ids=["json-replaced", "json-replaced-before-a-call", "regexp-replaced", "lone-surrogates", "no-settle-hook"],
+)
+async def test_a_script_that_replaces_built_ins_cannot_break_the_engine(
+    world: dict[str, Any], script: str, result: Any, logs: list[str]
+) -> None:
+    body = await run(world["client"], script)
+    assert body["error"] is None, body["error"]
+    assert (body["result"], body["logs"]) == (result, logs)
+
+
+@pytest.mark.parametrize(
+    ("script", "name", "message", "line"),
+    [
+        (
+            "let a = [];\nfor (let i = 0; i < 300; i++) a = [a];\nreturn a;",
+            None,
+            "the script's return value is nested more than 100 levels deep",
+            None,
+        ),
+        (
+            "let a = [];\nfor (let i = 0; i < 300; i++) a = [a];\nawait tools.t__echo({text: 'x', a});",
+            "TypeError",
+            "the arguments of t__echo are nested more than 100 levels deep",
+            3,
+        ),
+        (
+            "return 'x'.repeat(20000);",
+            None,
+            "the script's return value is 20002 characters of JSON, over the "
+            "limit of 10000 (code_mode.max_value_chars)",
+            None,
+        ),
+        (
+            "\nawait tools.t__echo({text: 'x'.repeat(20000)});",
+            "TypeError",
+            "the arguments of t__echo are 20011 characters of JSON, over the limit of 10000 "
+            "(code_mode.max_value_chars)",
+            2,
+        ),
+        ("await tools['x'.repeat(300)]({});", "TypeError", "a tool name has at most 256 characters", 1),
+        (
+            "\n\nawait tools.t__echo('hi');",
+            "TypeError",
+            "the arguments of t__echo must be an object, like {text: 'hi'}",
+            3,
+        ),
+        ("throw new Proxy({}, {get() { throw 1; }});", "Error", "the script threw a value that cannot be read", None),
+    ],
+    ids=["deep-result", "deep-arguments", "long-result", "long-arguments", "long-name", "string-arguments", "proxy"],
+)
+async def test_a_value_that_cannot_cross_to_the_service_is_a_script_error(
+    world: dict[str, Any], script: str, name: str | None, message: str, line: int | None
+) -> None:
+    settings = world["app"].state.resources.settings.code_mode
+    settings.max_value_chars = 10_000
+    try:
+        body = await run(world["client"], script)
+    finally:
+        settings.max_value_chars = 1_000_000
+    error = body["error"]
+    assert (error["type"], error.get("name"), error["message"], error["line"]) == ("script_error", name, message, line)
+    assert body["calls"] == []  # nothing reached a tool
+
+
+async def test_an_engine_that_dies_tells_the_caller_its_exit_code_and_no_traceback() -> None:
+    sandbox = await Sandbox.start({})  # no budget: the child fails before it runs anything
+    try:
+        assert await sandbox.receive() is None
+        assert await sandbox.diagnostics() == "exit code 1"
+    finally:
+        await sandbox.close()

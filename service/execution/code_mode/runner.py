@@ -163,6 +163,7 @@ class CodeMode:
             "cpu_seconds": budget,
             "max_log_lines": settings.max_log_lines,
             "max_log_chars": settings.max_log_line_chars,
+            "max_value_chars": settings.max_value_chars,
         }
         sandbox = await Sandbox.start(config)
         try:

@@ -63,14 +63,17 @@ class Sandbox:
         return message if isinstance(message, dict) else None
 
     async def diagnostics(self) -> str:
-        """Why the child stopped: its exit code and the end of what it wrote on stderr."""
+        """Why the child stopped, for the caller: its exit code. The end of what it wrote on stderr (a Python
+        traceback) goes to the service's log only."""
         code = await self.process.wait()
         tail = b""
         if self.process.stderr is not None:
             with contextlib.suppress(Exception):
                 tail = await asyncio.wait_for(self.process.stderr.read(), 1.0)
         text = tail.decode(errors="replace").strip()[-_STDERR_TAIL:]
-        return f"exit code {code}" + (f": {text}" if text else "")
+        if text:
+            logger.warning("code-mode engine %s exited with code %s: %s", self.process.pid, code, text)
+        return f"exit code {code}"
 
     async def close(self) -> None:
         """Kill the child if it still runs and reap it."""
