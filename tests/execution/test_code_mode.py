@@ -214,6 +214,29 @@ async def test_five_scripts_with_a_cap_of_four_queue_the_fifth(world: dict[str, 
     assert queued[3] < 300 and queued[4] >= 400  # the fifth waited for a slot
 
 
+async def test_a_run_past_the_queue_is_refused_at_once(world: dict[str, Any]) -> None:
+    runner = code_mode(world["app"].state.resources)
+    settings = world["app"].state.resources.settings.code_mode
+    settings.max_queued = 1
+    try:
+        script = "return await tools.t__sleep({seconds: 1.5});"
+        accepted = [asyncio.create_task(run(world["client"], script)) for _ in range(5)]
+        for _ in range(50):  # until four run and one waits
+            if (runner.running, runner.waiting) == (4, 1):
+                break
+            await asyncio.sleep(0.02)
+        assert (runner.running, runner.waiting) == (4, 1)
+        refused = await world["client"].post("/run", json={"script": script})
+        bodies = await asyncio.gather(*accepted)
+    finally:
+        settings.max_queued = 16
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+    problem = refused.json()
+    assert problem["limit"] == "code_mode.max_queued"
+    assert problem["detail"].startswith("Code mode is busy: 4 scripts run and 1 wait their turn")
+    assert [b["result"] for b in bodies] == [{"result": "slept 1.5"}] * 5
+
+
 async def test_errors_name_the_script_line_and_search_is_available(world: dict[str, Any]) -> None:
     broken = await run(world["client"], "const x = 1;\nreturn x.y.z;")
     assert broken["error"]["type"] == "script_error" and broken["error"]["line"] == 2

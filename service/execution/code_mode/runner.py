@@ -27,6 +27,7 @@ from service.errors import (
     NotFound,
     RateLimited,
     ToolscoutError,
+    Unavailable,
 )
 from service.execution.executor import ExecutionResult, status_of
 from service.execution.results import measure
@@ -134,6 +135,12 @@ class CodeMode:
             )
         budget = min(timeout_seconds or settings.timeout_seconds, settings.timeout_seconds)
         run = ScriptRun(str(uuid.uuid4()), caller, await self._approvals(caller, approval_ids))
+        if self.slots.locked() and self.waiting >= settings.max_queued:
+            raise Unavailable(
+                f"Code mode is busy: {self.running} scripts run and {self.waiting} wait their turn "
+                f"(code_mode.max_concurrent, code_mode.max_queued); try again later",
+                limit="code_mode.max_queued",
+            )
         queued = time.perf_counter()
         self.waiting += 1
         try:
