@@ -21,6 +21,7 @@ from sqlalchemy import select
 from service.db.models import Execution
 from service.execution.code_mode import code_mode
 from service.execution.code_mode.sandbox import Sandbox
+from service.execution.executor import ExecutionResult
 from service.execution.runtime import get_gateway
 from service.mcp.server import create_frontend
 from service.policy.service import policy_state, refresh_catalog
@@ -235,6 +236,30 @@ async def test_a_run_past_the_queue_is_refused_at_once(world: dict[str, Any]) ->
     assert problem["limit"] == "code_mode.max_queued"
     assert problem["detail"].startswith("Code mode is busy: 4 scripts run and 1 wait their turn")
     assert [b["result"] for b in bodies] == [{"result": "slept 1.5"}] * 5
+
+
+async def test_a_call_that_fails_unexpectedly_or_returns_a_lone_surrogate_still_answers_the_script(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executor = get_gateway(world["app"].state.resources).executor
+
+    async def execute(caller: Any, name: str, arguments: dict[str, Any], **_: Any) -> ExecutionResult:
+        if arguments["text"] == "boom":
+            raise RuntimeError("a bug")
+        return ExecutionResult("id", name, "t", "ok", [], {"result": "a\ud800"}, False, None, False, 1, 1)
+
+    monkeypatch.setattr(executor, "execute", execute)
+    script = """
+let failed;
+try { await tools.t__echo({text: 'boom'}); } catch (e) { failed = [e.name, e.status, e.message]; }
+return [failed, (await tools.t__echo({text: 'x'})).result];
+"""
+    body = await run(world["client"], script)
+    assert body["error"] is None, body["error"]
+    (name, status, message), text = body["result"]
+    assert (name, status, text) == ("ToolError", "internal_error", "a\ufffd")
+    assert message.startswith("An unexpected error occurred; quote error id ") and "a bug" not in message
+    assert [c["status"] for c in body["calls"]] == ["internal_error", "ok"]
 
 
 async def test_errors_name_the_script_line_and_search_is_available(world: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from service.errors import (
     RateLimited,
     ToolscoutError,
     Unavailable,
+    unexpected_error,
 )
 from service.execution.executor import ExecutionResult, status_of
 from service.execution.results import measure
@@ -249,18 +250,19 @@ class CodeMode:
                 )
             )
             return
-        except ToolscoutError as exc:
+        except Exception as exc:  # noqa: BLE001 - every call must answer the script, which waits for it
+            error = exc if isinstance(exc, ToolscoutError) else unexpected_error(exc, f"run {run.run_id}")
             # A hidden tool is logged as denied but the script sees what a missing tool gets (least knowledge).
             record.status = (
                 "rate_limited"
-                if isinstance(exc, RateLimited)
+                if isinstance(error, RateLimited)
                 else "not_found"
-                if isinstance(exc, NotFound)
-                else status_of(exc)
+                if isinstance(error, NotFound)
+                else status_of(error)
             )
-            record.error = exc.problem()
-            record.execution_id = exc.extensions.get("execution_id")
-            value, ok = {"message": exc.detail, "status": record.status, "problem": record.error}, False
+            record.error = error.problem()
+            record.execution_id = error.extensions.get("execution_id")
+            value, ok = {"message": error.detail, "status": record.status, "problem": record.error}, False
         finally:
             record.duration_ms = round((time.perf_counter() - started) * 1000, 3)
         if not ok:

@@ -47,7 +47,7 @@ class Sandbox:
         if stdin is None or stdin.is_closing():
             return False
         try:
-            stdin.write(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+            stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")  # ASCII: lone surrogates too
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             return False
