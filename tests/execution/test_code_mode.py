@@ -403,3 +403,16 @@ async def test_an_engine_that_dies_tells_the_caller_its_exit_code_and_no_traceba
         assert await sandbox.diagnostics() == "exit code 1"
     finally:
         await sandbox.close()
+
+
+async def test_the_engine_process_gets_none_of_the_services_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLSCOUT_TEST_SECRET", "s3cret")
+    config = {"script": "while (true) {}", "tools": [], "memory_bytes": 1 << 25, "cpu_seconds": 5}
+    sandbox = await Sandbox.start(config | {"max_log_lines": 1, "max_log_chars": 1, "max_value_chars": 1})
+    try:
+        await asyncio.sleep(0.3)  # the script runs: the process is alive, not a zombie with no environment
+        environment = await asyncio.to_thread(Path(f"/proc/{sandbox.process.pid}/environ").read_bytes)
+        assert sandbox.process.returncode is None
+    finally:
+        await sandbox.close()
+    assert environment == b""

@@ -27,7 +27,8 @@ class Sandbox:
 
     @classmethod
     async def start(cls, config: dict[str, Any]) -> Sandbox:
-        """Start a child (isolated mode: no user site, no PYTHON* variables) and hand it the run."""
+        """Start a child (isolated mode: no user site, no PYTHON* variables; an empty environment, so the
+        service's secrets are not in the engine's process) and hand it the run."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-I",
@@ -36,6 +37,7 @@ class Sandbox:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             limit=STREAM_LIMIT,
+            env={},
         )
         sandbox = cls(process)
         await sandbox.send(config)
