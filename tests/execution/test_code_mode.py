@@ -416,3 +416,9 @@ async def test_the_engine_process_gets_none_of_the_services_environment(monkeypa
     finally:
         await sandbox.close()
     assert environment == b""
+
+
+async def test_an_approval_id_longer_than_an_approval_id_is_refused(world: dict[str, Any]) -> None:
+    response = await world["client"].post("/run", json={"script": "return 1;", "approval_ids": ["x" * 37]})
+    assert response.status_code == 422
+    assert [e["pointer"] for e in response.json()["errors"]] == ["/body/approval_ids/0"]
