@@ -326,13 +326,21 @@ async def test_the_token_bench_scenario_runs_the_task_both_ways(python_servers: 
             "c\ufffd\ufffd",
             ["\ufffd"],
         ),
+        ("Array.prototype.toJSON = () => ({});\nreturn (await tools.t__echo({text: 'd'})).result;", "d", []),
         (
             "const p = tools.t__echo({text: 'real'});\nreturn typeof __ts_settle + ' ' + (await p).result;",
             "undefined real",
             [],
         ),
     ],
-    ids=["json-replaced", "json-replaced-before-a-call", "regexp-replaced", "lone-surrogates", "no-settle-hook"],
+    ids=[
+        "json-replaced",
+        "json-replaced-before-a-call",
+        "regexp-replaced",
+        "lone-surrogates",
+        "array-to-json-replaced",
+        "no-settle-hook",
+    ],
 )
 async def test_a_script_that_replaces_built_ins_cannot_break_the_engine(
     world: dict[str, Any], script: str, result: Any, logs: list[str]

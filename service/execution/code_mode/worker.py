@@ -62,7 +62,7 @@ PRELUDE = r"""
     try { payload = stringify(args === undefined ? {} : args); }
     catch (e) { return Promise.reject(new TypeError(`the arguments of ${cut(name, 256)} are not JSON: ${e.message}`)); }
     const line = where(new Error().stack).line;
-    const id = hostCall(stringify([kind, name, line]), payload);
+    const id = hostCall(kind, stringify(name), line ?? 0, payload);
     if (typeof id !== "number") return Promise.reject(new TypeError(String(id)));
     return new Promise((resolve, reject) => { pending[id] = { resolve, reject, line }; });
   }
@@ -158,13 +158,13 @@ class Child:
 
         return call
 
-    def host_call(self, head: Any, payload: Any) -> int | str:
+    def host_call(self, kind: Any, name_json: Any, line: Any, payload: Any) -> int | str:
         """The call's id, or why it is refused (the prelude throws that as a TypeError at the call)."""
         refused = f"a tool name has at most {MAX_NAME_CHARS} characters"
-        if not isinstance(head, str) or len(head) > 8 * MAX_NAME_CHARS:
+        if kind not in ("tool", "search") or not isinstance(name_json, str) or len(name_json) > 8 * MAX_NAME_CHARS:
             return refused
-        kind, name, line = json.loads(head)
-        if kind not in ("tool", "search") or not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+        name = json.loads(name_json)
+        if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
             return refused
         try:
             arguments = readable(payload, int(self.config["max_value_chars"]))
