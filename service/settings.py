@@ -225,7 +225,9 @@ class CodeModeSettings(Section):
     memory_mib: int = 256  # the engine's heap
     max_tool_calls: int = 50  # tool calls and searches of one script
     max_concurrent: int = 4  # scripts running at once; the others wait in turn
+    max_queued: int = 16  # scripts waiting for a turn; past it a run is refused (503) rather than queued
     max_script_chars: int = 100_000
+    max_value_chars: int = 1_000_000  # JSON of the script's return value and of each call's arguments
     max_log_lines: int = 100
     max_log_line_chars: int = 1000
 

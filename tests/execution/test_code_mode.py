@@ -20,6 +20,8 @@ from sqlalchemy import select
 
 from service.db.models import Execution
 from service.execution.code_mode import code_mode
+from service.execution.code_mode.sandbox import Sandbox
+from service.execution.executor import ExecutionResult
 from service.execution.runtime import get_gateway
 from service.mcp.server import create_frontend
 from service.policy.service import policy_state, refresh_catalog
@@ -213,6 +215,53 @@ async def test_five_scripts_with_a_cap_of_four_queue_the_fifth(world: dict[str, 
     assert queued[3] < 300 and queued[4] >= 400  # the fifth waited for a slot
 
 
+async def test_a_run_past_the_queue_is_refused_at_once(world: dict[str, Any]) -> None:
+    runner = code_mode(world["app"].state.resources)
+    settings = world["app"].state.resources.settings.code_mode
+    settings.max_queued = 1
+    try:
+        script = "return await tools.t__sleep({seconds: 1.5});"
+        accepted = [asyncio.create_task(run(world["client"], script)) for _ in range(5)]
+        for _ in range(50):  # until four run and one waits
+            if (runner.running, runner.waiting) == (4, 1):
+                break
+            await asyncio.sleep(0.02)
+        assert (runner.running, runner.waiting) == (4, 1)
+        refused = await world["client"].post("/run", json={"script": script})
+        bodies = await asyncio.gather(*accepted)
+    finally:
+        settings.max_queued = 16
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+    problem = refused.json()
+    assert problem["limit"] == "code_mode.max_queued"
+    assert problem["detail"].startswith("Code mode is busy: 4 scripts run and 1 wait their turn")
+    assert [b["result"] for b in bodies] == [{"result": "slept 1.5"}] * 5
+
+
+async def test_a_call_that_fails_unexpectedly_or_returns_a_lone_surrogate_still_answers_the_script(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    executor = get_gateway(world["app"].state.resources).executor
+
+    async def execute(caller: Any, name: str, arguments: dict[str, Any], **_: Any) -> ExecutionResult:
+        if arguments["text"] == "boom":
+            raise RuntimeError("a bug")
+        return ExecutionResult("id", name, "t", "ok", [], {"result": "a\ud800"}, False, None, False, 1, 1)
+
+    monkeypatch.setattr(executor, "execute", execute)
+    script = """
+let failed;
+try { await tools.t__echo({text: 'boom'}); } catch (e) { failed = [e.name, e.status, e.message]; }
+return [failed, (await tools.t__echo({text: 'x'})).result];
+"""
+    body = await run(world["client"], script)
+    assert body["error"] is None, body["error"]
+    (name, status, message), text = body["result"]
+    assert (name, status, text) == ("ToolError", "internal_error", "a\ufffd")
+    assert message.startswith("An unexpected error occurred; quote error id ") and "a bug" not in message
+    assert [c["status"] for c in body["calls"]] == ["internal_error", "ok"]
+
+
 async def test_errors_name_the_script_line_and_search_is_available(world: dict[str, Any]) -> None:
     broken = await run(world["client"], "const x = 1;\nreturn x.y.z;")
     assert broken["error"]["type"] == "script_error" and broken["error"]["line"] == 2
@@ -260,3 +309,124 @@ async def test_the_token_bench_scenario_runs_the_task_both_ways(python_servers: 
     assert not any(s["is_error"] for s in lazy["steps"] + code["steps"])
     assert code["calls_in_script"] == 5 and (lazy["model_turns"], code["model_turns"]) == (6, 2)
     assert code["input_tokens"] < lazy["input_tokens"] and code["context_tokens"] < lazy["context_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("script", "result", "logs"),
+    [
+        ("JSON.stringify = () => 'not json';\nreturn 1;", 1, []),
+        ("JSON.stringify = () => ({});\nreturn (await tools.t__echo({text: 'a'})).result;", "a", []),
+        (
+            "RegExp.prototype.exec = () => ['x', 'NaN', '1'];\nreturn (await tools.t__echo({text: 'b'})).result;",
+            "b",
+            [],
+        ),
+        (
+            "console.log('\\ud800');\nreturn (await tools.t__echo({text: 'c\\udc00'})).result + '\\ud801';",
+            "c\ufffd\ufffd",
+            ["\ufffd"],
+        ),
+        ("Array.prototype.toJSON = () => ({});\nreturn (await tools.t__echo({text: 'd'})).result;", "d", []),
+        (
+            "const p = tools.t__echo({text: 'real'});\nreturn typeof __ts_settle + ' ' + (await p).result;",
+            "undefined real",
+            [],
+        ),
+    ],
+    ids=[
+        "json-replaced",
+        "json-replaced-before-a-call",
+        "regexp-replaced",
+        "lone-surrogates",
+        "array-to-json-replaced",
+        "no-settle-hook",
+    ],
+)
+async def test_a_script_that_replaces_built_ins_cannot_break_the_engine(
+    world: dict[str, Any], script: str, result: Any, logs: list[str]
+) -> None:
+    body = await run(world["client"], script)
+    assert body["error"] is None, body["error"]
+    assert (body["result"], body["logs"]) == (result, logs)
+
+
+@pytest.mark.parametrize(
+    ("script", "name", "message", "line"),
+    [
+        (
+            "let a = [];\nfor (let i = 0; i < 300; i++) a = [a];\nreturn a;",
+            None,
+            "the script's return value is nested more than 100 levels deep",
+            None,
+        ),
+        (
+            "let a = [];\nfor (let i = 0; i < 300; i++) a = [a];\nawait tools.t__echo({text: 'x', a});",
+            "TypeError",
+            "the arguments of t__echo are nested more than 100 levels deep",
+            3,
+        ),
+        (
+            "return 'x'.repeat(20000);",
+            None,
+            "the script's return value is 20002 characters of JSON, over the "
+            "limit of 10000 (code_mode.max_value_chars)",
+            None,
+        ),
+        (
+            "\nawait tools.t__echo({text: 'x'.repeat(20000)});",
+            "TypeError",
+            "the arguments of t__echo are 20011 characters of JSON, over the limit of 10000 "
+            "(code_mode.max_value_chars)",
+            2,
+        ),
+        ("await tools['x'.repeat(300)]({});", "TypeError", "a tool name has at most 256 characters", 1),
+        (
+            "\n\nawait tools.t__echo('hi');",
+            "TypeError",
+            "the arguments of t__echo must be an object, like {text: 'hi'}",
+            3,
+        ),
+        ("throw new Proxy({}, {get() { throw 1; }});", "Error", "the script threw a value that cannot be read", None),
+    ],
+    ids=["deep-result", "deep-arguments", "long-result", "long-arguments", "long-name", "string-arguments", "proxy"],
+)
+async def test_a_value_that_cannot_cross_to_the_service_is_a_script_error(
+    world: dict[str, Any], script: str, name: str | None, message: str, line: int | None
+) -> None:
+    settings = world["app"].state.resources.settings.code_mode
+    settings.max_value_chars = 10_000
+    try:
+        body = await run(world["client"], script)
+    finally:
+        settings.max_value_chars = 1_000_000
+    error = body["error"]
+    assert (error["type"], error.get("name"), error["message"], error["line"]) == ("script_error", name, message, line)
+    assert body["calls"] == []  # nothing reached a tool
+
+
+async def test_an_engine_that_dies_tells_the_caller_its_exit_code_and_no_traceback() -> None:
+    sandbox = await Sandbox.start({})  # no budget: the child fails before it runs anything
+    try:
+        assert await sandbox.receive() is None
+        assert await sandbox.diagnostics() == "exit code 1"
+    finally:
+        await sandbox.close()
+
+
+async def test_the_engine_process_gets_none_of_the_services_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLSCOUT_TEST_SECRET", "s3cret")
+    config = {"script": "while (true) {}", "tools": [], "memory_bytes": 1 << 25, "cpu_seconds": 5}
+    sandbox = await Sandbox.start(config | {"max_log_lines": 1, "max_log_chars": 1, "max_value_chars": 1})
+    try:
+        await asyncio.sleep(0.3)  # the script runs: the process is alive, not a zombie with no environment
+        environment = await asyncio.to_thread(Path(f"/proc/{sandbox.process.pid}/environ").read_bytes)
+        assert sandbox.process.returncode is None
+    finally:
+        await sandbox.close()
+    assert environment == b""
+
+
+async def test_an_approval_id_longer_than_an_approval_id_is_refused(world: dict[str, Any]) -> None:
+    response = await world["client"].post("/run", json={"script": "return 1;", "approval_ids": ["x" * 37]})
+    assert response.status_code == 422
+    assert [e["pointer"] for e in response.json()["errors"]] == ["/body/approval_ids/0"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -17,7 +17,7 @@ class RunRequest(RequestBody):
     """A script: the body of an async function; `return` gives the result."""
 
     script: str = Field(min_length=1, description="JavaScript, e.g. `return await tools.time__get_current_time({})`")
-    approval_ids: list[str] = Field(
+    approval_ids: list[Annotated[str, Field(max_length=36)]] = Field(
         default_factory=list, max_length=100, description="Granted approvals for the script's destructive calls"
     )
     timeout_seconds: float | None = Field(

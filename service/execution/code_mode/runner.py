@@ -27,6 +27,8 @@ from service.errors import (
     NotFound,
     RateLimited,
     ToolscoutError,
+    Unavailable,
+    unexpected_error,
 )
 from service.execution.executor import ExecutionResult, status_of
 from service.execution.results import measure
@@ -134,6 +136,12 @@ class CodeMode:
             )
         budget = min(timeout_seconds or settings.timeout_seconds, settings.timeout_seconds)
         run = ScriptRun(str(uuid.uuid4()), caller, await self._approvals(caller, approval_ids))
+        if self.slots.locked() and self.waiting >= settings.max_queued:
+            raise Unavailable(
+                f"Code mode is busy: {self.running} scripts run and {self.waiting} wait their turn "
+                f"(code_mode.max_concurrent, code_mode.max_queued); try again later",
+                limit="code_mode.max_queued",
+            )
         queued = time.perf_counter()
         self.waiting += 1
         try:
@@ -163,6 +171,7 @@ class CodeMode:
             "cpu_seconds": budget,
             "max_log_lines": settings.max_log_lines,
             "max_log_chars": settings.max_log_line_chars,
+            "max_value_chars": settings.max_value_chars,
         }
         sandbox = await Sandbox.start(config)
         try:
@@ -241,18 +250,19 @@ class CodeMode:
                 )
             )
             return
-        except ToolscoutError as exc:
+        except Exception as exc:  # noqa: BLE001 - every call must answer the script, which waits for it
+            error = exc if isinstance(exc, ToolscoutError) else unexpected_error(exc, f"run {run.run_id}")
             # A hidden tool is logged as denied but the script sees what a missing tool gets (least knowledge).
             record.status = (
                 "rate_limited"
-                if isinstance(exc, RateLimited)
+                if isinstance(error, RateLimited)
                 else "not_found"
-                if isinstance(exc, NotFound)
-                else status_of(exc)
+                if isinstance(error, NotFound)
+                else status_of(error)
             )
-            record.error = exc.problem()
-            record.execution_id = exc.extensions.get("execution_id")
-            value, ok = {"message": exc.detail, "status": record.status, "problem": record.error}, False
+            record.error = error.problem()
+            record.execution_id = error.extensions.get("execution_id")
+            value, ok = {"message": error.detail, "status": record.status, "problem": record.error}, False
         finally:
             record.duration_ms = round((time.perf_counter() - started) * 1000, 3)
         if not ok:

@@ -27,7 +27,8 @@ class Sandbox:
 
     @classmethod
     async def start(cls, config: dict[str, Any]) -> Sandbox:
-        """Start a child (isolated mode: no user site, no PYTHON* variables) and hand it the run."""
+        """Start a child (isolated mode: no user site, no PYTHON* variables; an empty environment, so the
+        service's secrets are not in the engine's process) and hand it the run."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-I",
@@ -36,6 +37,7 @@ class Sandbox:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             limit=STREAM_LIMIT,
+            env={},
         )
         sandbox = cls(process)
         await sandbox.send(config)
@@ -47,7 +49,7 @@ class Sandbox:
         if stdin is None or stdin.is_closing():
             return False
         try:
-            stdin.write(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+            stdin.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")  # ASCII: lone surrogates too
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             return False
@@ -63,14 +65,17 @@ class Sandbox:
         return message if isinstance(message, dict) else None
 
     async def diagnostics(self) -> str:
-        """Why the child stopped: its exit code and the end of what it wrote on stderr."""
+        """Why the child stopped, for the caller: its exit code. The end of what it wrote on stderr (a Python
+        traceback) goes to the service's log only."""
         code = await self.process.wait()
         tail = b""
         if self.process.stderr is not None:
             with contextlib.suppress(Exception):
                 tail = await asyncio.wait_for(self.process.stderr.read(), 1.0)
         text = tail.decode(errors="replace").strip()[-_STDERR_TAIL:]
-        return f"exit code {code}" + (f": {text}" if text else "")
+        if text:
+            logger.warning("code-mode engine %s exited with code %s: %s", self.process.pid, code, text)
+        return f"exit code {code}"
 
     async def close(self) -> None:
         """Kill the child if it still runs and reap it."""

@@ -4,6 +4,10 @@ Run as `python -I worker.py` by the sandbox (it imports nothing of Toolscout, so
 line on stdin configures the run; then the child writes `call`, `log` and finally one `done` message on stdout
 and reads `settle` messages (a call's value or error) on stdin. The JavaScript context has no file, network,
 process or timer API: what a script can reach is `tools`, `search_tools` and `console`.
+
+The script may replace any global, built-ins included, so the prelude keeps its own copies of what it uses and
+hands the host JSON text only; the host checks what it receives and never raises into the engine (an exception
+in a host function would end the process, not throw in JavaScript).
 """
 
 from __future__ import annotations
@@ -13,22 +17,33 @@ import json
 import re
 import resource
 import sys
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 import quickjs
+
+MAX_NAME_CHARS = 256  # a tool name, as POST /execute takes it
+MAX_DEPTH = 100  # nesting of a value that crosses to the service (its JSON encoders stop near 255)
+MAX_ERROR_CHARS = 2000
 
 # Frames of these functions are the prelude's, so a call's line is the first frame after them.
 PRELUDE = r"""
 (() => {
   "use strict";
   const hostCall = globalThis.__ts_host_call, hostLog = globalThis.__ts_host_log;
-  delete globalThis.__ts_host_call; delete globalThis.__ts_host_log;
-  const pending = new Map();
+  const hostDone = globalThis.__ts_host_done;
+  delete globalThis.__ts_host_call; delete globalThis.__ts_host_log; delete globalThis.__ts_host_done;
+  const { stringify, parse } = JSON, apply = Reflect.apply, then = Promise.prototype.then;
+  const slice = String.prototype.slice, exec = RegExp.prototype.exec, split = String.prototype.split;
+  const cut = (text, n) => apply(slice, String(text), [0, n]);
+  const pending = Object.create(null);
   const where = (stack) => {
-    for (const frame of String(stack || "").split("\n")) {
-      const m = /at (\S+) \(<input>:(\d+):(\d+)\)/.exec(frame) || /at <input>:(\d+):(\d+)/.exec(frame);
+    for (const frame of apply(split, String(stack || ""), ["\n"])) {
+      const m = apply(exec, /at (\S+) \(<input>:(\d+):(\d+)\)/, [frame])
+        || apply(exec, /at <input>:(\d+):(\d+)/, [frame]);
       if (!m) continue;
-      if (m.length === 4 && m[1].startsWith("__ts_")) continue;
+      if (m.length === 4 && apply(slice, m[1], [0, 5]) === "__ts_") continue;
       const [line, column] = m.length === 4 ? [m[2], m[3]] : [m[1], m[2]];
       return { line: Number(line), column: Number(column) };
     }
@@ -44,23 +59,24 @@ PRELUDE = r"""
   }
   function __ts_request(kind, name, args) {
     let payload;
-    try { payload = JSON.stringify(args === undefined ? {} : args); }
-    catch (e) { return Promise.reject(new TypeError(`the arguments of ${name} are not JSON: ${e.message}`)); }
+    try { payload = stringify(args === undefined ? {} : args); }
+    catch (e) { return Promise.reject(new TypeError(`the arguments of ${cut(name, 256)} are not JSON: ${e.message}`)); }
     const line = where(new Error().stack).line;
-    const id = hostCall(kind, name, payload, line ?? 0);
-    return new Promise((resolve, reject) => pending.set(id, { resolve, reject, line }));
+    const id = hostCall(kind, stringify(name), line ?? 0, payload);
+    if (typeof id !== "number") return Promise.reject(new TypeError(String(id)));
+    return new Promise((resolve, reject) => { pending[id] = { resolve, reject, line }; });
   }
-  globalThis.__ts_settle = (id, ok, json) => {
-    const waiter = pending.get(id);
+  const settle = (id, ok, json) => {
+    const waiter = pending[id];
     if (!waiter) return;
-    pending.delete(id);
-    const value = JSON.parse(json);
+    delete pending[id];
+    const value = parse(json);
     if (ok) waiter.resolve(value); else waiter.reject(new ToolError({ ...value, line: waiter.line }));
   };
-  const allowed = new Set(JSON.parse(globalThis.__ts_tool_names));
-  delete globalThis.__ts_tool_names;
+  const config = parse(globalThis.__ts_config);
+  delete globalThis.__ts_config;
   const target = Object.create(null);
-  for (const name of allowed) target[name] = function __ts_tool(args) { return __ts_request("tool", name, args); };
+  for (const name of config.tools) target[name] = function __ts_tool(args) { return __ts_request("tool", name, args); };
   // Names outside the list still go to the service, which refuses them the way /execute does (and logs it).
   globalThis.tools = new Proxy(Object.freeze(target), {
     get: (t, name) => typeof name !== "string" || name === "then" ? undefined
@@ -71,28 +87,43 @@ PRELUDE = r"""
   };
   const show = (v) => {
     if (typeof v === "string") return v;
-    try { return JSON.stringify(v) ?? String(v); } catch { return String(v); }
+    try { return stringify(v) ?? String(v); } catch { return String(v); }
   };
-  const log = (...args) => hostLog(args.map(show).join(" "));
+  const log = (...args) => {
+    let text = "";
+    for (const a of args) text += (text ? " " : "") + show(a);
+    hostLog(stringify(cut(text, config.max_log_chars)));
+  };
   globalThis.console = Object.freeze({ log, info: log, warn: log, error: log, debug: log });
-  globalThis.__ts_finish = function __ts_finish(ok, value) {
-    if (ok) {
-      try { globalThis.__ts_outcome = JSON.stringify({ ok: true, value: value === undefined ? null : value }); return; }
-      catch (e) { value = new TypeError(`the script's return value is not JSON: ${e.message}`); }
-    }
-    const e = value instanceof Error ? value : new Error(show(value));
+  const failure = (e) => {
+    if (!(e instanceof Error)) return { name: "Error", message: cut(show(e), 2000), line: null, column: null };
     const at = e.__ts_line ? { line: e.__ts_line, column: null } : where(e.stack);
-    globalThis.__ts_outcome = JSON.stringify({ ok: false, error: {
-      name: e.name, message: String(e.message), line: at.line, column: at.column, call: e.__ts_call ?? null } });
+    return { name: cut(e.name, 200), message: cut(e.message, 2000), ...at, call: e.__ts_call ?? null };
   };
+  const finish = (ok, value) => {
+    let error;
+    if (ok) {
+      try { return hostDone(true, stringify(value === undefined ? null : value)); }
+      catch (e) { error = { name: "TypeError", message: `the script's return value is not JSON: ${e.message}` }; }
+    }
+    try { hostDone(false, stringify(error ?? failure(value))); } catch { hostDone(false, undefined); }
+  };
+  globalThis.__ts_run = function __ts_run(script) {
+    delete globalThis.__ts_run;
+    apply(then, script(), [(v) => finish(true, v), (e) => finish(false, e)]);
+  };
+  return settle;
 })();
 """
 # The script runs inside an async function that starts on its first line, so error lines are the script's own.
-OPENING = "(async function __script__() { "
-CLOSING = (
-    "\n})().then(function __ts_ok(v) { __ts_finish(true, v); }, function __ts_fail(e) { __ts_finish(false, e); });"
-)
+OPENING = "__ts_run(async function __script__() { "
+CLOSING = "\n});"
 _LOCATION = re.compile(r"<input>:(\d+):(\d+)")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+class Refused(Exception):
+    """A value the script hands the host cannot cross to the service; the message says why."""
 
 
 class Child:
@@ -103,66 +134,95 @@ class Child:
         self.ids = itertools.count(1)
         self.outstanding: set[int] = set()
         self.log_lines = 0
+        self.outcome: dict[str, Any] | None = None
+        self.fault: str | None = None
         self.context = quickjs.Context()
         self.context.set_memory_limit(int(config["memory_bytes"]))
-        self.context.add_callable("__ts_host_call", self.host_call)
-        self.context.add_callable("__ts_host_log", self.host_log)
-        self.context.set("__ts_tool_names", json.dumps(config["tools"]))
+        self.context.add_callable("__ts_host_call", self.guarded(self.host_call))
+        self.context.add_callable("__ts_host_log", self.guarded(self.host_log))
+        self.context.add_callable("__ts_host_done", self.guarded(self.host_done))
+        self.context.set(
+            "__ts_config", json.dumps({"tools": config["tools"], "max_log_chars": int(config["max_log_chars"])})
+        )
 
-    def host_call(self, kind: str, name: str, payload: str, line: int) -> int:
+    def guarded(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """The host function, ending the run instead of raising into the engine (which would end the process)."""
+
+        def call(*args: Any) -> Any:
+            try:
+                return function(*args)
+            except Exception:  # noqa: BLE001 - the run ends with an engine error, the cause goes to stderr
+                traceback.print_exc()
+                self.fault = "the engine could not read what the script handed it"
+                return None
+
+        return call
+
+    def host_call(self, kind: Any, name_json: Any, line: Any, payload: Any) -> int | str:
+        """The call's id, or why it is refused (the prelude throws that as a TypeError at the call)."""
+        refused = f"a tool name has at most {MAX_NAME_CHARS} characters"
+        if kind not in ("tool", "search") or not isinstance(name_json, str) or len(name_json) > 8 * MAX_NAME_CHARS:
+            return refused
+        name = json.loads(name_json)
+        if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+            return refused
+        try:
+            arguments = readable(payload, int(self.config["max_value_chars"]))
+        except Refused as exc:
+            return f"the arguments of {name} are {exc}"
+        if not isinstance(arguments, dict):
+            return f"the arguments of {name} must be an object, like {{text: 'hi'}}"
         call_id = next(self.ids)
         self.outstanding.add(call_id)
-        send(
-            {
-                "op": "call",
-                "id": call_id,
-                "kind": kind,
-                "name": name,
-                "arguments": json.loads(payload),
-                "line": int(line) or None,
-            }
-        )
+        send({"op": "call", "id": call_id, "kind": kind, "name": name, "arguments": arguments, "line": line_of(line)})
         return call_id
 
-    def host_log(self, text: str) -> None:
+    def host_log(self, text: Any) -> None:
         self.log_lines += 1
         if self.log_lines <= int(self.config["max_log_lines"]):
-            send({"op": "log", "text": str(text)[: int(self.config["max_log_chars"])]})
+            line = json.loads(text) if isinstance(text, str) else ""
+            send({"op": "log", "text": str(line)[: int(self.config["max_log_chars"])]})
+
+    def host_done(self, ok: Any, payload: Any) -> None:
+        if self.outcome is not None:
+            return
+        if ok is True:
+            try:
+                self.outcome = {"ok": True, "value": readable(payload, int(self.config["max_value_chars"]))}
+            except Refused as exc:
+                self.outcome = failure("script_error", f"the script's return value is {exc}")
+            return
+        try:
+            error = readable(payload, 4 * MAX_ERROR_CHARS)
+        except Refused:
+            error = None
+        self.outcome = thrown(error if isinstance(error, dict) else {})
 
     def run(self, script: str) -> dict[str, Any]:
         """The script's outcome: {ok, value} or {ok: false, error}."""
         try:
-            self.context.eval(PRELUDE)
+            settle = self.context.eval(PRELUDE)
             self.context.eval(OPENING + script + CLOSING)
             while True:
-                while self.context.execute_pending_job():
+                while self.fault is None and self.outcome is None and self.context.execute_pending_job():
                     pass
-                outcome = self.context.get("__ts_outcome")
-                if outcome is not None:
-                    return self._checked(json.loads(outcome))
+                if self.fault is not None:
+                    return failure("engine_error", self.fault)
+                if self.outcome is not None:
+                    return self.outcome
                 if not self.outstanding:
                     return failure("script_error", "the script awaits a promise that never settles")
                 message = sys.stdin.readline()
                 if not message:
                     return failure("cancelled", "the service closed the run")
-                settle = json.loads(message)
-                self.outstanding.discard(settle["id"])
-                self.context.get("__ts_settle")(settle["id"], bool(settle["ok"]), json.dumps(settle["value"]))
+                reply = json.loads(message)
+                self.outstanding.discard(reply["id"])
+                settle(reply["id"], bool(reply["ok"]), json.dumps(reply["value"]))
         except quickjs.JSException as exc:
             return self._from_exception(str(exc))
 
-    def _checked(self, outcome: dict[str, Any]) -> dict[str, Any]:
-        error = outcome.get("error")
-        if error and error.get("line") == 1 and error.get("column"):
-            error["column"] = max(1, error["column"] - len(OPENING))
-        if error and error.get("message") == "out of memory":
-            error["type"] = "memory_limit"
-        elif error:
-            error["type"] = "tool_error" if error.get("call") else "script_error"
-        return outcome
-
     def _from_exception(self, text: str) -> dict[str, Any]:
-        head = text.splitlines()[0] if text else "the engine failed"
+        head = text.splitlines()[0][:MAX_ERROR_CHARS] if text else "the engine failed"
         found = _LOCATION.search(text)
         line, column = (int(found.group(1)), int(found.group(2))) if found else (None, None)
         if line == 1 and column is not None:
@@ -174,6 +234,58 @@ class Child:
         return failure("script_error", head, line, column)
 
 
+def thrown(error: dict[str, Any]) -> dict[str, Any]:
+    """The outcome of an error the script threw, from the fields the prelude read off it."""
+    message = str(error.get("message", "the script threw a value that cannot be read"))[:MAX_ERROR_CHARS]
+    line, column = line_of(error.get("line")), line_of(error.get("column"))
+    if line == 1 and column:
+        column = max(1, column - len(OPENING))
+    call = error.get("call") if isinstance(error.get("call"), int) else None
+    kind = "memory_limit" if "out of memory" in message else "tool_error" if call else "script_error"
+    name = str(error.get("name", "Error"))[:200]
+    return {
+        "ok": False,
+        "error": {"name": name, "message": message, "line": line, "column": column, "call": call, "type": kind},
+    }
+
+
+def readable(text: Any, limit: int) -> Any:
+    """The value of JSON text from the engine; Refused says why it cannot cross to the service."""
+    if not isinstance(text, str):
+        raise Refused("not JSON")
+    if len(text) > limit:
+        raise Refused(f"{len(text)} characters of JSON, over the limit of {limit} (code_mode.max_value_chars)")
+    nested = Refused(f"nested more than {MAX_DEPTH} levels deep")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise nested from None
+    if depth(value) > MAX_DEPTH:
+        raise nested
+    return value
+
+
+def depth(value: Any) -> int:
+    """How many arrays and objects deep the value goes (at most one more than MAX_DEPTH is looked at)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list) and level > deepest:
+            deepest = level
+            if deepest > MAX_DEPTH:
+                break
+        if isinstance(item, dict):
+            stack.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, level + 1) for child in item)
+    return deepest
+
+
+def line_of(value: Any) -> int | None:
+    """A line or column number from the engine, None when it is not one."""
+    return int(value) if isinstance(value, int | float) and 1 <= value <= 10_000_000 else None
+
+
 def failure(
     kind: str, message: str, line: int | None = None, column: int | None = None, **extra: Any
 ) -> dict[str, Any]:
@@ -182,7 +294,9 @@ def failure(
 
 
 def send(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n")
+    """Write one message; a lone surrogate (valid in a JavaScript string, not in UTF-8) becomes U+FFFD."""
+    text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    sys.stdout.write(_SURROGATE.sub("\ufffd", text) + "\n")
     sys.stdout.flush()
 
 
@@ -204,11 +318,14 @@ def main() -> None:
     # A backstop if the service stops watching: the service kills the child at the wall-clock budget.
     cpu = int(config["cpu_seconds"]) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    child = Child(config)
     baseline = peak_rss()
-    outcome = child.run(config["script"])
+    try:
+        child = Child(config)
+        outcome = child.run(config["script"]) | {"log_lines": child.log_lines}
+    except Exception:  # noqa: BLE001 - the caller gets the kind of failure, the service's log the traceback
+        traceback.print_exc()
+        outcome = failure("engine_error", "the engine failed")
     outcome["memory_bytes"] = max(0, peak_rss() - baseline)
-    outcome["log_lines"] = child.log_lines
     send({"op": "done", "outcome": outcome})
 
 
