@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from indexer.embedding import Embedder
 from indexer.index.base import VectorIndex
@@ -35,6 +35,7 @@ from service.resources import build_resources, close_resources, start_resources
 from service.search import routes as search
 from service.search.service import start_search, start_search_log, stop_search_log, warm_search
 from service.security.edges import install_edge_guards
+from service.security.query_params import known_query_parameters
 from service.settings import Settings
 from service.upstream import routes as servers
 from service.usage import learning
@@ -80,6 +81,7 @@ def create_app(
         summary="Semantic tool retrieval and execution for LLM agents over MCP servers",
         lifespan=lifespan,
         responses=problem_responses(),
+        dependencies=[Depends(known_query_parameters)],
     )
     app.state.resources = resources
     app.state.startup_hooks = []
@@ -120,9 +122,19 @@ async def warm_routes(app: FastAPI) -> None:
     no metric)."""
     path = "/\x00warm-up"
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-        "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": [],
-        "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 0), "state": {},
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+        "client": ("127.0.0.1", 0),
+        "server": ("127.0.0.1", 0),
+        "state": {},
     }  # no "app": the router then answers 404 itself instead of raising for the exception middleware
 
     async def receive() -> dict[str, Any]:

@@ -222,3 +222,19 @@ async def test_nul_characters_are_refused_before_they_reach_sql_text(tmp_path: P
         assert_problem(await http.delete("/tools/s__fine%00"), 422, "invalid-request")
         assert await count_rows(app, Tool) == 1
         assert await count_rows(app, Search) == 0
+
+
+async def test_a_query_parameter_the_route_does_not_take_or_given_twice_is_a_422(tmp_path: Path) -> None:
+    """Not ignored: `?serverz=x` answered with the whole catalog, `?limit=1&limit=500` with 500 tools."""
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        await http.post("/tools", json={"tools": [tool("a", {}), tool("b", {})]})
+        body = assert_problem(await http.get("/tools?serverz=s"), 422, "invalid-request")
+        assert [e["pointer"] for e in body["errors"]] == ["/query/serverz"]
+        assert body["errors"][0]["reason"].startswith("not a parameter of this route (it takes: ")
+        body = assert_problem(await http.get("/tools?limit=1&limit=500"), 422, "invalid-request")
+        assert body["errors"] == [{"pointer": "/query/limit", "reason": "given 2 times; it takes one value"}]
+        assert assert_problem(await http.get("/readyz?verbose=1"), 422, "invalid-request")["errors"][0]["pointer"] == (
+            "/query/verbose"
+        )
+        listed = await http.get("/tools?limit=1&server=s")
+        assert listed.status_code == 200 and len(listed.json()["tools"]) == 1
