@@ -27,6 +27,8 @@ from service.errors import InvalidArguments, InvalidTool
 logger = logging.getLogger(__name__)
 
 MAX_REPORTED_ERRORS = 20
+# Deeper arguments cannot reach a tool: the MCP client's JSON encoder stops near 255 levels (it was a 500).
+MAX_ARGUMENT_DEPTH = 100
 MAX_REASON_CHARS = 300  # jsonschema's messages repeat the value: a 5 MB bad string made a 5 MB problem body
 _VALIDATOR_CACHE_SIZE = 4096
 
@@ -180,6 +182,13 @@ class ArgumentValidator:
 
     def check(self, tool: Tool, arguments: dict[str, Any]) -> None:
         """Raise InvalidArguments with every error's JSON pointer and reason."""
+        if too_deep(arguments, MAX_ARGUMENT_DEPTH):
+            reason = f"nested more than {MAX_ARGUMENT_DEPTH} arrays or objects deep"
+            raise InvalidArguments(
+                f"Arguments of {tool.qualified_name} are {reason}",
+                tool=tool.qualified_name,
+                errors=[{"pointer": "", "reason": reason, "keyword": "depth"}],
+            )
         errors = self.errors(tool, arguments)
         if errors:
             summary = "; ".join(f"{e['pointer'] or '(root)'}: {e['reason']}" for e in errors[:5])
@@ -188,3 +197,18 @@ class ArgumentValidator:
                 tool=tool.qualified_name,
                 errors=errors,
             )
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest in the value more than `limit` levels (without recursing)."""
+    level: list[Any] = [value]  # the values `limit` levels down, in the end: any array or object there is too deep
+    for _ in range(limit):
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+        if not level:
+            return False
+    return any(isinstance(item, dict | list) for item in level)

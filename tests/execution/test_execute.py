@@ -59,9 +59,7 @@ async def running(
     app = create_app(settings, embedder=HashingEmbedder())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://localhost", timeout=60
-        ) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as client:
             yield app, client
 
 
@@ -95,9 +93,7 @@ async def test_call_returns_the_mcp_result_and_logs_one_row(tmp_path: Path) -> N
         "s-1",
         "ok",
     )
-    digest = hashlib.sha256(
-        json.dumps({"text": "hi", "times": 2}, sort_keys=True, separators=(",", ":")).encode()
-    )
+    digest = hashlib.sha256(json.dumps({"text": "hi", "times": 2}, sort_keys=True, separators=(",", ":")).encode())
     assert row.arguments_digest == digest.hexdigest()
     assert row.arguments is None  # raw arguments only when log_raw_arguments is on
     assert row.input_tokens > 0 and row.output_tokens == 2
@@ -119,9 +115,7 @@ async def test_unknown_tool_is_404_naming_the_closest_tools(tmp_path: Path) -> N
 
 async def test_invalid_arguments_are_422_with_a_json_pointer_per_error(tmp_path: Path) -> None:
     async with running(tmp_path, {"t": stdio_entry("stdio")}, log_raw_arguments=True) as (app, client):
-        wrong_types = await client.post(
-            "/execute", json={"name": "t__echo", "arguments": {"text": 5, "times": "x"}}
-        )
+        wrong_types = await client.post("/execute", json={"name": "t__echo", "arguments": {"text": 5, "times": "x"}})
         missing = await client.post("/execute", json={"name": "t__echo", "arguments": {"times": 1}})
         rows = await executions(app)
     assert wrong_types.status_code == 422
@@ -137,6 +131,25 @@ async def test_invalid_arguments_are_422_with_a_json_pointer_per_error(tmp_path:
     assert [r.status for r in rows] == ["invalid_arguments", "invalid_arguments"]
     assert rows[0].arguments == {"text": 5, "times": "x"}  # log_raw_arguments keeps them
     assert rows[0].server_id == "t"
+
+
+async def test_arguments_nested_too_deep_for_the_mcp_client_are_a_422_not_a_500(tmp_path: Path) -> None:
+    def nested(levels: int) -> Any:
+        value: Any = "x"
+        for _ in range(levels):
+            value = {"a": value}
+        return value
+
+    async with running(tmp_path, {"t": stdio_entry("stdio")}) as (app, client):
+        deep = await client.post("/execute", json={"name": "t__echo", "arguments": {"text": "hi", "x": nested(299)}})
+        fine = await client.post("/execute", json={"name": "t__echo", "arguments": {"text": "hi", "x": nested(99)}})
+        rows = await executions(app)
+    assert deep.status_code == 422, deep.text
+    assert deep.json()["errors"] == [
+        {"pointer": "", "reason": "nested more than 100 arrays or objects deep", "keyword": "depth"}
+    ]
+    assert fine.status_code == 200 and fine.json()["content"] == [{"type": "text", "text": "hi"}]
+    assert [r.status for r in rows] == ["invalid_arguments", "ok"]
 
 
 async def test_tool_error_is_returned_as_a_result(tmp_path: Path) -> None:
@@ -232,10 +245,7 @@ async def test_batch_runs_in_parallel_and_keeps_request_order(tmp_path: Path) ->
 async def test_200_concurrent_calls_leave_200_rows(tmp_path: Path, database_url: str) -> None:
     async with running(tmp_path, {"t": stdio_entry("stdio")}, database_url=database_url) as (app, client):
         responses = await asyncio.gather(
-            *(
-                client.post("/execute", json={"name": "t__echo", "arguments": {"text": f"call {i}"}})
-                for i in range(200)
-            )
+            *(client.post("/execute", json={"name": "t__echo", "arguments": {"text": f"call {i}"}}) for i in range(200))
         )
         texts = {r.json()["content"][0]["text"] for r in responses}
     assert all(r.status_code == 200 for r in responses)
@@ -261,9 +271,7 @@ async def test_200_concurrent_calls_leave_200_rows(tmp_path: Path, database_url:
 async def test_clean_shutdown_drains_calls_in_flight_and_logs_them(tmp_path: Path) -> None:
     async with running(tmp_path, {"t": stdio_entry("stdio")}) as (app, client):
         calls = [
-            asyncio.create_task(
-                client.post("/execute", json={"name": "t__sleep", "arguments": {"seconds": 1}})
-            )
+            asyncio.create_task(client.post("/execute", json={"name": "t__sleep", "arguments": {"seconds": 1}}))
             for _ in range(5)
         ]
         await asyncio.sleep(0.3)
@@ -357,9 +365,7 @@ async def test_servers_can_be_added_refreshed_and_removed(tmp_path: Path) -> Non
 
 async def test_servers_added_over_the_api_come_back_after_a_restart(tmp_path: Path) -> None:
     async with running(tmp_path, {"t": stdio_entry("stdio")}) as (_, client):
-        assert (
-            await client.post("/servers", json={"id": "paged", **stdio_entry("paged", "3")})
-        ).status_code == 201
+        assert (await client.post("/servers", json={"id": "paged", **stdio_entry("paged", "3")})).status_code == 201
     async with running(tmp_path, {"t": stdio_entry("stdio")}) as (_, client):
         servers = {s["id"]: s for s in (await client.get("/servers")).json()["servers"]}
         call = await client.post("/execute", json={"name": "paged__tool_2", "arguments": {"x": 1}})
