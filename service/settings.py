@@ -90,6 +90,9 @@ class SearchSettings(Section):
     # exact per-field scoring, next to the lexical hits: 100 gave the top k of three full scans on both dev sets
     # (bench/combined_scan.py) at a third of the bytes read.
     pool_candidates: int = 100
+    # The same for each part of a split request (its whole text keeps pool_candidates): offline, 50 moved R@5 by
+    # +.0004 (MetaTool) and +.0015 (Seal-Tools), and at 100k tools halves the rows a part ranks exactly.
+    part_pool_candidates: int = 50
     # Each field's exact cosines are taken to the field vectors minus this share of the catalog's mean field
     # vector (indexer/index/base.py centred_cosines): generic descriptions stop being near every request. 0 = off.
     centre_fields: float = 1.0
@@ -226,6 +229,9 @@ class CodeModeSettings(Section):
     max_tool_calls: int = 50  # tool calls and searches of one script
     max_concurrent: int = 4  # scripts running at once; the others wait in turn
     max_queued: int = 16  # scripts waiting for a turn; past it a run is refused (503) rather than queued
+    # Scripts of one caller running or waiting at once; past it its next one is a 429: one caller can neither fill
+    # the queue nor hold every slot (at the defaults one stays free for the others).
+    max_per_caller: int = 3
     max_script_chars: int = 100_000
     max_value_chars: int = 1_000_000  # JSON of the script's return value and of each call's arguments
     max_log_lines: int = 100

@@ -24,6 +24,7 @@ from service.execution.code_mode.sandbox import Sandbox
 from service.execution.executor import ExecutionResult
 from service.execution.runtime import get_gateway
 from service.mcp.server import create_frontend
+from service.policy.callers import Caller
 from service.policy.service import policy_state, refresh_catalog
 from tests.upstream.upstream_support import local_server, node_server, running
 
@@ -208,7 +209,8 @@ async def test_five_scripts_with_a_cap_of_four_queue_the_fifth(world: dict[str, 
     runner = code_mode(world["app"].state.resources)
     runner.peak_running = 0
     script = "return await tools.t__sleep({seconds: 0.6});"
-    bodies = await asyncio.gather(*(run(world["client"], script) for _ in range(5)))
+    callers = [Caller(f"caller-{i}", frozenset({"admin"})) for i in range(5)]  # within max_per_caller each
+    bodies = await asyncio.gather(*(runner.run(caller, script) for caller in callers))
     assert [b["result"] for b in bodies] == [{"result": "slept 0.6"}] * 5
     assert runner.peak_running == 4
     queued = sorted(b["queued_ms"] for b in bodies)
@@ -218,7 +220,7 @@ async def test_five_scripts_with_a_cap_of_four_queue_the_fifth(world: dict[str, 
 async def test_a_run_past_the_queue_is_refused_at_once(world: dict[str, Any]) -> None:
     runner = code_mode(world["app"].state.resources)
     settings = world["app"].state.resources.settings.code_mode
-    settings.max_queued = 1
+    settings.max_queued, settings.max_per_caller = 1, 10
     try:
         script = "return await tools.t__sleep({seconds: 1.5});"
         accepted = [asyncio.create_task(run(world["client"], script)) for _ in range(5)]
@@ -230,12 +232,34 @@ async def test_a_run_past_the_queue_is_refused_at_once(world: dict[str, Any]) ->
         refused = await world["client"].post("/run", json={"script": script})
         bodies = await asyncio.gather(*accepted)
     finally:
-        settings.max_queued = 16
+        settings.max_queued, settings.max_per_caller = 16, 3
     assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
     problem = refused.json()
     assert problem["limit"] == "code_mode.max_queued"
     assert problem["detail"].startswith("Code mode is busy: 4 scripts run and 1 wait their turn")
     assert [b["result"] for b in bodies] == [{"result": "slept 1.5"}] * 5
+
+
+async def test_one_caller_can_neither_fill_the_queue_nor_hold_every_slot(world: dict[str, Any]) -> None:
+    runner = code_mode(world["app"].state.resources)
+    assert world["app"].state.resources.settings.code_mode.max_per_caller == 3
+    script = "return await tools.t__sleep({seconds: 1});"
+    accepted = [asyncio.create_task(run(world["client"], script)) for _ in range(3)]
+    for _ in range(50):
+        if runner.running == 3:
+            break
+        await asyncio.sleep(0.02)
+    refused = await world["client"].post("/run", json={"script": script})
+    other = await runner.run(Caller("someone-else", frozenset()), "return 6 * 7;")  # the free slot is theirs
+    bodies = await asyncio.gather(*accepted)
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    problem = refused.json()
+    assert problem["limit"] == "code_mode.max_per_caller"
+    assert problem["detail"].startswith("3 scripts of this caller run or wait already")
+    assert other["result"] == 42 and other["queued_ms"] < 100
+    assert [b["result"] for b in bodies] == [{"result": "slept 1.0"}] * 3
+    assert runner.in_flight == {}
+    assert (await run(world["client"], "return 1;"))["result"] == 1  # its turn again once they ended
 
 
 async def test_a_call_that_fails_unexpectedly_or_returns_a_lone_surrogate_still_answers_the_script(

@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,6 +118,7 @@ class CodeMode:
         self.running = 0
         self.waiting = 0
         self.peak_running = 0
+        self.in_flight: Counter[str] = Counter()  # per caller: its scripts running or waiting
 
     async def run(
         self,
@@ -136,6 +138,13 @@ class CodeMode:
             )
         budget = min(timeout_seconds or settings.timeout_seconds, settings.timeout_seconds)
         run = ScriptRun(str(uuid.uuid4()), caller, await self._approvals(caller, approval_ids))
+        if self.in_flight[caller.id] >= settings.max_per_caller:
+            raise RateLimited(
+                f"{self.in_flight[caller.id]} scripts of this caller run or wait already (code_mode.max_per_caller); "
+                "try again when one has ended",
+                retry_after=1.0,
+                limit="code_mode.max_per_caller",
+            )
         if self.slots.locked() and self.waiting >= settings.max_queued:
             raise Unavailable(
                 f"Code mode is busy: {self.running} scripts run and {self.waiting} wait their turn "
@@ -143,19 +152,25 @@ class CodeMode:
                 limit="code_mode.max_queued",
             )
         queued = time.perf_counter()
-        self.waiting += 1
+        self.in_flight[caller.id] += 1
         try:
-            await self.slots.acquire()
+            self.waiting += 1
+            try:
+                await self.slots.acquire()
+            finally:
+                self.waiting -= 1
+            started = time.perf_counter()
+            self.running += 1
+            self.peak_running = max(self.peak_running, self.running)
+            try:
+                outcome = await self._execute(run, script, budget)
+            finally:
+                self.running -= 1
+                self.slots.release()
         finally:
-            self.waiting -= 1
-        started = time.perf_counter()
-        self.running += 1
-        self.peak_running = max(self.peak_running, self.running)
-        try:
-            outcome = await self._execute(run, script, budget)
-        finally:
-            self.running -= 1
-            self.slots.release()
+            self.in_flight[caller.id] -= 1
+            if not self.in_flight[caller.id]:
+                del self.in_flight[caller.id]
         finished = time.perf_counter()
         response = await self._response(run, outcome)
         response["queued_ms"] = round((started - queued) * 1000, 3)
