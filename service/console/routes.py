@@ -2,7 +2,10 @@
 
 The page signs in with an API key that it keeps in sessionStorage and sends as `Authorization: Bearer`;
 no cookie is ever set, so a cross-site request carries no credential and there is no CSRF surface. The
-Content-Security-Policy allows scripts, styles and requests from this origin only (no inline code)."""
+Content-Security-Policy allows scripts, styles and requests from this origin only (no inline code), and Trusted
+Types with no policy, so no string can ever become HTML or script (the pages build the DOM from text nodes).
+Every response under /console carries these headers, static files included: /console/static/index.html is the
+same page."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
+from starlette.responses import Response
+from starlette.types import Scope
 
 from service.console.queries import search_funnel
 from service.deps import CallerDep, ResourcesDep, SessionDep
@@ -23,14 +28,26 @@ STATIC = package_files.files("service.console") / "static"
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+        "form-action 'none'; frame-ancestors 'none'; base-uri 'none'; "
+        "require-trusted-types-for 'script'; trusted-types 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
 
 router = APIRouter(prefix="/console", tags=["console"])
+
+
+class ConsoleFiles(StaticFiles):
+    """The console's static files, with the page's security headers (a file served without them, such as
+    index.html, would be the console framed by any site and without its policy)."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(SECURITY_HEADERS)
+        return response
 
 
 class MeResponse(BaseModel):
@@ -77,4 +94,4 @@ async def funnel(session: SessionDep, scope: ScopeDep) -> dict[str, Any]:
 def install_console(app: FastAPI) -> None:
     """The console's routes and its static files (shipped as package data)."""
     app.include_router(router)
-    app.mount("/console/static", StaticFiles(directory=str(STATIC)), name="console-static")
+    app.mount("/console/static", ConsoleFiles(directory=str(STATIC)), name="console-static")

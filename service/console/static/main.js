@@ -30,7 +30,8 @@
     if (!TS.me) return;
     const hash = location.hash.replace(/^#\/?/, "") || "overview";
     const [name, query] = hash.split("?");
-    const page = TS.pages[name] && !(TS.pages[name].admin && !TS.me.admin) ? TS.pages[name] : TS.pages.overview;
+    const known = Object.hasOwn(TS.pages, name);  // not `constructor` or `__proto__` from the address bar
+    const page = known && !(TS.pages[name].admin && !TS.me.admin) ? TS.pages[name] : TS.pages.overview;
     for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("on", a.dataset.page === name);
     document.title = page.title + " · Toolscout";
     const root = TS.h("div", { class: "page", "data-page": name, "aria-busy": "true" });
