@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import content_hash
 from indexer.pipeline import DenseVectors, SyncReport, index_tools
-from indexer.tools import ToolDefinition, ToolProblem, normalize_server_id, validate_batch
+from indexer.tools import ToolDefinition, ToolProblem, ValidatedBatch, normalize_server_id, validate_batch
 from service.catalog.events import publish_tools_changed
 from service.catalog.server_info import store_info
 from service.catalog.server_vectors import refresh_servers
@@ -166,6 +166,7 @@ async def register_tools(
     report = RegisterReport(errors=list(batch.problems))
     infos = {normalize_server_id(name): info for name, info in (servers or {}).items()}
     async with resources.index_lock:
+        await _keep_others_names(resources, batch, raw_tools, report)
         vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
         async with resources.session() as session:
             await _upsert_rows(session, batch.tools, report)
@@ -182,6 +183,35 @@ async def register_tools(
     if changed or described:
         await announce(resources)
     return report
+
+
+async def _keep_others_names(
+    resources: Resources, batch: ValidatedBatch, raw: list[Any], report: RegisterReport
+) -> None:
+    """Drop from the batch the tools whose qualified name an active tool of another server holds, as conflicts:
+    server `a` tool `b__c` and server `a__b` tool `c` are both `a__b__c`, and the first keeps it (a listing must
+    never turn another server's tool into its own)."""
+    names = [t.qualified_name for t in batch.tools]
+    if not names:
+        return
+    async with resources.session() as session:
+        rows = await session.execute(
+            select(Tool.qualified_name, Tool.server_id, Tool.name).where(
+                among(Tool.qualified_name, names), Tool.deprecated.is_(False)
+            )
+        )
+        holders = {name: (server, tool) for name, server, tool in rows.tuples().all()}
+    kept = []
+    for tool in batch.tools:
+        holder = holders.get(tool.qualified_name)
+        if holder is None or holder[0] == tool.server:
+            kept.append(tool)
+            continue
+        index = next((i for i, r in enumerate(raw) if isinstance(r, dict) and r.get("name") == tool.name), -1)
+        reason = f"qualified name {tool.qualified_name} is already taken by {holder[0]}/{holder[1]}"
+        report.errors.append(ToolProblem(index, tool.name, "name", reason, "conflict"))
+        logger.warning("server %s: tool %r refused: %s", tool.server, tool.name[:80], reason)
+    batch.tools[:] = kept
 
 
 async def _changed_tools(resources: Resources, tools: list[ToolDefinition]) -> list[ToolDefinition]:
@@ -247,8 +277,9 @@ async def sync_server_tools(
     raw = [{**t, "server": server_id} for t in raw_tools if isinstance(t, dict)]
     batch = validate_batch(raw, server_id)
     report = RegisterReport(errors=list(batch.problems))
-    listed = {t.qualified_name for t in batch.tools}
     async with resources.index_lock:
+        await _keep_others_names(resources, batch, raw, report)
+        listed = {t.qualified_name for t in batch.tools}
         vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
         async with resources.session() as session:
             server = await ensure_server(session, server_id, transport, config)

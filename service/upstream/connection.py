@@ -259,6 +259,12 @@ class UpstreamConnection(ToolCalls):
                 )
                 self.health.error(f"catalog sync failed: {describe(exc)}")
                 return None
+            if refused := getattr(report, "errors", None):
+                first = refused[0]
+                message = (f"{len(refused)} listed tools refused; first: {first.tool[:80]!r}, "
+                           f"{first.field}: {first.reason}")
+                logger.warning("MCP server %s: %s", self.id, message)
+                self.health.error(message)
             self.health.tools = len(tools)
             self.health.syncs += 1
             self.health.last_sync_at = utcnow()

@@ -3,6 +3,8 @@
     python tests/upstream/mcp_test_server.py stdio
     python tests/upstream/mcp_test_server.py http PORT
     python tests/upstream/mcp_test_server.py paged N      (low-level server listing N tools, 2 per page)
+    python tests/upstream/mcp_test_server.py listed FILE  (low-level server listing the tools of a JSON file as
+                                                           given, unchecked; a call answers `NAME:ARGUMENTS`)
 
 Tools: `echo`, `sleep` (outlives timeouts), `big` (a result of many tokens), `pid`, `fail` (a tool error),
 `add_tool` (adds a tool and sends notifications/tools/list_changed) and `crash` (the process exits mid-call).
@@ -18,7 +20,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer(
-    "toolscout-test", title="Toolscout test server", version="1.0.0", log_level="WARNING",
+    "toolscout-test",
+    title="Toolscout test server",
+    version="1.0.0",
+    log_level="WARNING",
     instructions="Tools to exercise a gateway: echo text, sleep, fail and crash on purpose.",
 )
 
@@ -99,10 +104,40 @@ def run_paged(count: int) -> None:
     anyio.run(serve)
 
 
+def run_listed(path: str) -> None:
+    """A low-level server listing the tools of a JSON file (`{"tools": [...]}`) without checking them."""
+    import json
+
+    import anyio
+    import mcp_types as types
+    from mcp.server import Server
+    from mcp.server.stdio import stdio_server
+
+    with open(path, encoding="utf-8") as file:
+        tools = [types.Tool.model_construct(**tool) for tool in json.load(file)["tools"]]
+
+    async def list_tools(ctx: object, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: object, params: types.CallToolRequestParams) -> types.CallToolResult:
+        text = f"{params.name}:{json.dumps(params.arguments or {}, sort_keys=True)}"
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+    low = Server("toolscout-listed", on_list_tools=list_tools, on_call_tool=call_tool)
+
+    async def serve() -> None:
+        async with stdio_server() as (read, write):
+            await low.run(read, write, low.create_initialization_options())
+
+    anyio.run(serve)
+
+
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
     if mode == "paged":
         run_paged(int(sys.argv[2]))
+    elif mode == "listed":
+        run_listed(sys.argv[2])
     elif mode == "stdio":
         server.run("stdio")
     else:
