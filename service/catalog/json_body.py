@@ -20,25 +20,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 
-class _OrjsonRequest(Request):
-    async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            self._json = orjson.loads(await self.body())
-        return self._json
-
-
-class OrjsonBodyRoute(APIRoute):
-    """A route whose JSON body is parsed by orjson (for the routers that take large bodies)."""
-
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            return await handler(_OrjsonRequest(request.scope, request.receive))
-
-        return route
-
-
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -55,20 +36,27 @@ def strict_json(body: bytes | str) -> Any:
     return json.loads(body, parse_constant=_refuse_constant, parse_float=_finite)
 
 
-class _StrictJsonRequest(Request):
-    async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            self._json = strict_json(await self.body())
-        return self._json
+def _route_parsing_with(parse: Callable[[bytes], Any], doc: str) -> type[APIRoute]:
+    """An APIRoute class whose requests read their JSON body with `parse`."""
+
+    class ParsedRequest(Request):
+        async def json(self) -> Any:
+            if not hasattr(self, "_json"):
+                self._json = parse(await self.body())
+            return self._json
+
+    class ParsedBodyRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+            handler = super().get_route_handler()
+
+            async def route(request: Request) -> Response:
+                return await handler(ParsedRequest(request.scope, request.receive))
+
+            return route
+
+    ParsedBodyRoute.__doc__ = doc
+    return ParsedBodyRoute
 
 
-class StrictJsonBodyRoute(APIRoute):
-    """A route whose JSON body is parsed strictly (see the module)."""
-
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            return await handler(_StrictJsonRequest(request.scope, request.receive))
-
-        return route
+OrjsonBodyRoute = _route_parsing_with(orjson.loads, "A route whose JSON body is parsed by orjson (large bodies).")
+StrictJsonBodyRoute = _route_parsing_with(strict_json, "A route whose JSON body is parsed strictly (see the module).")

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
+from service.catalog import lookup
 from service.catalog import service as catalog
 from service.catalog.json_body import OrjsonBodyRoute
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
@@ -45,12 +46,16 @@ class RegisterResponse(BaseModel):
 
 @router.get("/tools")
 async def get_tools(
-    session: SessionDep, resources: ResourcesDep, caller: CallerDep,
-    server: str | None = None, tag: str | None = None,
-    limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0),
+    session: SessionDep,
+    resources: ResourcesDep,
+    caller: CallerDep,
+    server: str | None = None,
+    tag: str | None = None,
+    limit: int = Query(100, ge=1, le=1000),
+    offset: int = Query(0, ge=0),
 ) -> dict[str, Any]:
     """Active tools the caller may use, a page at a time."""
-    rows, total = await catalog.list_visible_tools(
+    rows, total = await lookup.list_visible_tools(
         session, resources, caller, server=server, tag=tag, limit=limit, offset=offset
     )
     return {"tools": [catalog.tool_view(r) for r in rows], "total": total, "limit": limit, "offset": offset}
@@ -59,7 +64,7 @@ async def get_tools(
 @router.get("/tools/{name}")
 async def get_tool(name: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
     """One tool by qualified name."""
-    return catalog.tool_view(await catalog.find_visible_tool(session, resources, caller, name))
+    return catalog.tool_view(await lookup.find_visible_tool(session, resources, caller, name))
 
 
 @router.post("/tools", response_model=RegisterResponse)

@@ -1,4 +1,4 @@
-"""The catalog of record: register, list, find and remove tools; keep the vector index in step with SQL.
+"""The catalog of record: register and remove tools; keep the vector index in step with SQL (lookup.py: find, list).
 
 SQL is written first and committed, then the index is synced; start-up reconciles the two, so a crash in
 between loses nothing."""
@@ -10,13 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import content_hash
 from indexer.pipeline import DenseVectors, SyncReport, index_tools
 from indexer.tools import ToolDefinition, ToolProblem, ValidatedBatch, normalize_server_id, validate_batch
 from service.catalog.events import publish_tools_changed
+from service.catalog.lookup import find_tool
 from service.catalog.server_info import store_info
 from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
@@ -24,9 +25,7 @@ from service.cluster.state import announce, cluster_state
 from service.cluster.vectors import embedder_id, save_vectors, vectors_for
 from service.db.among import among
 from service.db.models import Server, Tool, utcnow
-from service.errors import HiddenTool, NotFound
-from service.policy.callers import Caller
-from service.policy.service import visible_names
+from service.errors import NotFound
 from service.resources import Resources
 
 logger = logging.getLogger(__name__)
@@ -56,8 +55,12 @@ class RegisterReport:
 def to_definition(row: Tool) -> ToolDefinition:
     """The tool model of a catalog row."""
     return ToolDefinition(
-        server=row.server_id, name=row.name, description=row.description, input_schema=row.input_schema,
-        annotations=row.annotations, tags=tuple(row.tags or ()),
+        server=row.server_id,
+        name=row.name,
+        description=row.description,
+        input_schema=row.input_schema,
+        annotations=row.annotations,
+        tags=tuple(row.tags or ()),
     )
 
 
@@ -92,20 +95,30 @@ async def ensure_server(
 async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport) -> None:
     names = [t.qualified_name for t in tools]
     # Hashes first: a re-registration of unchanged tools loads no row (only the changed ones are loaded).
-    hashes = {
-        name: (digest, deprecated)
-        for name, digest, deprecated in (
-            await session.execute(
-                select(Tool.qualified_name, Tool.content_hash, Tool.deprecated).where(among(Tool.qualified_name, names))
-            )
-        ).all()
-    } if names else {}
+    hashes = (
+        {
+            name: (digest, deprecated)
+            for name, digest, deprecated in (
+                await session.execute(
+                    select(Tool.qualified_name, Tool.content_hash, Tool.deprecated).where(
+                        among(Tool.qualified_name, names)
+                    )
+                )
+            ).all()
+        }
+        if names
+        else {}
+    )
     digests = {t.qualified_name: content_hash(t) for t in tools}
     stale = [name for name, digest in digests.items() if name in hashes and hashes[name] != (digest, False)]
-    existing = {
-        row.qualified_name: row
-        for row in (await session.scalars(select(Tool).where(among(Tool.qualified_name, stale)))).all()
-    } if stale else {}
+    existing = (
+        {
+            row.qualified_name: row
+            for row in (await session.scalars(select(Tool).where(among(Tool.qualified_name, stale)))).all()
+        }
+        if stale
+        else {}
+    )
     now = utcnow()
     await _ensure_servers(session, {t.server for t in tools})
     unchanged: list[str] = []
@@ -116,11 +129,20 @@ async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], repor
             unchanged.append(tool.qualified_name)
             report.unchanged.append(tool.qualified_name)
         elif row is None:
-            session.add(Tool(
-                qualified_name=tool.qualified_name, server_id=tool.server, name=tool.name,
-                description=tool.description, input_schema=tool.input_schema, annotations=tool.annotations,
-                tags=list(tool.tags), content_hash=digest, first_seen_at=now, last_seen_at=now,
-            ))
+            session.add(
+                Tool(
+                    qualified_name=tool.qualified_name,
+                    server_id=tool.server,
+                    name=tool.name,
+                    description=tool.description,
+                    input_schema=tool.input_schema,
+                    annotations=tool.annotations,
+                    tags=list(tool.tags),
+                    content_hash=digest,
+                    first_seen_at=now,
+                    last_seen_at=now,
+                )
+            )
             report.created.append(tool.qualified_name)
         elif row.content_hash != digest or row.deprecated:
             row.server_id, row.name, row.description = tool.server, tool.name, tool.description
@@ -156,7 +178,9 @@ def _server_ids(raw_tools: list[Any], default_server: str | None) -> list[Any]:
 
 
 async def register_tools(
-    resources: Resources, raw_tools: list[Any], default_server: str | None = None,
+    resources: Resources,
+    raw_tools: list[Any],
+    default_server: str | None = None,
     servers: Mapping[str, Any] | None = None,
 ) -> RegisterReport:
     """Validate a batch, write the good tools to SQL, index the new and changed ones (`servers`: server name ->
@@ -269,7 +293,12 @@ async def index_definitions(
 
 
 async def sync_server_tools(
-    resources: Resources, server_id: str, raw_tools: list[Any], *, transport: str, config: dict[str, Any],
+    resources: Resources,
+    server_id: str,
+    raw_tools: list[Any],
+    *,
+    transport: str,
+    config: dict[str, Any],
     info: Mapping[str, Any] | None = None,
 ) -> RegisterReport:
     """Make the catalog hold exactly this server's listed tools: new and changed ones indexed, the ones that
@@ -284,9 +313,9 @@ async def sync_server_tools(
         async with resources.session() as session:
             server = await ensure_server(session, server_id, transport, config)
             await _upsert_rows(session, batch.tools, report)
-            gone = (await session.scalars(
-                select(Tool).where(Tool.server_id == server_id, Tool.deprecated.is_(False))
-            )).all()
+            gone = (
+                await session.scalars(select(Tool).where(Tool.server_id == server_id, Tool.deprecated.is_(False)))
+            ).all()
             for row in gone:
                 if row.qualified_name not in listed:
                     row.deprecated = True
@@ -295,10 +324,12 @@ async def sync_server_tools(
             await save_vectors(session, new, embedder_id(resources.embedder))
             changed = set(report.created) | set(report.updated)
             if changed or report.removed:
-                _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed],
-                              *report.removed)
-            described = await store_info(session, {server_id: info} if info else {},
-                                          cluster_state(resources).replica_id)
+                _record_tools(
+                    resources, session, [t for t in batch.tools if t.qualified_name in changed], *report.removed
+                )
+            described = await store_info(
+                session, {server_id: info} if info else {}, cluster_state(resources).replica_id
+            )
             await session.commit()
         await index_definitions(resources, batch.tools, vectors)
         if report.removed:
@@ -316,62 +347,6 @@ async def unindex(resources: Resources, names: list[str]) -> None:
     await resources.run_index(index.delete, names)
     for name in names:
         resources.retriever.directory.remove(name)
-
-
-def tool_not_found(
-    name: str, resources: Resources | None, allowed: frozenset[str] | None = None, *, hidden: bool = False
-) -> NotFound:
-    """The 404 of a missing tool, naming the closest names among those the caller may use (`allowed`).
-
-    A tool the caller may not use gets the same answer (`hidden`), so neither the status nor the
-    suggestions tell it which names exist."""
-    closest: list[str] = []
-    if resources is not None and resources.retriever is not None:
-        closest = resources.retriever.directory.closest(name, allowed=allowed)
-    hint = f"; closest: {', '.join(closest)}" if closest else ""
-    error = HiddenTool if hidden else NotFound
-    return error(f"No tool named {name!r}{hint}", tool=name, closest=closest)
-
-
-async def find_tool(
-    session: AsyncSession, name: str, resources: Resources | None = None, allowed: frozenset[str] | None = None
-) -> Tool:
-    """The active tool with this qualified name; NotFound names the closest ones (of `allowed`, when given)."""
-    row = await session.get(Tool, name)
-    if row is not None and not row.deprecated:
-        return row
-    raise tool_not_found(name, resources, allowed)
-
-
-async def list_tools(
-    session: AsyncSession, *, server: str | None = None, tag: str | None = None, limit: int = 100, offset: int = 0,
-    allowed: frozenset[str] | None = None,
-) -> tuple[list[Tool], int]:
-    """A page of active tools, ordered by qualified name, and the total."""
-    query = select(Tool).where(Tool.deprecated.is_(False))
-    if server:
-        query = query.where(Tool.server_id == server)
-    if allowed is not None:
-        query = query.where(among(Tool.qualified_name, allowed))
-    rows = (await session.scalars(query.order_by(Tool.qualified_name))).all()
-    if tag:
-        rows = [r for r in rows if tag in (r.tags or [])]
-    return list(rows[offset : offset + limit]), len(rows)
-
-
-async def list_visible_tools(
-    session: AsyncSession, resources: Resources, caller: Caller, **page: Any
-) -> tuple[list[Tool], int]:
-    """A page of the active tools this caller may use (see list_tools for the page arguments)."""
-    return await list_tools(session, allowed=visible_names(resources, caller), **page)
-
-
-async def find_visible_tool(session: AsyncSession, resources: Resources, caller: Caller, name: str) -> Tool:
-    """The active tool with this name if the caller may use it; a hidden tool gets a missing tool's answer."""
-    visible = visible_names(resources, caller)
-    if visible is not None and name not in visible:
-        raise tool_not_found(name, resources, visible, hidden=True)  # the same 404 as a missing tool
-    return await find_tool(session, name, resources, visible)
 
 
 async def delete_tool(resources: Resources, name: str) -> None:
@@ -406,11 +381,3 @@ async def remove_server(resources: Resources, server_id: str) -> list[str]:
     publish_tools_changed(resources, server_id)
     await announce(resources)
     return names
-
-
-async def count_tools(session: AsyncSession) -> dict[str, int]:
-    """Active tools per server."""
-    rows = await session.execute(
-        select(Tool.server_id, func.count()).where(Tool.deprecated.is_(False)).group_by(Tool.server_id)
-    )
-    return {server: count for server, count in rows}

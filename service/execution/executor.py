@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.catalog.service import find_tool, tool_not_found
+from service.catalog.lookup import find_tool, tool_not_found
 from service.db.models import Tool, utcnow
 from service.errors import (
     HiddenTool,

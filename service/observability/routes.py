@@ -8,7 +8,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.catalog.service import count_tools
+from service.catalog.lookup import count_tools
 from service.deps import CallerDep, ResourcesDep
 from service.errors import PermissionDenied
 from service.observability.metrics import Snapshot

@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select
 
-from service.catalog.service import count_tools, ensure_server, remove_server
+from service.catalog.lookup import count_tools
+from service.catalog.service import ensure_server, remove_server
 from service.cluster.changes import SERVER_ADDED, record_change
 from service.cluster.state import announce, cluster_state
 from service.db.models import Server

@@ -1,0 +1,84 @@
+"""The catalog's read side: find a tool (a missing or hidden one is the same 404), list a page, count per server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service.db.among import among
+from service.db.models import Tool
+from service.errors import HiddenTool, NotFound
+from service.policy.callers import Caller
+from service.policy.service import visible_names
+from service.resources import Resources
+
+
+def tool_not_found(
+    name: str, resources: Resources | None, allowed: frozenset[str] | None = None, *, hidden: bool = False
+) -> NotFound:
+    """The 404 of a missing tool, naming the closest names among those the caller may use (`allowed`).
+
+    A tool the caller may not use gets the same answer (`hidden`), so neither the status nor the
+    suggestions tell it which names exist."""
+    closest: list[str] = []
+    if resources is not None and resources.retriever is not None:
+        closest = resources.retriever.directory.closest(name, allowed=allowed)
+    hint = f"; closest: {', '.join(closest)}" if closest else ""
+    error = HiddenTool if hidden else NotFound
+    return error(f"No tool named {name!r}{hint}", tool=name, closest=closest)
+
+
+async def find_tool(
+    session: AsyncSession, name: str, resources: Resources | None = None, allowed: frozenset[str] | None = None
+) -> Tool:
+    """The active tool with this qualified name; NotFound names the closest ones (of `allowed`, when given)."""
+    row = await session.get(Tool, name)
+    if row is not None and not row.deprecated:
+        return row
+    raise tool_not_found(name, resources, allowed)
+
+
+async def list_tools(
+    session: AsyncSession,
+    *,
+    server: str | None = None,
+    tag: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    allowed: frozenset[str] | None = None,
+) -> tuple[list[Tool], int]:
+    """A page of active tools, ordered by qualified name, and the total."""
+    query = select(Tool).where(Tool.deprecated.is_(False))
+    if server:
+        query = query.where(Tool.server_id == server)
+    if allowed is not None:
+        query = query.where(among(Tool.qualified_name, allowed))
+    rows = (await session.scalars(query.order_by(Tool.qualified_name))).all()
+    if tag:
+        rows = [r for r in rows if tag in (r.tags or [])]
+    return list(rows[offset : offset + limit]), len(rows)
+
+
+async def list_visible_tools(
+    session: AsyncSession, resources: Resources, caller: Caller, **page: Any
+) -> tuple[list[Tool], int]:
+    """A page of the active tools this caller may use (see list_tools for the page arguments)."""
+    return await list_tools(session, allowed=visible_names(resources, caller), **page)
+
+
+async def find_visible_tool(session: AsyncSession, resources: Resources, caller: Caller, name: str) -> Tool:
+    """The active tool with this name if the caller may use it; a hidden tool gets a missing tool's answer."""
+    visible = visible_names(resources, caller)
+    if visible is not None and name not in visible:
+        raise tool_not_found(name, resources, visible, hidden=True)  # the same 404 as a missing tool
+    return await find_tool(session, name, resources, visible)
+
+
+async def count_tools(session: AsyncSession) -> dict[str, int]:
+    """Active tools per server."""
+    rows = await session.execute(
+        select(Tool.server_id, func.count()).where(Tool.deprecated.is_(False)).group_by(Tool.server_id)
+    )
+    return {server: count for server, count in rows}
