@@ -15,6 +15,7 @@ Variants (each a change of the field score matrices and/or of the scan):
                     vectors as (q.d - A q.m) / sqrt(1 - 2 A d.m + A^2 |m|^2), with d.m and |m| kept per tool.
   chunks B MODE     description score (1 - B) * cos(q, whole) + B * max(cos(q, whole), max over its sentences)
   toolsig W         the scan's own cosine as a fifth signal (weight W; the other weights unchanged)
+  part_pool N       a split request's parts scan N tools (the whole text `pool_candidates`)
 
 Usage: python bench/pool_variants.py EMBEDDINGS.pkl [GROUP ...] (groups: see GROUPS; default all)"""
 
@@ -196,7 +197,12 @@ def per_text_scores(data: Data, p: dict) -> np.ndarray:
     scores, scan = field_scores(data, p)
     lex = data.lexical
     lex_hits = top_mask(lex, S.candidates, lex > 0)
-    pool = top_mask(scan, p.get("pool", S.pool_candidates)) | lex_hits
+    pool = top_mask(scan, p.get("pool", S.pool_candidates))
+    if p.get("part_pool"):  # the parts' scans keep fewer tools than the whole text's
+        parts = np.ones(len(scan), dtype=bool)
+        parts[[rows[0] for rows in data.s.text_rows]] = False
+        pool[parts] = top_mask(scan[parts], p["part_pool"])
+    pool |= lex_hits
     weights = {**WEIGHTS, **p.get("weights", {})}
     hits = {f: top_mask(scores[f], S.candidates, pool) for f in FIELDS}
     # the fused candidates: the union of every signal's hits (a pooled tool in no field's best 50 is dropped)
@@ -256,6 +262,7 @@ GROUPS: dict[str, list[dict]] = {
     "centre_more": [{"centre": a} for a in (1.25, 1.5)],
     "abtt": [{"centre": 1.0, "abtt": n} for n in (1, 2, 4, 8)],
     "toolsig": [{"toolsig": w} for w in (0.1, 0.2, 0.3)],
+    "part_pool": [{"centre": 1.0, "part_pool": n} for n in (25, 50, 75)],
     "qcentre": [{"qcentre": a} for a in (0.25, 0.5, 1.0)] + [{"qcentre": a, "qmean": "other"} for a in (0.25, 0.5)],
 }
 

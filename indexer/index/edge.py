@@ -232,11 +232,15 @@ class EdgeIndex:
         return [answer if answer is not None else next(batch) for answer in answers]
 
     def scan_many(
-        self, requests: Sequence[tuple[Sequence[Sequence[float]], SearchFilter]], limit: int
+        self,
+        requests: Sequence[tuple[Sequence[Sequence[float]], SearchFilter]],
+        limit: int,
+        part_limit: int | None = None,
     ) -> list[list[list[Hit]]]:
         """Per request (its texts' vectors and its filter), per text, the `limit` best tools by their `tool`
-        vector: the scans of several searches as one matrix product (`pooled_search_many`)."""
-        return self.pool.search_many(requests, limit)
+        vector (`part_limit` for the texts after the first): the scans of several searches as one matrix product
+        (`pooled_search_many`)."""
+        return self.pool.search_many(requests, limit, part_limit)
 
     def _query_batch(self, queries: Sequence[SignalQuery], where: SearchFilter) -> list[list[Hit]]:
         flt = _filter(where)

@@ -278,7 +278,12 @@ class Retriever:
         """`pooled_search_many` with the search settings (blocking: on a thread)."""
         settings = self.resources.settings.search
         return pooled_search_many(
-            index, requests, settings.pool_candidates, settings.candidates, settings.centre_fields
+            index,
+            requests,
+            settings.pool_candidates,
+            settings.candidates,
+            settings.centre_fields,
+            settings.part_pool_candidates,
         )
 
     def bonus_bound(self, scope: str | None) -> float:

@@ -163,6 +163,22 @@ def test_several_requests_scanned_together_get_what_each_gets_alone(
     assert all(int(name[1:]) % 2 for hits in together[1] for name, _ in hits)
 
 
+@pytest.mark.parametrize("reduced", [False, True])
+def test_a_requests_parts_get_their_own_smaller_pool(monkeypatch: pytest.MonkeyPatch, reduced: bool) -> None:
+    if reduced:
+        monkeypatch.setattr(pool_matrix, "REDUCE_ABOVE", 500)
+    vectors = _catalog(800)
+    matrix = _filled(vectors)
+    queries = _unit(vectors[:5] + 0.5 * _catalog(5, seed=3)).tolist()
+    requests = [(queries[0:3], SearchFilter()), (queries[3:4], SearchFilter()), (queries[4:5], SearchFilter())]
+    found = matrix.search_many(requests, 10, part_limit=4)
+    assert [[len(hits) for hits in texts] for texts in found] == [[10, 4, 4], [10], [10]]
+    # Each text's best, the same as a scan with its own limit (its whole text first, then its parts).
+    whole = matrix.search(queries[0:1], 10, SearchFilter())[0]
+    parts = matrix.search(queries[1:3], 4, SearchFilter())
+    assert [[name for name, _ in hits] for hits in found[0]] == [[name for name, _ in hits] for hits in (whole, *parts)]
+
+
 @pytest.mark.parametrize("count", [1, 100, 1600, 9000])
 def test_top_rows_are_the_highest_scores_whatever_the_sample_finds(count: int) -> None:
     rng = np.random.default_rng(count)
