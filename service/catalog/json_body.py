@@ -31,9 +31,21 @@ def _finite(text: str) -> float:
     return number
 
 
+def _without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key[:80]!r} appears twice in one object")
+        found[key] = value
+    return found
+
+
 def strict_json(body: bytes | str) -> Any:
-    """A JSON body as the standard library reads it, NaN, Infinity and overflowing numbers refused (ValueError)."""
-    return json.loads(body, parse_constant=_refuse_constant, parse_float=_finite)
+    """A JSON body as the standard library reads it, NaN, Infinity, overflowing numbers and a key given twice in
+    one object refused (ValueError): `{"arguments": {...}, "arguments": {}}` would call a tool with none."""
+    return json.loads(
+        body, parse_constant=_refuse_constant, parse_float=_finite, object_pairs_hook=_without_duplicate_keys
+    )
 
 
 def _route_parsing_with(parse: Callable[[bytes], Any], doc: str) -> type[APIRoute]:

@@ -83,6 +83,7 @@ async def test_nan_and_infinity_arguments_are_refused_not_passed_on(tmp_path: Pa
             ("NaN", "NaN is not a JSON number"),
             ("-Infinity", "-Infinity is not a JSON number"),
             ("1e400", "1e400 is beyond the range of a number"),
+            ('1, "x": 2', "the key 'x' appears twice in one object"),
         ):
             content = f'{{"name": "s__t", "arguments": {{"x": {value}}}}}'.encode()
             body = assert_problem(await http.post("/execute", content=content, headers=JSON), 422, "invalid-request")
