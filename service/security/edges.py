@@ -1,17 +1,20 @@
-"""The guards every request passes before a route: host and origin, CORS when configured, body size, NUL in the URL."""
+"""The guards every request passes before a route: host and origin, CORS when configured, body size, NUL in the URL;
+and nosniff on every answer."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from service.security.headers import NoSniffMiddleware
 from service.security.hosts import HostOriginMiddleware, default_allowed_hosts
 from service.security.limits import BodySizeLimitMiddleware, NulInUrlMiddleware
 from service.settings import Settings
 
 
 def install_edge_guards(app: FastAPI, settings: Settings) -> None:
-    """Add the middleware; the last added runs first, so the host check sees every request."""
+    """Add the middleware; the last added runs first, so the host check sees every request (nosniff only adds a
+    header to the answers)."""
     policy = settings.policy
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=policy.max_body_bytes)
     app.add_middleware(NulInUrlMiddleware)
@@ -27,3 +30,4 @@ def install_edge_guards(app: FastAPI, settings: Settings) -> None:
         allowed_hosts=default_allowed_hosts(settings.host, policy.allowed_hosts),
         cors_origins=policy.cors_origins,
     )
+    app.add_middleware(NoSniffMiddleware)  # outermost: on the guards' own refusals too

@@ -239,3 +239,18 @@ async def test_a_query_parameter_the_route_does_not_take_or_given_twice_is_a_422
         )
         listed = await http.get("/tools?limit=1&server=s")
         assert listed.status_code == 200 and len(listed.json()["tools"]) == 1
+
+
+async def test_every_answer_says_nosniff(tmp_path: Path) -> None:
+    """A JSON body quotes tools' descriptions and callers' queries: no browser may read it as HTML."""
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        answers = [
+            await http.post("/search", json={"query": "<script>alert(1)</script>"}),
+            await http.get("/tools/nope"),
+            await http.get("/tools?serverz=x"),
+            await http.get("/healthz"),
+            await http.get("/%00"),
+            await http.get("/", headers={"Host": "evil.example"}),
+        ]
+        assert [a.status_code for a in answers] == [200, 404, 422, 200, 422, 421]
+        assert all(a.headers["x-content-type-options"] == "nosniff" for a in answers)
