@@ -7,12 +7,14 @@ ones, and with `$ref` resolved within the schema only."""
 from __future__ import annotations
 
 import logging
+import re
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+import jsonschema._utils
 import jsonschema_rs
 import referencing
 import referencing.exceptions
@@ -105,6 +107,22 @@ def _multiple_of(validator: Validator, factor: Any, instance: Any, schema: Any) 
         failed = (Fraction(instance) / Fraction(str(factor))).denominator != 1
     if failed:
         yield ValidationError(f"{instance!r} is not a multiple of {factor}")
+
+
+class _BoundedRe:
+    """Python's `re` for jsonschema's helper module, but `search` on the bounded engine: `unevaluatedProperties`
+    matches `patternProperties` there (`find_evaluated_property_keys_by_schema`), not through a keyword that
+    _HARDENED could replace, and `^(a|aa)+$` held the event loop for seconds that way."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(re, name)
+
+    @staticmethod
+    def search(pattern: str, text: str, flags: int = 0) -> bool | None:
+        return True if _search(pattern, text) else None
+
+
+jsonschema._utils.re = _BoundedRe()  # type: ignore[assignment]
 
 
 # Keywords whose jsonschema implementation runs Python's re on argument strings, or divides big integers into

@@ -169,6 +169,14 @@ async def test_a_catastrophic_pattern_is_answered_at_once(tmp_path: Path) -> Non
         assert body["errors"][1]["reason"] == f"'{'a' * 60}!' does not match '^(a|aa)+$'"
         fine = await http.post("/execute", json={"name": "s__redos", "arguments": {"x": "aaa", "bb": "v"}})
         assert_problem(fine, 502, "upstream-error")  # valid: on to the (missing) server
+        # unevaluatedProperties matches patternProperties in jsonschema's own helper, not through a keyword.
+        unevaluated = {"type": "object", "patternProperties": {"^(c|cc)+$": {}}, "unevaluatedProperties": False}
+        await http.post("/tools", json={"tools": [tool("redos2", unevaluated)]})
+        started = time.perf_counter()
+        response = await http.post("/execute", json={"name": "s__redos2", "arguments": {"c" * 60 + "!": 1}})
+        assert time.perf_counter() - started < 5
+        body = assert_problem(response, 422, "invalid-arguments")
+        assert [(e["pointer"], e["keyword"]) for e in body["errors"]] == [("", "unevaluatedProperties")]
 
 
 async def test_multiple_of_a_huge_integer_is_checked_exactly(tmp_path: Path) -> None:
