@@ -156,9 +156,12 @@ class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+NUL_REASON = "must not contain NUL (U+0000) characters"
+
+
 def _without_nul(value: str) -> str:
     if "\x00" in value:
-        raise ValueError("must not contain NUL (U+0000) characters")
+        raise ValueError(NUL_REASON)
     return value
 
 

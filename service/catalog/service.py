@@ -190,8 +190,7 @@ async def register_tools(
     report = RegisterReport(errors=list(batch.problems))
     infos = {normalize_server_id(name): info for name, info in (servers or {}).items()}
     async with resources.index_lock:
-        await _keep_others_names(resources, batch, raw_tools, report)
-        vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
+        vectors, new = await vectors_for(resources, await _admit(resources, batch, raw_tools, report))
         async with resources.session() as session:
             await _upsert_rows(session, batch.tools, report)
             await save_vectors(session, new, embedder_id(resources.embedder))
@@ -209,25 +208,26 @@ async def register_tools(
     return report
 
 
-async def _keep_others_names(
+async def _admit(
     resources: Resources, batch: ValidatedBatch, raw: list[Any], report: RegisterReport
-) -> None:
-    """Drop from the batch the tools whose qualified name an active tool of another server holds, as conflicts:
-    server `a` tool `b__c` and server `a__b` tool `c` are both `a__b__c`, and the first keeps it (a listing must
-    never turn another server's tool into its own)."""
+) -> list[ToolDefinition]:
+    """Drop from the batch the tools whose qualified name an active tool of another server holds, as conflicts
+    (server `a` tool `b__c` and server `a__b` tool `c` are both `a__b__c`: the first keeps it, a listing must
+    never turn another server's tool into its own); return the kept tools whose row is missing, deprecated or of
+    another content. One read of the batch's rows for both."""
     names = [t.qualified_name for t in batch.tools]
     if not names:
-        return
+        return []
     async with resources.session() as session:
         rows = await session.execute(
-            select(Tool.qualified_name, Tool.server_id, Tool.name).where(
+            select(Tool.qualified_name, Tool.server_id, Tool.name, Tool.content_hash).where(
                 among(Tool.qualified_name, names), Tool.deprecated.is_(False)
             )
         )
-        holders = {name: (server, tool) for name, server, tool in rows.tuples().all()}
+        current = {name: (server, tool, digest) for name, server, tool, digest in rows.tuples().all()}
     kept = []
     for tool in batch.tools:
-        holder = holders.get(tool.qualified_name)
+        holder = current.get(tool.qualified_name)
         if holder is None or holder[0] == tool.server:
             kept.append(tool)
             continue
@@ -236,21 +236,7 @@ async def _keep_others_names(
         report.errors.append(ToolProblem(index, tool.name, "name", reason, "conflict"))
         logger.warning("server %s: tool %r refused: %s", tool.server, tool.name[:80], reason)
     batch.tools[:] = kept
-
-
-async def _changed_tools(resources: Resources, tools: list[ToolDefinition]) -> list[ToolDefinition]:
-    """The tools whose catalog row is missing, deprecated or of another content."""
-    names = [t.qualified_name for t in tools]
-    if not names:
-        return []
-    async with resources.session() as session:
-        rows = await session.execute(
-            select(Tool.qualified_name, Tool.content_hash).where(
-                among(Tool.qualified_name, names), Tool.deprecated.is_(False)
-            )
-        )
-        current = dict(rows.tuples().all())
-    return [t for t in tools if current.get(t.qualified_name) != content_hash(t)]
+    return [t for t in kept if t.qualified_name not in current or current[t.qualified_name][2] != content_hash(t)]
 
 
 def _record_tools(resources: Resources, session: AsyncSession, tools: list[ToolDefinition], *extra: str) -> None:
@@ -307,9 +293,8 @@ async def sync_server_tools(
     batch = validate_batch(raw, server_id)
     report = RegisterReport(errors=list(batch.problems))
     async with resources.index_lock:
-        await _keep_others_names(resources, batch, raw, report)
+        vectors, new = await vectors_for(resources, await _admit(resources, batch, raw, report))
         listed = {t.qualified_name for t in batch.tools}
-        vectors, new = await vectors_for(resources, await _changed_tools(resources, batch.tools))
         async with resources.session() as session:
             server = await ensure_server(session, server_id, transport, config)
             await _upsert_rows(session, batch.tools, report)

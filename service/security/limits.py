@@ -8,6 +8,7 @@ from urllib.parse import parse_qsl
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.errors import NUL_REASON, InvalidRequest
 from service.security.hosts import send_problem
 
 
@@ -104,13 +105,8 @@ class NulInUrlMiddleware:
         if pointer is None:
             await self.app(scope, receive, send)
             return
-        reason = "must not contain NUL (U+0000) characters"
-        body = {
-            "type": "https://toolscout.dev/problems/invalid-request",
-            "title": "The request body or parameters are invalid",
-            "status": 422,
-            "detail": f"Invalid request: {pointer}: {reason}",
-            "instance": scope.get("path", "").replace("\x00", "%00"),
-            "errors": [{"pointer": pointer, "reason": reason}],
-        }
-        await send_problem(send, 422, json.dumps(body).encode())
+        error = InvalidRequest(
+            f"Invalid request: {pointer}: {NUL_REASON}", errors=[{"pointer": pointer, "reason": NUL_REASON}]
+        )
+        instance = scope.get("path", "").replace("\x00", "%00")
+        await send_problem(send, error.status, json.dumps(error.problem(instance)).encode())
