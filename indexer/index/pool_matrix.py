@@ -78,7 +78,7 @@ class PoolMatrix:
         self._field_sums = np.zeros((len(DENSE_FIELDS), dimension), dtype=np.float64)
         # The scans' products, each matrix in the BLAS form that is fastest here for the number of queries.
         self._products = Products()
-        self._reduced_products = Products()
+        self._reduced_products = Products(halves=True)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:

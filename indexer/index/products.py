@@ -10,11 +10,13 @@ queries (the texts of many searches scanned together under load) 19.4 / 16.0 ms.
 scans themselves, TRIALS times per query count (`query_bucket`), and the fastest median is kept (`Fastest`); the
 trials run again when the matrix has doubled or halved in rows.
 
-One more form, where the machine has more than one core: `matrix_first` with the matrix's second half on a helper
-thread. The service runs BLAS on one thread (its threads are the searches'), so a lone search's scan used one core
-of two while the other idled: on a 2-core Xeon here, 10k x 384 rows and 1 query 0.52 -> 0.40 ms, 100k x 96 rows and
-6 queries (a long request's texts) 4.1 -> 2.4 ms. Under load it costs the same work on two threads, and the trials of
-the larger query counts, made under that load, choose for themselves."""
+One more form for the reduced scan of a large catalog (`Products(halves=True)`), where the machine has more than
+one core: `matrix_first` with the matrix's second half on a helper thread. The service runs BLAS on one thread (its
+threads are the searches'), so a lone search's scan read main memory on one core of two while the other idled: on a
+2-core Xeon here, 100k x 96 rows and 6 queries (a long request's texts) 4.1 -> 2.4 ms, a long request's whole index
+step 10.2 -> 8.2 ms in process. Not for the exact scan below REDUCE_ABOVE rows: 10k x 384 and 6 queries took 1.41 ->
+0.91 ms alone, but served, long requests at 10k tools were no faster (12.0 / 12.0 / 13.7 ms p50 before, 13.4 /
+15.3 / 20.7 after, in turn in one noisy sitting)."""
 
 from __future__ import annotations
 
@@ -64,9 +66,9 @@ FORMS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "matrix_first": matrix_first,
     "queries_first": queries_first,
 }
-if (os.cpu_count() or 1) > 1:
-    FORMS["halves"] = halves
 WITHOUT_PER_QUERY = {name: form for name, form in FORMS.items() if name != "per_query"}
+WITH_HALVES = {**FORMS, "halves": halves} if (os.cpu_count() or 1) > 1 else FORMS
+WITH_HALVES_WITHOUT_PER_QUERY = {name: form for name, form in WITH_HALVES.items() if name != "per_query"}
 
 
 class Products:
@@ -74,7 +76,8 @@ class Products:
 
     Not thread-safe: its caller (the pool matrix) scans under its own lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, halves: bool = False) -> None:
+        self._forms = (WITH_HALVES, WITH_HALVES_WITHOUT_PER_QUERY) if halves else (FORMS, WITHOUT_PER_QUERY)
         self._fastest = Fastest(TRIALS)
         self._rows_timed = 0
 
@@ -84,7 +87,9 @@ class Products:
             self._fastest.forget()
             self._rows_timed = max(rows, 1)
         count = query_bucket(len(queries))
-        return self._fastest.call(count, FORMS if count <= PER_QUERY_UP_TO else WITHOUT_PER_QUERY, queries, matrix)
+        return self._fastest.call(
+            count, self._forms[0] if count <= PER_QUERY_UP_TO else self._forms[1], queries, matrix
+        )
 
     def choices(self) -> dict[int, str]:
         """The form chosen so far per query count (`query_bucket`)."""
