@@ -7,7 +7,8 @@
     ├── InvalidTool (422, invalid-tool)                  a registration that fails validation
     ├── Unauthorized (401, unauthorized)
     ├── PermissionDenied (403, permission-denied)
-    │   └── ApprovalRequired (403, approval-required)
+    │   ├── ApprovalRequired (403, approval-required)
+    │   └── CrossSiteRequest (403, cross-site-request)  a console session cookie on a request not from the console
     ├── NotFound (404, not-found)
     │   └── HiddenTool (404, not-found)                  a tool the caller may not use: the same answer
     ├── Conflict (409, conflict)
@@ -99,6 +100,10 @@ class PermissionDenied(ToolscoutError):
 
 class ApprovalRequired(PermissionDenied):
     status, slug, title = 403, "approval-required", "This call needs an approval"
+
+
+class CrossSiteRequest(PermissionDenied):
+    status, slug, title = 403, "cross-site-request", "Cross-site request refused"
 
 
 class NotFound(ToolscoutError):

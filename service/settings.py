@@ -169,6 +169,19 @@ class PolicySettings(Section):
     auth_failure_max_delay_seconds: float = 300.0
 
 
+class ConsoleSettings(Section):
+    """The web console's sign-in: server-side sessions that stand for an API key behind an HttpOnly cookie.
+
+    The pasted key is exchanged once for a session whose random id is the cookie (policy/console_sessions.py)."""
+
+    # A session ends after this long without a request, and this long after its sign-in in any case.
+    session_idle_seconds: float = 1800.0
+    session_max_seconds: float = 28800.0
+    # The cookie's Secure flag: "auto" sets it when the sign-in came over https (as uvicorn sees it: behind a
+    # proxy that terminates TLS, trust its X-Forwarded-Proto or choose "always").
+    cookie_secure: Literal["auto", "always", "never"] = "auto"
+
+
 class LearningSettings(Section):
     """Bounded ranking boosts learned from the execution log."""
 
@@ -284,6 +297,7 @@ class Settings(BaseSettings):
     search: SearchSettings = Field(default_factory=SearchSettings)
     execution: ExecutionSettings = Field(default_factory=ExecutionSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
     frontend: FrontendSettings = Field(default_factory=FrontendSettings)
     code_mode: CodeModeSettings = Field(default_factory=CodeModeSettings)

@@ -1,11 +1,11 @@
 """GET /console (the single page), its static files, and two small routes the REST API lacked.
 
-The page signs in with an API key that it keeps in sessionStorage and sends as `Authorization: Bearer`;
-no cookie is ever set, so a cross-site request carries no credential and there is no CSRF surface. The
-Content-Security-Policy allows scripts, styles and requests from this origin only (no inline code), and Trusted
-Types with no policy, so no string can ever become HTML or script (the pages build the DOM from text nodes).
-Every response under /console carries these headers, static files included: /console/static/index.html is the
-same page."""
+The page signs in by exchanging the pasted API key for a server-side session (session.py): the browser then
+holds only an HttpOnly cookie scoped to /console/api, which no script in the page can read, and that counts only
+on the console's own requests (its header, its origin). The Content-Security-Policy allows scripts, styles and
+requests from this origin only (no inline code), and Trusted Types with no policy, so no string can ever become
+HTML or script (the pages build the DOM from text nodes). Every response under /console carries these headers,
+static files included: /console/static/index.html is the same page."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from service.console.queries import search_funnel
+from service.console.session import ConsoleApiMiddleware
+from service.console.session import router as session_router
 from service.deps import CallerDep, ResourcesDep, SessionDep
 from service.policy.service import is_approver
 from service.usage.routes import ScopeDep
@@ -69,13 +71,13 @@ class FunnelResponse(BaseModel):
 
 @router.get("", response_class=HTMLResponse, include_in_schema=False)
 async def console_page() -> HTMLResponse:
-    """The console's single page (it needs no key: every datum comes from the API with the user's key)."""
+    """The console's single page (it needs no key: every datum comes from the API with the user's session)."""
     return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"), headers=SECURITY_HEADERS)
 
 
 @router.get("/api/me", response_model=MeResponse)
 async def me(resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
-    """Who the presented key is: the console shows the pages these roles may use."""
+    """Who the presented key (or console session) is: the console shows the pages these roles may use."""
     return {
         "caller": caller.id,
         "roles": sorted(caller.roles),
@@ -92,6 +94,8 @@ async def funnel(session: SessionDep, scope: ScopeDep) -> dict[str, Any]:
 
 
 def install_console(app: FastAPI) -> None:
-    """The console's routes and its static files (shipped as package data)."""
+    """The console's routes, its sign-in, its path to the REST routes and its static files (package data)."""
     app.include_router(router)
+    app.include_router(session_router)
+    app.add_middleware(ConsoleApiMiddleware)  # marks /console/api requests before any route sees them
     app.mount("/console/static", ConsoleFiles(directory=str(STATIC)), name="console-static")

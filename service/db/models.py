@@ -247,6 +247,18 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
+class ConsoleSession(Base):
+    """A console sign-in (0008): the SHA-256 of the random id in the browser's cookie (never the id itself),
+    bound to the key it was exchanged for; it acts as that key and dies with it."""
+
+    __tablename__ = "console_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Approval(Base):
     """A grant for one destructive call: bound to caller, tool, argument digest and expiry; usable once."""
 

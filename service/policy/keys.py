@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fastapi import Request
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.models import ApiKey, as_utc, utcnow
+from service.db.models import ApiKey, ConsoleSession, as_utc, utcnow
 from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
@@ -83,7 +83,7 @@ async def list_keys(session: AsyncSession, include_revoked: bool = False) -> lis
 
 
 async def revoke_key(session: AsyncSession, key_id_or_prefix: str) -> ApiKey:
-    """Revoke a key by id or by its shown prefix (which must be unambiguous)."""
+    """Revoke a key by id or by its shown prefix (which must be unambiguous); its console sessions end with it."""
     row = await session.get(ApiKey, key_id_or_prefix)
     if row is None:
         rows = (
@@ -94,6 +94,7 @@ async def revoke_key(session: AsyncSession, key_id_or_prefix: str) -> ApiKey:
         row = rows[0]
     if row.revoked_at is None:
         row.revoked_at = utcnow()
+    await session.execute(delete(ConsoleSession).where(ConsoleSession.key_id == row.id))
     return row
 
 
@@ -178,6 +179,11 @@ class KeyResolver:
             caller = OPEN_CALLER
         else:
             raise Unauthorized("No API key exists and open mode is off; create one with `toolscout keys create`")
+        return await self.charge(caller)
+
+    async def charge(self, caller: Caller) -> Caller:
+        """Take a token from the caller's bucket: its key's (a console session shares its key's bucket), or the
+        open user's."""
         wait = await self.limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
             raise RateLimited(

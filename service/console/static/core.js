@@ -1,8 +1,6 @@
 /* Shared helpers of the console: DOM building (text only, never innerHTML), the API client, formatting. */
 "use strict";
 window.TS = (function () {
-  const KEY = "toolscout.key";
-
   /* h("div", {class: "x"}, "text", child) -> element; strings become text nodes, so data is never HTML. */
   function h(tag, attrs, ...children) {
     const el = document.createElement(tag);
@@ -32,19 +30,18 @@ window.TS = (function () {
     }
   }
 
-  const auth = {
-    key: () => sessionStorage.getItem(KEY),
-    set: (key) => (key ? sessionStorage.setItem(KEY, key) : sessionStorage.removeItem(KEY)),
-  };
+  /* The console's requests go to /console/api, where its session cookie (HttpOnly: no script reads it) is sent;
+     a REST path such as "/keys" becomes "/console/api/keys". The header tells the server a request is the
+     console's own: a cookie on a request without it (a cross-site form) is refused. */
+  const API = "/console/api";
+  const url = (path) => (path.startsWith("/console/") ? path : API + path);
 
   async function api(method, path, body) {
-    const headers = { Accept: "application/json" };
-    const key = auth.key();
-    if (key) headers.Authorization = "Bearer " + key;
+    const headers = { Accept: "application/json", "X-Toolscout-Console": "1" };
     if (body !== undefined) headers["Content-Type"] = "application/json";
-    const response = await fetch(path, {
+    const response = await fetch(url(path), {
       method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-      credentials: "omit", cache: "no-store",
+      credentials: "same-origin", cache: "no-store",
     });
     const text = await response.text();
     let data = null;
@@ -55,6 +52,12 @@ window.TS = (function () {
     }
     return data;
   }
+
+  /* Sign-in exchanges the key once for the session cookie; the key is kept nowhere in the browser. */
+  const session = {
+    open: (key) => api("POST", API + "/session", { key }),
+    close: () => api("DELETE", API + "/session"),
+  };
 
   const get = (path) => api("GET", path);
   const post = (path, body) => api("POST", path, body === undefined ? {} : body);
@@ -108,5 +111,5 @@ window.TS = (function () {
     return append(el, children);
   }
 
-  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, auth, Problem, sinceHours, pages: {}, me: null };
+  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, session, Problem, sinceHours, pages: {}, me: null };
 })();

@@ -12,11 +12,13 @@
     $("signin-key").focus();
   }
 
-  async function identify() {
+  /* Who the session is; 401 (no session yet, or it ended) shows the sign-in. */
+  async function identify(signedIn) {
     try {
       TS.me = await TS.get("/console/api/me");
     } catch (err) {
-      showSignin(err.status === 401 ? (TS.auth.key() ? "That key is unknown or revoked." : "") : err.message);
+      const lost = "The browser did not send the session cookie back (a Secure cookie over http? see console.cookie_secure).";
+      showSignin(err.status === 401 ? (signedIn ? lost : "") : err.message);
       return false;
     }
     $("signin").hidden = true; $("nav").hidden = false;
@@ -47,16 +49,26 @@
   }
 
   TS.route = route;
-  TS.onUnauthorized = () => { if (TS.me) showSignin("The key stopped working; sign in again."); };
+  TS.onUnauthorized = () => { if (TS.me) showSignin("The session ended (expired, signed out or its key revoked); sign in again."); };
 
   document.addEventListener("DOMContentLoaded", async () => {
     $("signin-form").addEventListener("submit", async (ev) => {
       ev.preventDefault();
-      TS.auth.set($("signin-key").value.trim());
+      const key = $("signin-key").value.trim();
       $("signin-key").value = "";
-      if (await identify()) route();
+      try {
+        await TS.session.open(key);
+      } catch (err) {
+        showSignin(err.status === 401 ? "That key is unknown or revoked." : err.message);
+        return;
+      }
+      if (await identify(true)) route();
     });
-    $("signout").addEventListener("click", () => { TS.auth.set(null); showSignin("Signed out."); });
+    $("signout").addEventListener("click", async () => {
+      let message = "Signed out.";
+      try { await TS.session.close(); } catch (err) { message = "Signing out failed: " + err.message; }
+      showSignin(message);
+    });
     window.addEventListener("hashchange", route);
     if (await identify()) route();
   });
