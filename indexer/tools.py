@@ -24,6 +24,9 @@ MAX_SCHEMA_BYTES = 128_000
 MAX_SCHEMA_DEPTH = 32  # nesting of objects and arrays; deeper schemas are refused before any recursion
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64
+# The integers the vector index keeps exactly in a tool's payload (i64 and u64); past them qdrant_edge made
+# 2**64 a float and refused 10**30 (a 500), and orjson could not write them into a /search answer.
+INTEGER_RANGE = (-(2**63), 2**64 - 1)
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
@@ -107,12 +110,13 @@ class ToolProblem:
     field: str
     reason: str
     kind: str = "invalid"  # invalid | duplicate | conflict
+    at: str = ""  # the JSON pointer of the value inside the field, when the problem is one value
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "tool": self.tool,
-            "pointer": f"/{self.index}/{self.field}" if self.field else f"/{self.index}",
+            "pointer": f"/{self.index}/{self.field}{self.at}" if self.field else f"/{self.index}",
             "field": self.field,
             "reason": self.reason,
             "kind": self.kind,
@@ -139,6 +143,39 @@ def _depth(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def _outsized_integer(value: Any) -> tuple[str, int] | None:
+    """The JSON pointer and value of the first integer outside INTEGER_RANGE, in document order (iterative)."""
+    low, high = INTEGER_RANGE
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        pointer, item = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool) and not low <= item <= high:
+            return pointer, item
+        if isinstance(item, dict):
+            children = [(f"{pointer}/{str(k).replace('~', '~0').replace('/', '~1')}", v) for k, v in item.items()]
+        elif isinstance(item, list):
+            children = [(f"{pointer}/{i}", v) for i, v in enumerate(item)]
+        else:
+            continue
+        stack.extend(reversed(children))
+    return None
+
+
+def _outsized_problem(index: int, label: str, key: str, value: Any) -> ToolProblem | None:
+    """A value of the tool's payload holding an integer the index cannot keep exactly, refused where it is
+    rather than stored rounded."""
+    found = _outsized_integer(value)
+    if found is None:
+        return None
+    at, number = found
+    shown = str(number) if number.bit_length() <= 200 else f"an integer of {number.bit_length()} bits"
+    reason = (
+        f"{key} holds {shown} at {at or '/'}, beyond the 64-bit integers the catalog keeps exactly "
+        f"({INTEGER_RANGE[0]} to {INTEGER_RANGE[1]}); write it as a float (with an exponent) or a string"
+    )
+    return ToolProblem(index, label, key, reason, at=at)
 
 
 def _check_schema(schema: Any) -> str | None:
@@ -230,6 +267,9 @@ def validate_tool(index: int, raw: Any, default_server: str | None = None) -> To
     annotations = raw.get("annotations") or {}
     if not isinstance(annotations, dict):
         return ToolProblem(index, label, "annotations", "annotations must be a JSON object")
+    for key, value in ((schema_key, schema), ("annotations", annotations)):
+        if (outsized := _outsized_problem(index, label, key, value)) is not None:
+            return outsized
     tags = raw.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(t, str) and 0 < len(t) <= MAX_TAG_CHARS for t in tags):
         return ToolProblem(index, label, "tags", f"tags must be a list of strings of 1-{MAX_TAG_CHARS} characters")

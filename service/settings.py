@@ -239,6 +239,10 @@ class CodeModeSettings(Section):
     enabled: bool = True
     timeout_seconds: float = 60.0  # wall clock of one script; a request may ask for less, not more
     memory_mib: int = 256  # the engine's heap
+    # The engine process's address space (RLIMIT_AS): the interpreter and QuickJS (~90 MiB of it at rest, mostly
+    # reserved, not resident), the heap above, and the values crossing into Python, which the heap does not count.
+    # Below ~100 MiB QuickJS cannot even parse its prelude (its out-of-memory then reads as a SyntaxError).
+    process_memory_mib: int = Field(default=1024, ge=256)
     max_tool_calls: int = 50  # tool calls and searches of one script
     max_concurrent: int = 4  # scripts running at once; the others wait in turn
     max_queued: int = 16  # scripts waiting for a turn; past it a run is refused (503) rather than queued

@@ -9,11 +9,11 @@ from pydantic import BaseModel, Field
 
 from service.catalog import lookup
 from service.catalog import service as catalog
-from service.catalog.json_body import OrjsonBodyRoute
+from service.catalog.json_body import StrictJsonBodyRoute
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
 from service.errors import InvalidTool, PayloadTooLarge, RequestBody
 
-router = APIRouter(tags=["tools"], route_class=OrjsonBodyRoute)
+router = APIRouter(tags=["tools"], route_class=StrictJsonBodyRoute)
 
 
 class ServerInfo(BaseModel):

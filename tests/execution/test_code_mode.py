@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import resource
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +22,7 @@ from sqlalchemy import select
 
 from service.db.models import Execution
 from service.execution.code_mode import code_mode
-from service.execution.code_mode.sandbox import Sandbox
+from service.execution.code_mode.sandbox import WORKER, Sandbox
 from service.execution.executor import ExecutionResult
 from service.execution.runtime import get_gateway
 from service.mcp.server import create_frontend
@@ -203,6 +205,75 @@ async def test_a_memory_hog_is_stopped_at_the_memory_budget(world: dict[str, Any
     limit = 32 * 1024 * 1024
     assert body["error"]["type"] == "memory_limit" and body["error"]["line"] == 2
     assert 0.5 * limit <= body["memory_bytes"] <= 1.1 * limit
+
+
+def engine_pids() -> list[int]:
+    """The code-mode engines this process started (its children running worker.py)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+        if parent == os.getpid() and str(WORKER).encode() in command:
+            found.append(int(stat.parent.name))
+    return found
+
+
+async def test_the_engine_process_runs_under_the_configured_address_space_limit(world: dict[str, Any]) -> None:
+    runner = code_mode(world["app"].state.resources)
+    expected = world["app"].state.resources.settings.code_mode.process_memory_mib * 1024 * 1024
+    assert expected == 1024 * 1024 * 1024  # the default
+    task = asyncio.create_task(runner.run(Caller("limits", frozenset({"admin"})), "while (true) {}", timeout_seconds=2))
+    limit = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    for _ in range(150):  # until the engine has read its run and set the limit (it then runs the loop)
+        pids = await asyncio.to_thread(engine_pids)
+        if pids and (limit := resource.prlimit(pids[0], resource.RLIMIT_AS)) != (resource.RLIM_INFINITY,) * 2:
+            break
+        await asyncio.sleep(0.01)
+    proc_limits = await asyncio.to_thread(Path(f"/proc/{pids[0]}/limits").read_text)
+    body = await task
+    assert limit == (expected, expected)  # hard = soft: the engine cannot raise it
+    address_space = next(line for line in proc_limits.splitlines() if line.startswith("Max address space"))
+    assert address_space.split()[3:] == [str(expected), str(expected), "bytes"]
+    assert body["error"]["type"] == "timeout"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "const a = [];\nwhile (true) a.push(new Array(10000).fill(1.5));",  # QuickJS's malloc fails first
+        "return new Array(5e6).fill(1.5);",  # 120 MB in QuickJS, 180 MB more once read into Python
+    ],
+    ids=["engine-heap", "value-copied-into-python"],
+)
+async def test_a_script_past_the_engine_process_limit_gets_a_memory_error_and_the_next_runs(
+    world: dict[str, Any], script: str
+) -> None:
+    """The OS limit, not QuickJS's heap limit (set above it here), stops the script: a memory_limit error
+    naming both limits (before: no limit, and a value too big to copy into Python was an engine_error)."""
+    runner = code_mode(world["app"].state.resources)
+    settings = world["app"].state.resources.settings.code_mode
+    settings.memory_mib, settings.process_memory_mib, settings.max_value_chars = 1024, 300, 10**9
+    try:
+        hog, other = await asyncio.gather(
+            run(world["client"], script),
+            runner.run(Caller("bystander", frozenset({"admin"})), "return (await tools.t__echo({text: 'hi'})).result;"),
+        )
+        after = await run(world["client"], "return 6 * 7;")
+    finally:
+        settings.memory_mib, settings.process_memory_mib, settings.max_value_chars = 32, 1024, 1_000_000
+    error = hog["error"]
+    assert error["type"] == "memory_limit" and hog["result"] is None
+    assert error["message"].endswith(
+        "(the script's heap holds at most 1024 MiB, code_mode.memory_mib; "
+        "the engine process 300 MiB, code_mode.process_memory_mib)"
+    )
+    assert error["message"].startswith("out of memory" if "while" in script else "the engine process ran out of memory")
+    assert (other["error"], other["result"]) == (None, "hi")  # a script running beside it was not affected
+    assert (after["error"], after["result"]) == (None, 42)  # a new engine for the next one
+    assert await asyncio.to_thread(engine_pids) == []  # the engine that ran out is gone
 
 
 async def test_five_scripts_with_a_cap_of_four_queue_the_fifth(world: dict[str, Any]) -> None:
@@ -439,8 +510,9 @@ async def test_an_engine_that_dies_tells_the_caller_its_exit_code_and_no_traceba
 
 async def test_the_engine_process_gets_none_of_the_services_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLSCOUT_TEST_SECRET", "s3cret")
-    config = {"script": "while (true) {}", "tools": [], "memory_bytes": 1 << 25, "cpu_seconds": 5}
-    sandbox = await Sandbox.start(config | {"max_log_lines": 1, "max_log_chars": 1, "max_value_chars": 1})
+    config = {"script": "while (true) {}", "tools": [], "memory_bytes": 1 << 25, "process_memory_bytes": 1 << 30}
+    limits = {"cpu_seconds": 5, "max_log_lines": 1, "max_log_chars": 1, "max_value_chars": 1}
+    sandbox = await Sandbox.start(config | limits)
     try:
         await asyncio.sleep(0.3)  # the script runs: the process is alive, not a zombie with no environment
         environment = await asyncio.to_thread(Path(f"/proc/{sandbox.process.pid}/environ").read_bytes)

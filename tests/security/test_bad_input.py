@@ -3,6 +3,7 @@ hang, a fetch the schema's author asked for, or data mangled on its way to a too
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from service.catalog.files import load_catalog_file
 from service.db.models import Execution, Search, Tool
 from service.execution.runtime import get_gateway
 from tests.security.conftest import assert_problem, count_rows, make_settings, running
@@ -95,6 +97,76 @@ async def test_nan_and_infinity_arguments_are_refused_not_passed_on(tmp_path: Pa
         assert_problem(exact, 502, "upstream-error")  # passed validation: the tool has no live server
         await get_gateway(app.state.resources).log.flush(10)
         assert await count_rows(app, Execution) == 1  # the refused bodies never reached the executor
+
+
+async def test_registration_keeps_64_bit_integers_exact_and_refuses_larger_ones_where_they_are(
+    tmp_path: Path, database_url: str
+) -> None:
+    """orjson read /tools bodies: 2**64 + 1 became a float (a schema's `maximum` then refused the value it
+    allows), a key given twice was kept silently, and 10**400 was "number is infinity when parsed as double"."""
+    settings = make_settings(tmp_path, permissions=None)
+    settings.db.url = database_url
+    u64, i64 = 2**64 - 1, -(2**63)
+    async with running(settings) as (app, http):
+        bounded = {"type": "object", "properties": {"x": {"type": "integer", "maximum": u64, "minimum": i64}}}
+        enum = {"type": "object", "properties": {"a/b": {"enum": [1, 123456789012345678901234567890]}}}
+        tools = [
+            tool("bounded", bounded),
+            tool("enum", enum),
+            tool("huge", {"type": "object", "default": 10**400}),
+            {**tool("noted", {"type": "object"}), "annotations": {"limits": [2**64]}},
+        ]
+        answer = await http.post("/tools", content=json.dumps({"tools": tools}).encode(), headers=JSON)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["tools"] == ["s__bounded"]
+        errors = answer.json()["errors"]
+        assert [(e["tool"], e["pointer"], e["field"]) for e in errors] == [
+            ("enum", "/1/input_schema/properties/a~1b/enum/1", "input_schema"),
+            ("huge", "/2/input_schema/default", "input_schema"),
+            ("noted", "/3/annotations/limits/0", "annotations"),
+        ]
+        assert errors[0]["reason"] == (
+            "input_schema holds 123456789012345678901234567890 at /properties/a~1b/enum/1, beyond the 64-bit "
+            "integers the catalog keeps exactly (-9223372036854775808 to 18446744073709551615); write it as a "
+            "float (with an exponent) or a string"
+        )
+        assert errors[1]["reason"].startswith("input_schema holds an integer of 1329 bits at /default, beyond")
+        # The 64-bit bounds stay exact in the catalog, the index, /search and /execute's argument check.
+        stored = (await http.get("/tools/s__bounded")).json()["input_schema"]["properties"]["x"]
+        assert (stored["maximum"], stored["minimum"]) == (u64, i64)
+        found = (await http.post("/search", json={"query": "bounded"})).json()["results"]
+        assert found[0]["input_schema"]["properties"]["x"]["maximum"] == u64
+        calls = [{"name": "s__bounded", "arguments": {"x": u64 + 1}}, {"name": "s__bounded", "arguments": {"x": u64}}]
+        batch = (await http.post("/execute/batch", content=json.dumps({"calls": calls}).encode(), headers=JSON)).json()
+        assert [r["status"] for r in batch["results"]] == [422, 502]  # the second passed: no live server
+        assert batch["results"][0]["error"]["errors"][0]["reason"] == (
+            "18446744073709551616 is greater than the maximum of 18446744073709551615"
+        )
+        # A batch of refused tools only is a 422 problem naming each value; a key given twice is refused.
+        refused = await http.post("/tools", content=json.dumps({"tools": tools[1:2]}).encode(), headers=JSON)
+        body = assert_problem(refused, 422, "invalid-tool")
+        assert [e["pointer"] for e in body["errors"]] == ["/0/input_schema/properties/a~1b/enum/1"]
+        twice = b'{"tools": [{"server": "s", "name": "a", "description": "d"}], "tools": []}'
+        body = assert_problem(await http.post("/tools", content=twice, headers=JSON), 422, "invalid-request")
+        assert body["errors"] == [
+            {"pointer": "/body", "reason": "not valid JSON: the key 'tools' appears twice in one object"}
+        ]
+        assert await count_rows(app, Tool) == 1
+
+
+async def test_a_catalog_file_keeps_big_integers_exact_for_registration_to_refuse(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.jsonl"
+    lines = [
+        {"name": "fine", "description": "d", "input_schema": {"type": "object", "maximum": 2**64 - 1}},
+        {"name": "big", "description": "d", "input_schema": {"type": "object", "maximum": 2**64 + 1}},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines))
+    catalog = load_catalog_file(path, "s")
+    assert [t["input_schema"]["maximum"] for t in catalog.tools] == [2**64 - 1, 2**64 + 1]  # exact, not floats
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        answer = await http.post("/tools", json={"tools": catalog.tools})  # what `toolscout index` sends
+        assert answer.json()["tools"] == ["s__fine"]
+        assert [(e["tool"], e["pointer"]) for e in answer.json()["errors"]] == [("big", "/1/input_schema/maximum")]
 
 
 async def test_registration_refuses_schemas_that_execute_could_not_trust(tmp_path: Path) -> None:

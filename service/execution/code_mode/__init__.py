@@ -13,7 +13,10 @@ async function it calls finishes while JavaScript is busy, mini-racer resolves t
 blocks the caller's event loop (3.0 s stall measured), and code after an `await` escapes the eval's timeout.
 QuickJS's own time limit counts process CPU time (1.38-1.48 s wall for 1 s on this shared machine) and refuses
 calls into Python while set, so the wall-clock budget is the service killing the child (exact to a few ms);
-the child's CPU rlimit is a backstop. A child costs ~35 ms to start and ~14 MiB.
+the child's CPU rlimit is a backstop. A child costs ~35 ms to start and ~14 MiB resident (~90 MiB of address
+space, mostly reserved: importing quickjs starts a thread, and glibc reserves its malloc arena), under an
+address-space rlimit (code_mode.process_memory_mib, 1024 MiB) that also bounds what QuickJS's heap limit does not
+count: a script's values copied into Python. A full 256 MiB heap measured 345 MiB of address space.
 
 The engine is an isolation convenience, not a security boundary: what a script may do is decided by the
 caller's scope, approvals and rate limits, which apply to every call it makes.

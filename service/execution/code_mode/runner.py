@@ -183,6 +183,7 @@ class CodeMode:
             "script": script,
             "tools": await self._tool_names(run.caller),
             "memory_bytes": settings.memory_mib * 1024 * 1024,
+            "process_memory_bytes": settings.process_memory_mib * 1024 * 1024,
             "cpu_seconds": budget,
             "max_log_lines": settings.max_log_lines,
             "max_log_chars": settings.max_log_line_chars,

@@ -37,6 +37,12 @@ PRELUDE = r"""
   const { stringify, parse } = JSON, apply = Reflect.apply, then = Promise.prototype.then;
   const slice = String.prototype.slice, exec = RegExp.prototype.exec, split = String.prototype.split;
   const cut = (text, n) => apply(slice, String(text), [0, n]);
+  // The host gets a string or nothing: nothing then means the engine could not copy it (out of memory).
+  const json = (value) => {
+    const text = stringify(value);
+    if (typeof text !== "string") throw new TypeError("it has no JSON form");
+    return text;
+  };
   const pending = Object.create(null);
   const where = (stack) => {
     for (const frame of apply(split, String(stack || ""), ["\n"])) {
@@ -59,7 +65,7 @@ PRELUDE = r"""
   }
   function __ts_request(kind, name, args) {
     let payload;
-    try { payload = stringify(args === undefined ? {} : args); }
+    try { payload = json(args === undefined ? {} : args); }
     catch (e) { return Promise.reject(new TypeError(`the arguments of ${cut(name, 256)} are not JSON: ${e.message}`)); }
     const line = where(new Error().stack).line;
     const id = hostCall(kind, stringify(name), line ?? 0, payload);
@@ -103,7 +109,7 @@ PRELUDE = r"""
   const finish = (ok, value) => {
     let error;
     if (ok) {
-      try { return hostDone(true, stringify(value === undefined ? null : value)); }
+      try { return hostDone(true, json(value === undefined ? null : value)); }
       catch (e) { error = { name: "TypeError", message: `the script's return value is not JSON: ${e.message}` }; }
     }
     try { hostDone(false, stringify(error ?? failure(value))); } catch { hostDone(false, undefined); }
@@ -122,6 +128,9 @@ _LOCATION = re.compile(r"<input>:(\d+):(\d+)")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
+OUT_OF_MEMORY = "the engine process ran out of memory"
+
+
 class Refused(Exception):
     """A value the script hands the host cannot cross to the service; the message says why."""
 
@@ -135,7 +144,7 @@ class Child:
         self.outstanding: set[int] = set()
         self.log_lines = 0
         self.outcome: dict[str, Any] | None = None
-        self.fault: str | None = None
+        self.fault: dict[str, Any] | None = None  # the outcome when a host function failed
         self.context = quickjs.Context()
         self.context.set_memory_limit(int(config["memory_bytes"]))
         self.context.add_callable("__ts_host_call", self.guarded(self.host_call))
@@ -151,9 +160,13 @@ class Child:
         def call(*args: Any) -> Any:
             try:
                 return function(*args)
-            except Exception:  # noqa: BLE001 - the run ends with an engine error, the cause goes to stderr
+            except Exception as exc:  # noqa: BLE001 - the run ends with an engine error, the cause goes to stderr
                 traceback.print_exc()
-                self.fault = "the engine could not read what the script handed it"
+                self.fault = (
+                    failure("memory_limit", OUT_OF_MEMORY)
+                    if exhausted(exc)
+                    else failure("engine_error", "the engine could not read what the script handed it")
+                )
                 return None
 
         return call
@@ -163,6 +176,7 @@ class Child:
         refused = f"a tool name has at most {MAX_NAME_CHARS} characters"
         if kind not in ("tool", "search") or not isinstance(name_json, str) or len(name_json) > 8 * MAX_NAME_CHARS:
             return refused
+        copied(payload)
         name = json.loads(name_json)
         if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
             return refused
@@ -187,6 +201,7 @@ class Child:
         if self.outcome is not None:
             return
         if ok is True:
+            copied(payload)
             try:
                 self.outcome = {"ok": True, "value": readable(payload, int(self.config["max_value_chars"]))}
             except Refused as exc:
@@ -207,7 +222,7 @@ class Child:
                 while self.fault is None and self.outcome is None and self.context.execute_pending_job():
                     pass
                 if self.fault is not None:
-                    return failure("engine_error", self.fault)
+                    return self.fault
                 if self.outcome is not None:
                     return self.outcome
                 if not self.outstanding:
@@ -247,6 +262,25 @@ def thrown(error: dict[str, Any]) -> dict[str, Any]:
         "ok": False,
         "error": {"name": name, "message": message, "line": line, "column": column, "call": call, "type": kind},
     }
+
+
+def copied(text: Any) -> None:
+    """The prelude hands JSON text only: anything else is a string the engine could not copy into Python."""
+    if not isinstance(text, str):
+        raise MemoryError("the engine could not copy a value into Python")
+
+
+def exhausted(exc: BaseException) -> bool:
+    """Whether the process ran out of memory: a MemoryError, itself or as the cause of what was raised (a value
+    the engine could not copy into Python surfaces as a SystemError caused by one)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, MemoryError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def readable(text: Any, limit: int) -> Any:
@@ -313,20 +347,43 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def with_limits(outcome: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """A memory_limit outcome says which limits the run had: QuickJS's heap, or the whole process (what crosses
+    into Python is outside the heap), whichever ran out."""
+    error = outcome.get("error")
+    if not outcome.get("ok") and isinstance(error, dict) and error.get("type") == "memory_limit":
+        heap, process = int(config["memory_bytes"]) >> 20, int(config["process_memory_bytes"]) >> 20
+        error["message"] = (
+            f"{error['message']} (the script's heap holds at most {heap} MiB, code_mode.memory_mib; "
+            f"the engine process {process} MiB, code_mode.process_memory_mib)"
+        )
+    return outcome
+
+
 def main() -> None:
     config = json.loads(sys.stdin.readline())
     # A backstop if the service stops watching: the service kills the child at the wall-clock budget.
     cpu = int(config["cpu_seconds"]) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    # QuickJS's heap limit counts the engine's own allocations only: what crosses into Python (a script's value,
+    # copied before its size is checked) and the interpreter grow outside it. This bounds the whole process, set
+    # once the interpreter and the engine are loaded; hard = soft, so nothing here can raise it again.
+    address_space = int(config["process_memory_bytes"])
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
     baseline = peak_rss()
     try:
         child = Child(config)
         outcome = child.run(config["script"]) | {"log_lines": child.log_lines}
-    except Exception:  # noqa: BLE001 - the caller gets the kind of failure, the service's log the traceback
+    except Exception as exc:  # noqa: BLE001 - the caller gets the kind of failure, the service's log the traceback
         traceback.print_exc()
-        outcome = failure("engine_error", "the engine failed")
+        outcome = (
+            failure("memory_limit", OUT_OF_MEMORY) if exhausted(exc) else failure("engine_error", "the engine failed")
+        )
     outcome["memory_bytes"] = max(0, peak_rss() - baseline)
-    send({"op": "done", "outcome": outcome})
+    try:
+        send({"op": "done", "outcome": with_limits(outcome, config)})
+    except MemoryError:  # writing the value out took the memory: the error alone is small
+        send({"op": "done", "outcome": with_limits(failure("memory_limit", OUT_OF_MEMORY), config)})
 
 
 if __name__ == "__main__":
