@@ -128,9 +128,8 @@ def demo_ranks(cache: EmbeddingCache, configs: list[dict]) -> dict[str, dict[str
     d = {f: cache.embed([getattr(x, f) for x in docs]).astype(np.float64) for f in pv.FIELDS}
     dc = {f: pv.unit(d[f] - d[f].mean(axis=0)) for f in pv.FIELDS}
     servers = sorted({t.server for t in tools})
-    names = {sv: [t.name for t in tools if t.server == sv] for sv in servers}
     info = {t.server: server_info(r.get("server_info")) for t, r in zip(tools, raw_info, strict=True)}
-    sdocs = cache.embed([server_document(sv, info[sv], names[sv]) for sv in servers])
+    sdocs = cache.embed([server_document(sv, info[sv]) for sv in servers])
     col = np.array([servers.index(t.server) for t in tools])
     described = np.array([bool(set(info[t.server]) - {"name"}) for t in tools])
     verbs = np.array([name_verb(t.name, t.server) for t in tools])

@@ -31,9 +31,8 @@ def main() -> None:
     d = {f: cache.embed([getattr(x, f) for x in docs]) for f in pv.FIELDS}
     # server documents (as bench/servers.py / the service: only servers with an info block)
     servers = sorted({t.server for t in tools})
-    names = {sv: [t.name for t in tools if t.server == sv] for sv in servers}
     info = {t.server: server_info(r.get("server_info")) for t, r in zip(tools, raw, strict=True)}
-    sdocs = cache.embed([server_document(sv, info[sv], names[sv]) for sv in servers])
+    sdocs = cache.embed([server_document(sv, info[sv]) for sv in servers])
     col = np.array([servers.index(t.server) for t in tools])
     server_cos = (q @ sdocs.T)[:, col]
     described = np.array([bool(set(info[t.server]) - {"name"}) for t in tools])

@@ -3,9 +3,9 @@
 Usage: python bench/servers.py EMBEDDINGS.pkl [WEIGHT ...] (a bench/embed_cache.py cache; missing texts are embedded)
 Prints R@1/R@5/MRR per dev set (MetaTool 3,000 queries seed 1, Seal-Tools all, the bundled real catalogs) per
 server weight, with the service's default fusion weights, z-scores of the server similarity taken over each
-text's candidates (the union of every signal's top 100) as the service does. Environment: FORMS=z,pos,zs,raw
-(append -nonames for documents without tool names), SETS=sealtools,demo, ALL_SERVERS=1 to give servers without
-an info block a document too (the service does not)."""
+text's candidates (the union of every signal's top 100) as the service does. Environment: FORMS=z,pos,zs,raw,
+SETS=sealtools,demo, ALL_SERVERS=1 to give servers without an info block a document too (the service does not).
+The documents no longer list their tools' names (indexer/servers.py says why)."""
 
 from __future__ import annotations
 
@@ -38,19 +38,15 @@ def candidates(s: EvalSet) -> np.ndarray:
     return mask
 
 
-def server_signal(
-    cache: EmbeddingCache, s: EvalSet, mask: np.ndarray, form: str = "z", names: bool = True
-) -> np.ndarray:
+def server_signal(cache: EmbeddingCache, s: EvalSet, mask: np.ndarray, form: str = "z") -> np.ndarray:
     """The server signal of every text and tool: `z` the z-score over the text's candidates of the cosine between
     the text and the tool's server document (the service's), `pos` its positive part, `zs` z over the distinct
-    servers of the candidates, `raw` the centred cosine; `names`: the documents list their tools' names."""
+    servers of the candidates, `raw` the centred cosine."""
     servers = sorted({t.server for t in s.tools})
-    tool_names: dict[str, list[str]] = {sv: [] for sv in servers}
     info: dict[str, dict[str, str]] = {}
     for tool, raw in zip(s.tools, s.raw, strict=True):
-        tool_names[tool.server].append(tool.name)
         info.setdefault(tool.server, server_info(raw.get("server_info")))
-    docs = cache.embed([server_document(sv, info[sv], tool_names[sv] if names else []) for sv in servers])
+    docs = cache.embed([server_document(sv, info[sv]) for sv in servers])
     column = {sv: i for i, sv in enumerate(servers)}
     columns = np.array([column[t.server] for t in s.tools])
     by_server = cache.embed(s.texts) @ docs.T
@@ -83,22 +79,29 @@ def main() -> None:
     cache = EmbeddingCache(Path(sys.argv[1]))
     weights = [float(w) for w in sys.argv[2:]] or list(WEIGHTS)
     d = SearchSettings()
-    base = {"name": d.weight_name, "description": d.weight_description, "params": d.weight_params,
-            "lexical": d.weight_lexical, "name_verb": d.weight_name_verb}
+    base = {
+        "name": d.weight_name,
+        "description": d.weight_description,
+        "params": d.weight_params,
+        "lexical": d.weight_lexical,
+        "name_verb": d.weight_name_verb,
+    }
     sets = [load_set("metatool", 3000, 1), load_set("sealtools", None, 0), load_demo_set()]
     forms = [f for f in os.environ.get("FORMS", "z").split(",") if f]
     for s in sets if os.environ.get("SETS") is None else [x for x in sets if x.name in os.environ["SETS"]]:
         z = prepare(cache, s)
         mask = candidates(s)
         for form in forms:
-            names = not form.endswith("-nonames")
-            z["server"] = server_signal(cache, s, mask, form.removesuffix("-nonames"), names)
+            z["server"] = server_signal(cache, s, mask, form)
             for w in weights:
                 started = time.perf_counter()
                 per_text = np.where(mask, fused_scores(s, {**base, "server": w}, z), -np.inf)
                 m = metrics(s, query_scores(s, per_text))
-                print(f"{s.name:10s} {form:10s} server={w:.2f} R@1 {m['recall@1']:.4f} R@5 {m['recall@5']:.4f} "
-                      f"MRR {m['mrr']:.4f} ({time.perf_counter() - started:.1f}s)", flush=True)
+                print(
+                    f"{s.name:10s} {form:10s} server={w:.2f} R@1 {m['recall@1']:.4f} R@5 {m['recall@5']:.4f} "
+                    f"MRR {m['mrr']:.4f} ({time.perf_counter() - started:.1f}s)",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -1,34 +1,39 @@
-"""The text indexed for a server: what it says about itself and the names of its tools. Pure functions."""
+"""The text indexed for a server: what it says about itself (id, name, title, description, instructions). Pure
+functions.
+
+Not the names of its tools: a caller who may use some of a server's tools would see the server's score move as
+tools it may not see are added or removed. Without them the bundled real catalogs' requests rank better too
+(README, Quality)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from indexer.documents import split_identifier
 
 INFO_FIELDS = ("name", "title", "description", "instructions")
 MAX_INFO_CHARS = 2000  # per field: instructions can run to pages; MiniLM reads ~256 tokens anyway
-MAX_TOOL_NAMES = 64
 
 
 def server_info(raw: Any) -> dict[str, str]:
     """The string fields of an MCP server info block (`serverInfo` plus the `instructions` of initialize)."""
     if not isinstance(raw, Mapping):
         return {}
-    return {f: " ".join(raw[f].split())[:MAX_INFO_CHARS] for f in INFO_FIELDS if isinstance(raw.get(f), str)
-            and raw[f].strip()}
+    return {
+        f: " ".join(raw[f].split())[:MAX_INFO_CHARS]
+        for f in INFO_FIELDS
+        if isinstance(raw.get(f), str) and raw[f].strip()
+    }
 
 
-def server_document(server_id: str, info: Mapping[str, str], tool_names: Iterable[str]) -> str:
-    """Id, title and description first, then the tools' names, instructions last (the model truncates)."""
+def server_document(server_id: str, info: Mapping[str, str]) -> str:
+    """Id, title and description first, instructions last (the model truncates)."""
     words = dict.fromkeys(split_identifier(n) for n in (server_id, info.get("name", "")) if n)
     head = " ".join(words)
-    tools = ", ".join(split_identifier(n) for n in sorted(tool_names)[:MAX_TOOL_NAMES])
-    parts = [head, info.get("title", ""), info.get("description", ""), f"tools: {tools}" if tools else "",
-             info.get("instructions", "")]
+    parts = [head, info.get("title", ""), info.get("description", ""), info.get("instructions", "")]
     return ". ".join(p.strip(" .") for p in parts if p.strip(" ."))
 
 

@@ -2,7 +2,8 @@
 
 One point per tool, id = uuid5 of the qualified name; dense named vectors `name`, `description`, `params`
 (cosine), `tool` (their normalised sum: what a search scans, see `pooled_search`) and the sparse `lexical` vector
-with Qdrant's IDF modifier."""
+(IDF: the embedded index weighs each query's terms in the caller's scope, `term_counts.py`; a Qdrant server applies
+its IDF modifier over the whole collection)."""
 
 from __future__ import annotations
 
@@ -222,7 +223,8 @@ def pooled_search(
             if within
             for f in DENSE_FIELDS
         ],
-        SearchFilter(),  # the candidates are inside the caller's filter already
+        # The candidates are inside the caller's filter already; its permissions also scope the centring means.
+        SearchFilter(allowed=where.allowed, denied=where.denied),
     )
     out: list[list[Hit]] = []
     rescored = iter(second)

@@ -34,6 +34,7 @@ from indexer.index.base import (
     pool_vector,
 )
 from indexer.index.pool_matrix import PoolMatrix
+from indexer.index.term_counts import TermCounts
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ _SCROLL_PAGE = 1000
 # a shard read (0.4 ms of a 10k-tool search on this machine).
 PAYLOAD_CACHE = 4096
 _EXACT = qe.SearchParams(exact=True)
+# IDF comes with each lexical query, counted in the caller's scope (indexer/index/term_counts.py), not from the shard.
+_NO_MODIFIER = getattr(qe.Modifier, "None")
 
 
 @contextmanager
@@ -65,7 +68,7 @@ class EdgeIndex:
             vectors={
                 name: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine) for name in INDEXED_VECTORS
             },
-            sparse_vectors={LEXICAL_FIELD: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+            sparse_vectors={LEXICAL_FIELD: qe.EdgeSparseVectorParams(modifier=_NO_MODIFIER)},
             # One plain segment is scanned by one thread; the default pool (one thread per CPU, 8 here) woke
             # every thread for each query and cost ~3 ms of CPU per search for nothing.
             max_search_threads=1,
@@ -78,6 +81,7 @@ class EdgeIndex:
                 self._shard = qe.EdgeShard.create(str(self.path), config)
         self._hashes: dict[str, str] = {}
         self.pool = PoolMatrix(dimension)
+        self.terms = TermCounts()
         self._load_memory()
         # point id (as an int: UUID objects hash in Python) -> qualified name: searches return bare ids, because
         # converting even a one-field payload per hit costs more than the search itself.
@@ -111,6 +115,7 @@ class EdgeIndex:
             self.pool.put(
                 p.qualified_name, pool, p.vectors, str(p.payload.get("server", "")), p.payload.get("tags") or ()
             )
+            self.terms.put(p.qualified_name, p.lexical.indices)
         self._hashes.update((p.qualified_name, str(p.payload.get("content_hash", ""))) for p in points)
 
     def delete(self, qualified_names: Sequence[str]) -> None:
@@ -122,6 +127,7 @@ class EdgeIndex:
         self._forget_payloads(qualified_names)
         for name in qualified_names:
             self.pool.remove(name)
+            self.terms.remove(name)
             self._names.pop(UUID(point_id(name)).int, None)
             self._hashes.pop(name, None)
 
@@ -131,14 +137,14 @@ class EdgeIndex:
         return dict(self._hashes)
 
     def _load_memory(self) -> None:
-        """Fill the content hashes and the pool matrix from the shard (1.2 s for 10k tools). The field vectors are
-        read and the `tool` vector derived from them, as at upsert."""
+        """Fill the content hashes, the pool matrix and the term counts from the shard (1.2 s for 10k tools). The
+        field vectors are read and the `tool` vector derived from them, as at upsert."""
         offset: Any = None
         fields = ["qualified_name", "content_hash", "server", "tags"]
         with _backend("scroll"):
             while True:
                 request = qe.ScrollRequest(
-                    offset=offset, limit=_SCROLL_PAGE, with_payload=fields, with_vector=list(DENSE_FIELDS)
+                    offset=offset, limit=_SCROLL_PAGE, with_payload=fields, with_vector=[*DENSE_FIELDS, LEXICAL_FIELD]
                 )
                 records, offset = self._shard.scroll(request)
                 for record in records:
@@ -154,6 +160,8 @@ class EdgeIndex:
                             str(payload.get("server", "")),
                             payload.get("tags") or (),
                         )
+                    lexical = vectors.get(LEXICAL_FIELD)
+                    self.terms.put(name, lexical.indices if lexical is not None else ())
                 if offset is None:
                     return
 
@@ -248,19 +256,33 @@ class EdgeIndex:
         for q in queries:
             if q.within is not None and q.within not in within:
                 within[q.within] = self._within(q.within, flt)
+        asked = [(q, self._weighted(q, where)) for q in queries]
         requests = [
             qe.QueryRequest(
                 limit=q.limit,
-                query=_query(q),
+                query=query,
                 filter=flt if q.within is None else within[q.within],
                 with_payload=False,  # full payloads are fetched for the winners only
                 params=None if q.signal == LEXICAL_FIELD else _EXACT,  # the sparse index is exact already
             )
-            for q in queries
+            for q, query in asked
+            if query is not None
         ]
         with _backend("search"):
-            results = self._shard.query_batch(qe.QueryBatchRequest(requests))
-        return [self._hits(points) for points in results]
+            results = iter(self._shard.query_batch(qe.QueryBatchRequest(requests)) if requests else [])
+        return [self._hits(next(results)) if query is not None else [] for _, query in asked]
+
+    def _weighted(self, query: SignalQuery, where: SearchFilter) -> qe.Query | None:
+        """The shard's query for a signal query; a lexical one weighted by its terms' IDF in the caller's scope
+        (None when no tool there holds any of its terms: nothing to find)."""
+        if query.signal != LEXICAL_FIELD:
+            return _query(query)
+        if query.sparse is None:
+            raise ValueError("a lexical SignalQuery needs a sparse vector")
+        terms, weights = self.terms.weights(query.sparse.indices, where)
+        if not terms:
+            return None
+        return qe.Query.Nearest(qe.SparseVector(terms, weights), using=LEXICAL_FIELD)
 
     def _within(self, names: frozenset[str], flt: qe.Filter | None) -> qe.Filter:
         """The filter of a query over named tools only (and the caller's filter, when there is one)."""
@@ -288,18 +310,22 @@ class EdgeIndex:
 
 
 def _drop_older_layout(path: Path) -> None:
-    """A shard written before the `tool` vector existed is removed: the catalog of record refills the new one at
-    start (reconcile_index), from its stored vectors, so nothing is embedded again."""
+    """A shard of an older layout (written before the `tool` vector existed, or with the shard's own IDF on the
+    lexical vectors) is removed: the catalog of record refills the new one at start (reconcile_index), from its
+    stored vectors, so nothing is embedded again."""
     config = path / "edge_config.json"
     if not config.is_file():
         return
     try:
-        vectors = json.loads(config.read_text()).get("vectors", {})
-    except (OSError, ValueError):
+        layout = json.loads(config.read_text())
+        vectors = layout.get("vectors", {})
+        modifier = layout.get("sparse_vectors", {}).get(LEXICAL_FIELD, {}).get("modifier")
+    except (OSError, ValueError, AttributeError):
         return  # opening reports it
     missing = [name for name in INDEXED_VECTORS if name not in vectors]
-    if missing:
-        logger.warning("index %s has no %s vectors (an older layout): rebuilding it from the catalog", path, missing)
+    if missing or modifier == "idf":
+        why = f"no {missing} vectors" if missing else "the shard's IDF on its lexical vectors"
+        logger.warning("index %s has %s (an older layout): rebuilding it from the catalog", path, why)
         shutil.rmtree(path)
 
 
@@ -309,10 +335,6 @@ def _vectors(point: IndexPoint, pool: list[float]) -> dict[str, Any]:
 
 
 def _query(query: SignalQuery) -> qe.Query:
-    if query.signal == LEXICAL_FIELD:
-        if query.sparse is None:
-            raise ValueError("a lexical SignalQuery needs a sparse vector")
-        return qe.Query.Nearest(qe.SparseVector(query.sparse.indices, query.sparse.values), using=LEXICAL_FIELD)
     if query.dense is None:
         raise ValueError(f"a {query.signal} SignalQuery needs a dense vector")
     return qe.Query.Nearest(query.dense, using=query.signal)

@@ -30,6 +30,7 @@ FIT_SAMPLE = 20_000  # rows the principal components are computed from
 SAMPLE_FROM = 4096
 SAMPLE_STRIDE = 16
 SAMPLE_MARGIN = 8
+SCOPES_KEPT = 64  # permission scopes whose rows (and means) are kept until the rows change
 
 
 def top_rows(scores: np.ndarray, count: int) -> np.ndarray:
@@ -74,8 +75,11 @@ class PoolMatrix:
         self._centre = np.zeros(dimension, dtype=np.float32)
         self._reduced = np.zeros((0, REDUCED_DIMENSIONS), dtype=np.float32)
         self._fitted_rows = 0
-        # Each field's sum over the live rows, for the catalog's mean field vectors (`centred_cosines`).
+        # Each field's sum over the live rows, for the catalog's mean field vectors (`centred_cosines`); and for
+        # each recent permission scope its rows and its own means (a caller's scores tell nothing of the tools it
+        # may not see), dropped at every change of the rows.
         self._field_sums = np.zeros((len(DENSE_FIELDS), dimension), dtype=np.float64)
+        self._scopes: dict[tuple[frozenset[str] | None, frozenset[str]], tuple[np.ndarray, np.ndarray | None]] = {}
         # The scans' products, each matrix in the BLAS form that is fastest here for the number of queries.
         self._products = Products()
         self._reduced_products = Products(halves=True)
@@ -102,6 +106,7 @@ class PoolMatrix:
             else:
                 self._untag(row)
                 self._field_sums -= self._fields[row]
+            self._scopes.clear()
             self._vectors[row] = vector
             for i, field in enumerate(DENSE_FIELDS):
                 values = np.asarray(fields[field], dtype=np.float32)
@@ -133,6 +138,7 @@ class PoolMatrix:
                 return
             self._untag(row)
             self._field_sums -= self._fields[row]
+            self._scopes.clear()
             self._live[row] = False
             self._names[row] = None
             self._free.append(row)
@@ -229,8 +235,8 @@ class PoolMatrix:
         self, vector: Sequence[float], names: Iterable[str], limit: int, where: SearchFilter, centre: float = 0.0
     ) -> dict[str, list[Hit]]:
         """Per field, the `limit` named tools inside the filter with the highest cosine to `vector` (to the field
-        vectors minus `centre` times the field's mean over the live rows: `centred_cosines`), best first (unknown
-        names are left out)."""
+        vectors minus `centre` times the field's mean over the live rows the filter's permissions admit:
+        `centred_cosines`), best first (unknown names are left out)."""
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
         with self._lock:
@@ -245,7 +251,7 @@ class PoolMatrix:
             query = query / norm
             scores = gathered @ query  # (candidates, fields)
             if centre:
-                mean = (centre * self._field_sums / len(self._rows)).astype(np.float32)  # (fields, dimension)
+                mean = centre * self._scope_mean(where)  # (fields, dimension)
                 doc_dot_mean = np.einsum("cfd,fd->cf", gathered, mean)
                 scores = centred_cosines(scores, doc_dot_mean, mean @ query, (mean * mean).sum(axis=1))
         count = min(limit, len(known))
@@ -257,6 +263,34 @@ class PoolMatrix:
             out[field] = list(map(Hit, [known[j][0] for j in best.tolist()], column[best].tolist()))
         return out
 
+    def _scope_mean(self, where: SearchFilter) -> np.ndarray:
+        """Each field's mean over the live rows the filter's permissions admit (its servers and tags are the
+        caller's choice and hide nothing: the mean stays the scope's)."""
+        if where.allowed is None and not where.denied:
+            return (self._field_sums / len(self._rows)).astype(np.float32)
+        permitted, mean = self._permitted(where)
+        if mean is None:
+            rows = np.flatnonzero(permitted & self._live[: len(self._names)])
+            mean = (self._fields[rows].sum(axis=0, dtype=np.float64) / max(1, len(rows))).astype(np.float32)
+            self._scopes[(where.allowed, where.denied)] = (permitted, mean)
+        return mean
+
+    def _permitted(self, where: SearchFilter) -> tuple[np.ndarray, np.ndarray | None]:
+        """The rows a filter's permissions admit (a mask over every row), and the scope's means once computed."""
+        key = (where.allowed, where.denied)
+        scope = self._scopes.get(key)
+        if scope is None:
+            permitted = np.ones(len(self._names), dtype=bool)
+            if where.allowed is not None:
+                permitted[:] = False
+                permitted[[self._rows[n] for n in where.allowed - where.denied if n in self._rows]] = True
+            elif where.denied:
+                permitted[[self._rows[n] for n in where.denied if n in self._rows]] = False
+            if len(self._scopes) >= SCOPES_KEPT:
+                self._scopes.clear()
+            scope = self._scopes[key] = (permitted, None)
+        return scope
+
     def _mask(self, where: SearchFilter, used: int) -> np.ndarray:
         mask = self._live[:used].copy()
         if where.servers:
@@ -267,12 +301,8 @@ class PoolMatrix:
             for tag in where.tags:
                 tagged[list(self._tag_rows.get(tag, ()))] = True
             mask &= tagged
-        if where.allowed is not None:
-            allowed = np.zeros_like(mask)
-            allowed[[self._rows[n] for n in where.allowed - where.denied if n in self._rows]] = True
-            mask &= allowed
-        elif where.denied:
-            mask[[self._rows[n] for n in where.denied if n in self._rows]] = False
+        if where.allowed is not None or where.denied:
+            mask &= self._permitted(where)[0][:used]
         return mask
 
     def _grow(self) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from array import array
-from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -75,21 +74,19 @@ async def _documents(session: AsyncSession, server_ids: list[str] | None) -> dic
     """server id -> document text, for the servers (of `server_ids`, or all) with active tools that describe
     themselves (a title, a description or instructions).
 
-    A server that says no more than its name gets no document: its id and tool names are in its tools' own
-    fields already, and such documents cost Seal-Tools (category ids as servers) R@5 (README, Quality)."""
+    A server that says no more than its name gets no document: its id is in its tools' own fields already, and
+    such documents cost Seal-Tools (category ids as servers) R@5 (README, Quality)."""
     servers = select(Server.id, Server.info)
     if server_ids is not None:
         servers = servers.where(among(Server.id, server_ids))
     described = {
         server: info for server, raw in await session.execute(servers) if set(info := server_info(raw)) - {"name"}
     }
-    if not described:  # most catalogs of tool definitions: no tool name needs reading
+    if not described:  # most catalogs of tool definitions: no tool needs reading
         return {}
-    names: dict[str, list[str]] = defaultdict(list)
-    tools = select(Tool.server_id, Tool.name).where(Tool.deprecated.is_(False), among(Tool.server_id, described))
-    for server, name in await session.execute(tools):
-        names[server].append(name)
-    return {server: server_document(server, info, names[server]) for server, info in described.items() if names[server]}
+    tools = select(Tool.server_id).where(Tool.deprecated.is_(False), among(Tool.server_id, described)).distinct()
+    active = set((await session.scalars(tools)).all())
+    return {server: server_document(server, info) for server, info in described.items() if server in active}
 
 
 async def _load(session: AsyncSession, digests: Iterable[str], model: str) -> dict[str, list[float]]:

@@ -57,12 +57,10 @@ async def demo(data_dir: Path) -> AsyncIterator[Resources]:
     await close_resources(resources)
 
 
-def test_the_document_leads_with_what_the_server_says_and_lists_its_tools() -> None:
+def test_the_document_is_what_the_server_says_of_itself_not_its_tools() -> None:
     info = server_info({"name": "mcp-time", "version": "1", "description": "Time  queries", "instructions": "Use UTC"})
     assert info == {"name": "mcp-time", "description": "Time queries", "instructions": "Use UTC"}
-    assert server_document("time", info, ["get_current_time", "convertTime"]) == (
-        "time mcp time. Time queries. tools: convert time, get current time. Use UTC"
-    )
+    assert server_document("time", info) == "time mcp time. Time queries. Use UTC"
 
 
 async def test_every_server_has_one_vector_and_its_info_is_kept(demo: Resources) -> None:
