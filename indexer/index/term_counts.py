@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import math
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from indexer.index.base import SearchFilter
 
-SCOPES_KEPT = 64  # scopes whose counts are cached between catalog changes
-TERMS_KEPT = 20_000  # terms counted per cached scope before its counts are dropped and counted again
+SCOPES_KEPT = 16  # restricted scopes whose counts are kept between catalog changes (~100 KB a 1,000 terms)
 
 
 def idf(tools: int, holding: int) -> float:
@@ -25,21 +27,23 @@ def idf(tools: int, holding: int) -> float:
 
 
 class TermCounts:
-    """Which tools hold each term of the lexical documents, and the IDF of a query's terms in a scope."""
+    """The terms of each tool's lexical document, how many tools hold each term, and the IDF of a query's terms
+    in a scope. Compact: 4 bytes a term a tool (a set of holders per term cost 16 MB at 10k tools)."""
 
     def __init__(self) -> None:
-        self._holders: dict[int, set[str]] = {}  # term index -> qualified names whose document holds it
-        self._terms: dict[str, tuple[int, ...]] = {}  # qualified name -> its document's term indices
-        self._scopes: OrderedDict[tuple[frozenset[str] | None, frozenset[str]], _ScopeCounts] = OrderedDict()
+        self._terms: dict[str, array[int]] = {}  # qualified name -> its document's distinct term indices
+        self._holding: dict[int, int] = {}  # term index -> how many tools hold it
+        # (allowed, denied) -> tools in scope, the terms they hold (sorted) and how many hold each
+        self._scopes: OrderedDict[tuple[frozenset[str] | None, frozenset[str]], _Scope] = OrderedDict()
         self._lock = threading.Lock()
 
     def put(self, name: str, terms: Iterable[int]) -> None:
         with self._lock:
             self._drop(name)
-            held = tuple(terms)
+            held = array("I", sorted(set(terms)))
             self._terms[name] = held
             for term in held:
-                self._holders.setdefault(term, set()).add(name)
+                self._holding[term] = self._holding.get(term, 0) + 1
             self._scopes.clear()
 
     def remove(self, name: str) -> None:
@@ -50,63 +54,55 @@ class TermCounts:
     def weights(self, terms: Sequence[int], where: SearchFilter) -> tuple[list[int], list[float]]:
         """The query terms that some tool in the caller's scope holds, and their IDF there."""
         with self._lock:
-            counts = self._scope(where)
-            kept: list[int] = []
-            weights: list[float] = []
-            for term in terms:
-                holding = counts.holding(term, self._holders.get(term))
-                if holding:
-                    kept.append(term)
-                    weights.append(idf(counts.tools, holding))
-            return kept, weights
+            if where.allowed is None and not where.denied:
+                tools, holding = len(self._terms), [self._holding.get(term, 0) for term in terms]
+            else:
+                scope = self._scope(where)
+                tools, holding = scope.tools, scope.holding(terms)
+        kept = [(term, idf(tools, n)) for term, n in zip(terms, holding, strict=True) if n]
+        return [term for term, _ in kept], [weight for _, weight in kept]
 
     def _drop(self, name: str) -> bool:
         held = self._terms.pop(name, None)
         if held is None:
             return False
         for term in held:
-            names = self._holders.get(term)
-            if names is not None:
-                names.discard(name)
-                if not names:
-                    del self._holders[term]
+            left = self._holding[term] - 1
+            if left:
+                self._holding[term] = left
+            else:
+                del self._holding[term]
         return True
 
-    def _scope(self, where: SearchFilter) -> _ScopeCounts:
+    def _scope(self, where: SearchFilter) -> _Scope:
         key = (where.allowed, where.denied)
-        counts = self._scopes.get(key)
-        if counts is None:
-            counts = _ScopeCounts(where.allowed, where.denied, self._terms)
-            self._scopes[key] = counts
+        scope = self._scopes.get(key)
+        if scope is None:
+            if where.allowed is not None:
+                names = [n for n in where.allowed - where.denied if n in self._terms]
+            else:
+                names = [n for n in self._terms if n not in where.denied]
+            scope = self._scopes[key] = _Scope(len(names), [self._terms[n] for n in names])
             while len(self._scopes) > SCOPES_KEPT:
                 self._scopes.popitem(last=False)
         else:
             self._scopes.move_to_end(key)
-        return counts
+        return scope
 
 
-class _ScopeCounts:
-    """The tools of one scope and how many of them hold each term asked for so far (until the catalog changes)."""
+class _Scope:
+    """How many tools of one scope hold each term (until the catalog changes)."""
 
-    def __init__(self, allowed: frozenset[str] | None, denied: frozenset[str], terms: dict[str, tuple[int, ...]]):
-        self.allowed, self.denied = allowed, denied
-        self.whole = allowed is None and not denied
-        if allowed is not None:
-            self.tools = sum(1 for name in allowed - denied if name in terms)
-        else:
-            self.tools = len(terms) - sum(1 for name in denied if name in terms)
-        self._holding: dict[int, int] = {}
+    def __init__(self, tools: int, documents: list[array[int]]) -> None:
+        self.tools = tools
+        held = np.concatenate([np.frombuffer(d, dtype=np.uint32) for d in documents if len(d)] or [_NONE])
+        self._terms, self._counts = np.unique(held, return_counts=True)
 
-    def holding(self, term: int, holders: set[str] | None) -> int:
-        if not holders:
-            return 0
-        if self.whole:
-            return len(holders)
-        count = self._holding.get(term)
-        if count is None:
-            inside = holders & self.allowed if self.allowed is not None else holders
-            count = len(inside) - len(inside & self.denied) if self.denied else len(inside)
-            if len(self._holding) >= TERMS_KEPT:
-                self._holding.clear()
-            self._holding[term] = count
-        return count
+    def holding(self, terms: Sequence[int]) -> list[int]:
+        asked = np.asarray(terms, dtype=np.uint32)
+        at = np.minimum(np.searchsorted(self._terms, asked), max(0, len(self._terms) - 1))
+        found = (self._terms[at] == asked) if len(self._terms) else np.zeros(len(asked), dtype=bool)
+        return np.where(found, self._counts[at] if len(self._terms) else 0, 0).tolist()
+
+
+_NONE = np.zeros(0, dtype=np.uint32)
