@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import update
 
 from service.catalog.files import load_catalog_file
-from service.db.models import Execution, Search, Tool
+from service.db.models import ApiKey, Approval, Execution, Search, Tool
 from service.execution.runtime import get_gateway
-from tests.security.conftest import assert_problem, count_rows, make_settings, running
+from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running
 
 JSON = {"Content-Type": "application/json"}
 
@@ -334,3 +334,27 @@ async def test_every_answer_says_nosniff(tmp_path: Path) -> None:
         ]
         assert [a.status_code for a in answers] == [200, 404, 422, 200, 422, 421]
         assert all(a.headers["x-content-type-options"] == "nosniff" for a in answers)
+
+
+@pytest.mark.postgres
+async def test_nul_characters_in_keys_approvals_and_scripts_are_refused_too(tmp_path: Path, postgres_url: str) -> None:
+    """The ids and names of POST /approvals, POST /keys and POST /run reach SQL text as well (each was a 500)."""
+    settings = make_settings(tmp_path)
+    settings.db.url = postgres_url
+    async with running(settings) as (app, http):
+        admin = bearer(await cli_key(app, "root", ["admin"]))
+        approver = bearer(await cli_key(app, "lead", ["approver"]))
+        cases = [
+            ("/approvals", {"approval_id": "a\x00"}, approver, "/body/approval_id"),
+            ("/approvals", {"caller": "x\x00", "tool": "util__purge_cache"}, approver, "/body/caller"),
+            ("/approvals", {"caller": "x", "tool": "util__purge\x00"}, approver, "/body/tool"),
+            ("/keys", {"caller": "x\x00"}, admin, "/body/caller"),
+            ("/keys", {"caller": "x", "roles": ["dev\x00"]}, admin, "/body/roles/0"),
+            ("/run", {"script": "return 1", "approval_ids": ["a\x00"]}, admin, "/body/approval_ids/0"),
+        ]
+        for path, body, headers, pointer in cases:
+            problem = assert_problem(await http.post(path, json=body, headers=headers), 422, "invalid-request")
+            assert [e["pointer"] for e in problem["errors"]] == [pointer], (path, body)
+            assert problem["errors"][0]["reason"].endswith("must not contain NUL (U+0000) characters")
+        assert await count_rows(app, Approval) == 0
+        assert await count_rows(app, ApiKey) == 2
