@@ -167,6 +167,8 @@ class PolicySettings(Section):
     # Failed authentications per client address: this many in a row are free, then each waits twice as long.
     auth_failures_free: int = 5
     auth_failure_max_delay_seconds: float = 300.0
+    # GET /events streams one key (or the open local user) holds open at once; each front end keeps one.
+    max_event_streams_per_key: int = 16
 
 
 class ConsoleSettings(Section):

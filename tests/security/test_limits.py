@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
+
 from service.db.models import Search, Tool
-from tests.security.conftest import assert_problem, count_rows, make_settings, running
+from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running, serving
 
 
 def nested(depth: int) -> dict[str, Any]:
@@ -101,3 +105,27 @@ async def test_an_analytics_window_without_a_utc_time_is_422(tmp_path: Path) -> 
         answer = await http.get("/analytics/tools", params={"since": "0001-01-01T00:00:00+05:00"})
         body = assert_problem(answer, 422, "invalid-request")
         assert body["errors"][0]["pointer"] == "since"
+
+
+async def test_one_key_holds_a_bounded_number_of_event_streams(tmp_path: Path) -> None:
+    """Each /events stream stays open until its client leaves: one key could hold connections without end."""
+    settings = make_settings(tmp_path, permissions=None, policy={"max_event_streams_per_key": 2})
+    async with running(settings) as (app, http):
+        first, second = await cli_key(app, "agent", []), await cli_key(app, "other", [])
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client, AsyncExitStack() as open_:
+            for _ in range(2):
+                stream = await open_.enter_async_context(client.stream("GET", "/events", headers=bearer(first)))
+                assert stream.status_code == 200
+            refused = await client.get("/events", headers=bearer(first))
+            body = assert_problem(refused, 429, "rate-limited")
+            assert body["limit"] == "policy.max_event_streams_per_key" and refused.headers["retry-after"]
+            async with client.stream("GET", "/events", headers=bearer(second)) as other:
+                assert other.status_code == 200  # another key has its own streams
+        # Streams that ended give their places back.
+        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+            with anyio.fail_after(10):
+                while True:
+                    async with client.stream("GET", "/events", headers=bearer(first)) as again:
+                        if again.status_code == 200:
+                            break
+                    await anyio.sleep(0.1)
