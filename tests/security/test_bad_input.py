@@ -358,3 +358,23 @@ async def test_nul_characters_in_keys_approvals_and_scripts_are_refused_too(tmp_
             assert problem["errors"][0]["reason"].endswith("must not contain NUL (U+0000) characters")
         assert await count_rows(app, Approval) == 0
         assert await count_rows(app, ApiKey) == 2
+
+
+async def test_a_number_or_flag_of_the_wrong_type_is_refused_not_coerced(tmp_path: Path) -> None:
+    """`k: true` searched for one tool, `explain: "no"` explained, `concurrency: true` ran one call at a time."""
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        cases = [
+            ("/search", {"query": "x", "k": True}, "/body/k"),
+            ("/search", {"query": "x", "k": "5"}, "/body/k"),
+            ("/search", {"query": "x", "explain": "no"}, "/body/explain"),
+            ("/search", {"query": "x", "explain": 1}, "/body/explain"),
+            ("/execute/batch", {"calls": [{"name": "s__x"}], "concurrency": True}, "/body/concurrency"),
+            ("/run", {"script": "return 1", "timeout_seconds": True}, "/body/timeout_seconds"),
+            ("/run", {"script": "return 1", "timeout_seconds": "5"}, "/body/timeout_seconds"),
+            ("/approvals", {"approval_id": "a", "ttl_seconds": "60"}, "/body/ttl_seconds"),
+        ]
+        for path, payload, pointer in cases:
+            body = assert_problem(await http.post(path, json=payload), 422, "invalid-request")
+            assert [e["pointer"] for e in body["errors"]] == [pointer], (path, payload, body)
+        fine = await http.post("/run", json={"script": "return 1", "timeout_seconds": 5})
+        assert fine.status_code == 200 and fine.json()["result"] == 1
