@@ -22,7 +22,9 @@ class GrantRequest(RequestBody):
     caller: Text | None = Field(default=None, description="In advance: the caller who may make the call")
     tool: Text | None = Field(default=None, description="In advance: the qualified tool name")
     arguments: dict[str, Any] | None = Field(default=None, description="In advance: the exact arguments")
-    ttl_seconds: int | None = Field(default=None, ge=1, strict=True, description="Shorter validity than the configured one")
+    ttl_seconds: int | None = Field(
+        default=None, ge=1, strict=True, description="Shorter validity than the configured one"
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> GrantRequest:

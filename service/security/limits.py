@@ -12,7 +12,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.errors import NUL_REASON, InvalidRequest
 from service.security.hosts import send_problem
 
-
 # The routes whose bodies may be as large as policy.max_body_bytes: registrations. Every other body is a call, a
 # search, a script or a form, held to policy.max_call_body_bytes: parsing costs ~1 s and ~60 bytes of memory a byte
 # of small JSON values, on the event loop, and only a catalog needs megabytes.

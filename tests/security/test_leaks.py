@@ -146,4 +146,8 @@ async def test_hidden_and_missing_calls_take_the_same_path(world: dict[str, Any]
     async with app.state.resources.session() as session:
         rows = (await session.execute(select(Execution.tool, Execution.status))).all()
     statuses = {(tool, status) for tool, status in rows}
-    assert statuses == {("vault__get_secret", "denied"), ("vault__get_secreq", "not_found"), ("nothing__here", "not_found")}
+    assert statuses == {
+        ("vault__get_secret", "denied"),
+        ("vault__get_secreq", "not_found"),
+        ("nothing__here", "not_found"),
+    }

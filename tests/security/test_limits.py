@@ -112,7 +112,11 @@ async def test_one_key_holds_a_bounded_number_of_event_streams(tmp_path: Path) -
     settings = make_settings(tmp_path, permissions=None, policy={"max_event_streams_per_key": 2})
     async with running(settings) as (app, http):
         first, second = await cli_key(app, "agent", []), await cli_key(app, "other", [])
-        async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client, AsyncExitStack() as open_:
+        async with (
+            serving(app) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+            AsyncExitStack() as open_,
+        ):
             for _ in range(2):
                 stream = await open_.enter_async_context(client.stream("GET", "/events", headers=bearer(first)))
                 assert stream.status_code == 200

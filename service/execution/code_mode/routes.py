@@ -21,7 +21,10 @@ class RunRequest(RequestBody):
         default_factory=list, max_length=100, description="Granted approvals for the script's destructive calls"
     )
     timeout_seconds: float | None = Field(
-        default=None, gt=0, strict=True, description="Wall-clock budget (at most the configured code_mode.timeout_seconds)"
+        default=None,
+        gt=0,
+        strict=True,
+        description="Wall-clock budget (at most the configured code_mode.timeout_seconds)",
     )
 
 
