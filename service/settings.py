@@ -162,11 +162,15 @@ class PolicySettings(Section):
     allowed_hosts: list[str] = Field(default_factory=list)
     # Browser origins allowed to call the API (CORS); empty keeps CORS off and refuses cross-origin requests.
     cors_origins: list[str] = Field(default_factory=list)
-    max_body_bytes: int = 20_000_000  # request bodies above this get 413
+    max_body_bytes: int = 20_000_000  # request bodies above this get 413 (registrations: POST /tools)
+    # Every other body (calls, searches, scripts): parsing small JSON values costs the event loop ~1 s a MB.
+    max_call_body_bytes: int = 2_000_000
     max_tools_per_registration: int = 5_000  # tools in one POST /tools (the CLI sends big catalogs in parts)
     # Failed authentications per client address: this many in a row are free, then each waits twice as long.
     auth_failures_free: int = 5
     auth_failure_max_delay_seconds: float = 300.0
+    # GET /events streams one key (or the open local user) holds open at once; each front end keeps one.
+    max_event_streams_per_key: int = 16
 
 
 class ConsoleSettings(Section):

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from service.catalog.events import CatalogEvent, event_hub
+from service.catalog.events import CatalogEvent, EventHub, event_hub
 from service.deps import CallerDep, ResourcesDep
+from service.errors import RateLimited
 from service.policy.callers import Caller
 from service.policy.service import caller_rules, policy_state, visible_names
 from service.resources import Resources
@@ -48,10 +51,32 @@ def may_see(resources: Resources, caller: Caller, event: CatalogEvent) -> bool:
     return any(servers.get(name) == server for name in visible)
 
 
+class HeldStream(StreamingResponse):
+    """A stream that gives its owner's place back however it ends (a client gone before the first byte too)."""
+
+    def __init__(self, hub: EventHub, owner: str, content: AsyncIterator[str], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.hub, self.owner = hub, owner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.hub.release(self.owner)
+
+
 @router.get("/events", response_class=StreamingResponse)
 async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingResponse:
-    """Follow catalog changes; the stream stays open until the client leaves."""
+    """Follow catalog changes; the stream stays open until the client leaves (at most
+    `policy.max_event_streams_per_key` at once per key: each holds a connection for as long as it likes)."""
     hub = event_hub(resources)
+    owner, limit = caller.key_id or caller.id, resources.settings.policy.max_event_streams_per_key
+    if not hub.reserve(owner, limit):
+        raise RateLimited(
+            f"This key already holds {limit} event streams (policy.max_event_streams_per_key); close one first",
+            retry_after=RETRY_MILLISECONDS / 1000,
+            limit="policy.max_event_streams_per_key",
+        )
 
     async def stream() -> AsyncIterator[str]:
         async with hub.subscribe() as received:
@@ -68,7 +93,9 @@ async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingRespons
                 elif may_see(resources, caller, event):
                     yield format_event(event)
 
-    return StreamingResponse(
+    return HeldStream(
+        hub,
+        owner,
         stream(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

@@ -10,6 +10,7 @@ With several API replicas this moves to a shared broker, like the rest of the pe
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -42,6 +43,19 @@ class EventHub:
     def __init__(self, buffer: int = 256) -> None:
         self.buffer = buffer
         self._subscribers: set[MemoryObjectSendStream[CatalogEvent]] = set()
+        self._streams: Counter[str] = Counter()  # open GET /events streams per key
+
+    def reserve(self, owner: str, limit: int) -> bool:
+        """Take one of `limit` stream places of this owner (no await between the check and the count)."""
+        if limit > 0 and self._streams[owner] >= limit:
+            return False
+        self._streams[owner] += 1
+        return True
+
+    def release(self, owner: str) -> None:
+        self._streams[owner] -= 1
+        if self._streams[owner] <= 0:
+            del self._streams[owner]
 
     @property
     def subscribers(self) -> int:

@@ -34,7 +34,7 @@ from service.execution.results import ResultStore, count_tokens_async, measure, 
 from service.observability import observe_execution, span
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
-from service.policy.service import authorize_call, may_use, visible_names
+from service.policy.service import authorize_call, may_use, policy_state, visible_names
 from service.resources import Resources
 from service.upstream.pool import UpstreamPool
 
@@ -215,6 +215,11 @@ class Executor:
         # The session connects only if used: a cached tool and a policy decided in memory cost no query.
         async with self.resources.session() as session:
             visible = visible_names(self.resources, caller)
+            if visible is not None and name not in visible:
+                # Decided in memory for hidden and missing names alike: a catalog query for the missing ones only
+                # would time them apart. The policy snapshot tells the log which of the two it was.
+                hidden = name in policy_state(self.resources).servers
+                raise tool_not_found(name, self.resources, visible, hidden=hidden)
             tool = self.tools.get(name)
             if tool is None:
                 tool = self.tools.put(await find_tool(session, name, self.resources, visible))

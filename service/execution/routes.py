@@ -45,7 +45,7 @@ class BatchRequest(RequestBody):
     """Calls run in parallel; results come back in request order."""
 
     calls: list[ExecuteRequest] = Field(min_length=1)
-    concurrency: int | None = Field(default=None, ge=1, le=64, description="At most this many at once")
+    concurrency: int | None = Field(default=None, ge=1, le=64, strict=True, description="At most this many at once")
 
 
 class BatchItem(BaseModel):

@@ -9,15 +9,15 @@ from pydantic import BaseModel, Field
 
 from service.db.models import ApiKey
 from service.deps import KeysAdminDep, ResourcesDep, SessionDep
-from service.errors import PermissionDenied, RequestBody
+from service.errors import PermissionDenied, RequestBody, Text
 from service.policy import keys
 
 router = APIRouter(prefix="/keys", tags=["keys"])
 
 
 class KeyCreateRequest(RequestBody):
-    caller: str = Field(min_length=1, max_length=128, description="The caller id the key acts as")
-    roles: list[str] = Field(default_factory=list, description="Roles of the permissions file, e.g. approver")
+    caller: Text = Field(min_length=1, max_length=128, description="The caller id the key acts as")
+    roles: list[Text] = Field(default_factory=list, description="Roles of the permissions file, e.g. approver")
 
 
 class KeyResponse(BaseModel):

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, model_validator
 
 from service.deps import ApproverDep, CallerDep, ResourcesDep, SessionDep
-from service.errors import RequestBody
+from service.errors import RequestBody, Text
 from service.policy import approvals
 from service.policy.service import is_approver, visible_names
 
@@ -18,11 +18,13 @@ router = APIRouter(prefix="/approvals", tags=["approvals"])
 class GrantRequest(RequestBody):
     """Grant a pending request by id, or approve a call in advance (caller + tool + arguments)."""
 
-    approval_id: str | None = Field(default=None, description="The id from the 403 approval_required answer")
-    caller: str | None = Field(default=None, description="In advance: the caller who may make the call")
-    tool: str | None = Field(default=None, description="In advance: the qualified tool name")
+    approval_id: Text | None = Field(default=None, description="The id from the 403 approval_required answer")
+    caller: Text | None = Field(default=None, description="In advance: the caller who may make the call")
+    tool: Text | None = Field(default=None, description="In advance: the qualified tool name")
     arguments: dict[str, Any] | None = Field(default=None, description="In advance: the exact arguments")
-    ttl_seconds: int | None = Field(default=None, ge=1, description="Shorter validity than the configured one")
+    ttl_seconds: int | None = Field(
+        default=None, ge=1, strict=True, description="Shorter validity than the configured one"
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> GrantRequest:

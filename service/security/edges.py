@@ -16,7 +16,9 @@ def install_edge_guards(app: FastAPI, settings: Settings) -> None:
     """Add the middleware; the last added runs first, so the host check sees every request (nosniff only adds a
     header to the answers)."""
     policy = settings.policy
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=policy.max_body_bytes)
+    app.add_middleware(
+        BodySizeLimitMiddleware, max_bytes=policy.max_body_bytes, max_call_bytes=policy.max_call_body_bytes
+    )
     app.add_middleware(NulInUrlMiddleware)
     if policy.cors_origins:
         app.add_middleware(

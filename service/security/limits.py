@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
 from starlette.exceptions import HTTPException
@@ -11,36 +12,52 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.errors import NUL_REASON, InvalidRequest
 from service.security.hosts import send_problem
 
-
-def too_large_body(limit: int, path: str) -> bytes:
-    """The 413 problem of a body over `limit` bytes."""
-    return json.dumps(
-        {
-            "type": "https://toolscout.dev/problems/payload-too-large",
-            "title": "Request body too large",
-            "status": 413,
-            "detail": body_too_large_detail(limit),
-            "instance": path,
-            "limit": "policy.max_body_bytes",
-            "max_bytes": limit,
-        }
-    ).encode()
+# The routes whose bodies may be as large as policy.max_body_bytes: registrations. Every other body is a call, a
+# search, a script or a form, held to policy.max_call_body_bytes: parsing costs ~1 s and ~60 bytes of memory a byte
+# of small JSON values, on the event loop, and only a catalog needs megabytes.
+REGISTRATION_PATHS = frozenset({"/tools", "/console/api/tools"})
 
 
-def body_too_large_detail(limit: int) -> str:
-    """The detail text of a 413."""
-    return f"The request body is larger than the limit of {limit} bytes (policy.max_body_bytes)"
+@dataclass(frozen=True)
+class BodyLimit:
+    """A limit on a body and the setting that sets it."""
+
+    max_bytes: int
+    setting: str
+
+    def detail(self) -> str:
+        return f"The request body is larger than the limit of {self.max_bytes} bytes ({self.setting})"
+
+    def problem(self, path: str) -> bytes:
+        """The 413 problem of a body over this limit."""
+        return json.dumps(
+            {
+                "type": "https://toolscout.dev/problems/payload-too-large",
+                "title": "Request body too large",
+                "status": 413,
+                "detail": self.detail(),
+                "instance": path,
+                "limit": self.setting,
+                "max_bytes": self.max_bytes,
+            }
+        ).encode()
 
 
 class BodySizeLimitMiddleware:
-    """Refuse bodies above `max_bytes`: by Content-Length at once, or while a chunked body streams in."""
+    """Refuse bodies above the route's limit: by Content-Length at once, or while a chunked body streams in."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_call_bytes: int | None = None) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.registration = BodyLimit(max_bytes, "policy.max_body_bytes")
+        calls = max_bytes if max_call_bytes is None or max_bytes <= 0 else min(max_bytes, max_call_bytes)
+        self.call = BodyLimit(calls, "policy.max_call_body_bytes" if calls < max_bytes else "policy.max_body_bytes")
+
+    def limit(self, scope: Scope) -> BodyLimit:
+        return self.registration if scope.get("path", "") in REGISTRATION_PATHS else self.call
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.max_bytes <= 0:
+        limit = self.limit(scope) if scope["type"] == "http" else None
+        if limit is None or limit.max_bytes <= 0:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
@@ -50,8 +67,8 @@ class BodySizeLimitMiddleware:
                     declared = int(value)
                 except ValueError:
                     declared = 0
-                if declared > self.max_bytes:
-                    await send_problem(send, 413, too_large_body(self.max_bytes, path))
+                if declared > limit.max_bytes:
+                    await send_problem(send, 413, limit.problem(path))
                     return
         received = 0
         started = False
@@ -61,9 +78,9 @@ class BodySizeLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit.max_bytes:
                     # An HTTPException, because FastAPI turns any other error while reading a body into a 400.
-                    raise HTTPException(413, body_too_large_detail(self.max_bytes))
+                    raise HTTPException(413, limit.detail())
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -77,7 +94,7 @@ class BodySizeLimitMiddleware:
         except HTTPException as exc:
             if exc.status_code != 413 or started:
                 raise
-            await send_problem(send, 413, too_large_body(self.max_bytes, path))
+            await send_problem(send, 413, limit.problem(path))
 
 
 def nul_in_url(scope: Scope) -> str | None:

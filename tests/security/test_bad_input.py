@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import update
 
 from service.catalog.files import load_catalog_file
-from service.db.models import Execution, Search, Tool
+from service.db.models import ApiKey, Approval, Execution, Search, Tool
 from service.execution.runtime import get_gateway
-from tests.security.conftest import assert_problem, count_rows, make_settings, running
+from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running
 
 JSON = {"Content-Type": "application/json"}
 
@@ -334,3 +334,47 @@ async def test_every_answer_says_nosniff(tmp_path: Path) -> None:
         ]
         assert [a.status_code for a in answers] == [200, 404, 422, 200, 422, 421]
         assert all(a.headers["x-content-type-options"] == "nosniff" for a in answers)
+
+
+@pytest.mark.postgres
+async def test_nul_characters_in_keys_approvals_and_scripts_are_refused_too(tmp_path: Path, postgres_url: str) -> None:
+    """The ids and names of POST /approvals, POST /keys and POST /run reach SQL text as well (each was a 500)."""
+    settings = make_settings(tmp_path)
+    settings.db.url = postgres_url
+    async with running(settings) as (app, http):
+        admin = bearer(await cli_key(app, "root", ["admin"]))
+        approver = bearer(await cli_key(app, "lead", ["approver"]))
+        cases = [
+            ("/approvals", {"approval_id": "a\x00"}, approver, "/body/approval_id"),
+            ("/approvals", {"caller": "x\x00", "tool": "util__purge_cache"}, approver, "/body/caller"),
+            ("/approvals", {"caller": "x", "tool": "util__purge\x00"}, approver, "/body/tool"),
+            ("/keys", {"caller": "x\x00"}, admin, "/body/caller"),
+            ("/keys", {"caller": "x", "roles": ["dev\x00"]}, admin, "/body/roles/0"),
+            ("/run", {"script": "return 1", "approval_ids": ["a\x00"]}, admin, "/body/approval_ids/0"),
+        ]
+        for path, body, headers, pointer in cases:
+            problem = assert_problem(await http.post(path, json=body, headers=headers), 422, "invalid-request")
+            assert [e["pointer"] for e in problem["errors"]] == [pointer], (path, body)
+            assert problem["errors"][0]["reason"].endswith("must not contain NUL (U+0000) characters")
+        assert await count_rows(app, Approval) == 0
+        assert await count_rows(app, ApiKey) == 2
+
+
+async def test_a_number_or_flag_of_the_wrong_type_is_refused_not_coerced(tmp_path: Path) -> None:
+    """`k: true` searched for one tool, `explain: "no"` explained, `concurrency: true` ran one call at a time."""
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        cases = [
+            ("/search", {"query": "x", "k": True}, "/body/k"),
+            ("/search", {"query": "x", "k": "5"}, "/body/k"),
+            ("/search", {"query": "x", "explain": "no"}, "/body/explain"),
+            ("/search", {"query": "x", "explain": 1}, "/body/explain"),
+            ("/execute/batch", {"calls": [{"name": "s__x"}], "concurrency": True}, "/body/concurrency"),
+            ("/run", {"script": "return 1", "timeout_seconds": True}, "/body/timeout_seconds"),
+            ("/run", {"script": "return 1", "timeout_seconds": "5"}, "/body/timeout_seconds"),
+            ("/approvals", {"approval_id": "a", "ttl_seconds": "60"}, "/body/ttl_seconds"),
+        ]
+        for path, payload, pointer in cases:
+            body = assert_problem(await http.post(path, json=payload), 422, "invalid-request")
+            assert [e["pointer"] for e in body["errors"]] == [pointer], (path, payload, body)
+        fine = await http.post("/run", json={"script": "return 1", "timeout_seconds": 5})
+        assert fine.status_code == 200 and fine.json()["result"] == 1

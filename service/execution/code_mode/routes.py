@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from service.deps import CallerDep, CodeModeDep
-from service.errors import RequestBody
+from service.errors import RequestBody, Text
 
 router = APIRouter(tags=["code mode"])
 
@@ -17,11 +17,14 @@ class RunRequest(RequestBody):
     """A script: the body of an async function; `return` gives the result."""
 
     script: str = Field(min_length=1, description="JavaScript, e.g. `return await tools.time__get_current_time({})`")
-    approval_ids: list[Annotated[str, Field(max_length=36)]] = Field(
+    approval_ids: list[Annotated[Text, Field(max_length=36)]] = Field(
         default_factory=list, max_length=100, description="Granted approvals for the script's destructive calls"
     )
     timeout_seconds: float | None = Field(
-        default=None, gt=0, description="Wall-clock budget (at most the configured code_mode.timeout_seconds)"
+        default=None,
+        gt=0,
+        strict=True,
+        description="Wall-clock budget (at most the configured code_mode.timeout_seconds)",
     )
 
 
