@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from service.catalog.files import load_catalog_file
-from service.errors import ToolscoutError
+from service.errors import IndexUnavailable, ToolscoutError
 from service.http_transport import nodelay_transport
 from service.settings import Settings
 
@@ -144,12 +144,22 @@ def _fail(error: ToolscoutError | dict[str, Any]) -> int:
 
 async def _direct(fn: Any) -> Any:
     """Run fn(resources) against the local data folder with the service's own start-up and shutdown."""
+    from indexer.index.base import IndexBackendError
     from service.catalog.reconcile import reconcile_index
     from service.resources import build_resources, close_resources, start_resources
     from service.search.service import start_search
 
-    resources = build_resources(Settings())
-    await start_resources(resources)
+    settings = Settings()
+    resources = build_resources(settings)
+    try:
+        await start_resources(resources)
+    except IndexBackendError as exc:
+        await close_resources(resources)
+        # The embedded index has one owner: most often a `toolscout serve` this command did not reach.
+        raise IndexUnavailable(
+            f"{exc}. Is a `toolscout serve` using {settings.data_dir.resolve()}? The CLI reaches a running service "
+            f"at TOOLSCOUT_FRONTEND__API_URL ({settings.frontend.api_url}): set it to the service's address"
+        ) from exc
     await start_search(resources)
     try:
         await reconcile_index(resources)
@@ -192,7 +202,10 @@ def cmd_index(args: argparse.Namespace) -> int:
             report = await catalog.register_tools(resources, tools, servers=servers)
             return report.as_dict()
 
-        body = asyncio.run(_direct(run))
+        try:
+            body = asyncio.run(_direct(run))
+        except ToolscoutError as exc:
+            return _fail(exc)
     print(f"created {body['created']}, updated {body['updated']}, unchanged {body['unchanged']}, "
           f"rejected {len(body['errors'])}")
     for error in body["errors"][:20]:
