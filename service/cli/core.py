@@ -126,7 +126,7 @@ def _post_in_parts(
                 total["errors"] += body["errors"]  # every tool of this part was refused: report them, go on
                 continue
             if response.status_code >= 400:
-                return _fail(body)
+                return fail(body)
             for key in ("created", "updated", "unchanged", "removed"):
                 total[key] += body[key]
             total["tools"] += body["tools"]
@@ -136,8 +136,11 @@ def _post_in_parts(
     return total
 
 
-def _fail(error: ToolscoutError | dict[str, Any]) -> int:
+def fail(error: ToolscoutError | dict[str, Any]) -> int:
+    """Print an error (raised here, or the service's problem) as one line; exit status 1."""
     detail = error.detail if isinstance(error, ToolscoutError) else error.get("detail", error)
+    if isinstance(error, dict) and error.get("status") == 401:
+        detail = f"{detail} (the CLI sends the key in TOOLSCOUT_FRONTEND__API_KEY)"
     print(f"error: {detail}", file=sys.stderr)
     return 1
 
@@ -189,7 +192,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     try:
         catalog_file = load_catalog_file(args.file, args.server)
     except ToolscoutError as exc:
-        return _fail(exc)
+        return fail(exc)
     tools, servers = catalog_file.tools, catalog_file.servers
     body = _post_in_parts(settings, tools, servers)
     if isinstance(body, int):
@@ -205,7 +208,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         try:
             body = asyncio.run(_direct(run))
         except ToolscoutError as exc:
-            return _fail(exc)
+            return fail(exc)
     print(f"created {body['created']}, updated {body['updated']}, unchanged {body['unchanged']}, "
           f"rejected {len(body['errors'])}")
     for error in body["errors"][:20]:
@@ -232,7 +235,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if response is not None:
         body = response.json()
         if response.status_code >= 400:
-            return _fail(body)
+            return fail(body)
     else:
         from service.policy.callers import OPEN_CALLER
         from service.search.service import result_view, search_tools
@@ -241,13 +244,13 @@ def cmd_search(args: argparse.Namespace) -> int:
             search_id, outcome = await search_tools(
                 resources, OPEN_CALLER, args.query, k=args.k, servers=args.server, explain=args.explain
             )
-            return {"search_id": search_id, "results": [result_view(r) for r in outcome.results],
-                    "latency_ms": outcome.latency_ms}
+            return {"search_id": search_id, "query": args.query, "k": args.k,  # the shape of POST /search
+                    "results": [result_view(r) for r in outcome.results], "latency_ms": round(outcome.latency_ms, 3)}
 
         try:
             body = asyncio.run(_direct(run))
         except ToolscoutError as exc:
-            return _fail(exc)
+            return fail(exc)
     if args.json:
         print(json.dumps(body, indent=2))
     else:
@@ -261,7 +264,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(evaluate(args.catalog, args.queries, max_queries=args.max_queries, seed=args.seed))
     except ToolscoutError as exc:
-        return _fail(exc)
+        return fail(exc)
     keys = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr")
     print(f"{result['tools']} tools, {result['queries']} queries, indexed in {result['index_seconds']} s, "
           f"latency p50 {result['latency_ms']['p50']} ms p95 {result['latency_ms']['p95']} ms")

@@ -1,5 +1,5 @@
-"""The CLI working straight on a data folder (no service reached): an index another process holds is a one-line
-error that says which address the CLI tried, never a stack trace."""
+"""CLI errors are one line that says what to change, never a stack trace: an index another process holds (the CLI
+working straight on a data folder when it reached no service), a service that wants a key."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from indexer.index.edge import EdgeIndex
 from service.cli import main
+from service.cli.core import fail
 
 
 def test_a_search_on_a_folder_whose_index_is_held_says_which_api_it_tried(
@@ -30,3 +31,12 @@ def test_a_search_on_a_folder_whose_index_is_held_says_which_api_it_tried(
         f"Is a `toolscout serve` using {tmp_path.resolve()}? The CLI reaches a running service at "
         "TOOLSCOUT_FRONTEND__API_URL (http://127.0.0.1:9): set it to the service's address"
     )
+
+
+def test_a_refused_key_names_the_variable_the_cli_sends_it_from(capsys: pytest.CaptureFixture[str]) -> None:
+    assert fail({"status": 401, "detail": "An API key is required"}) == 1
+    assert fail({"status": 404, "detail": "No tool named 'x'"}) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: An API key is required (the CLI sends the key in TOOLSCOUT_FRONTEND__API_KEY)",
+        "error: No tool named 'x'",
+    ]
