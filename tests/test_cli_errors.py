@@ -4,12 +4,13 @@ working straight on a data folder when it reached no service), a service that wa
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from indexer.index.edge import EdgeIndex
 from service.cli import main
-from service.cli.core import fail
+from service.cli.core import ExplainedStartFailure, fail
 
 
 def test_a_search_on_a_folder_whose_index_is_held_says_which_api_it_tried(
@@ -40,3 +41,36 @@ def test_a_refused_key_names_the_variable_the_cli_sends_it_from(capsys: pytest.C
         "error: An API key is required (the CLI sends the key in TOOLSCOUT_FRONTEND__API_KEY)",
         "error: No tool named 'x'",
     ]
+
+
+async def _failed_start(traceback_text: str) -> list[dict[str, object]]:
+    """What uvicorn receives from an app whose start-up failed with this traceback (as Starlette sends it)."""
+
+    async def app(scope: object, receive: object, send: Any) -> None:
+        await send({"type": "lifespan.startup.failed", "message": traceback_text})
+
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    await ExplainedStartFailure(app, Path("/srv/data"))({"type": "lifespan"}, None, send)
+    return sent
+
+
+async def test_a_start_up_refusal_is_logged_as_its_message_not_a_traceback() -> None:
+    trace = 'Traceback (most recent call last):\n  File "x.py", line 1\nservice.security.openmode.StartupRefused: '
+    assert await _failed_start(trace + "Refusing to start: bound to 0.0.0.0") == [
+        {"type": "lifespan.startup.failed", "message": "Refusing to start: bound to 0.0.0.0"}
+    ]
+    held = "Traceback ...\nindexer.index.base.IndexBackendError: edge index: opening /srv/data/index failed: WouldBlock"
+    held += "\n"
+    assert await _failed_start(held) == [
+        {
+            "type": "lifespan.startup.failed",
+            "message": "edge index: opening /srv/data/index failed: WouldBlock. "
+            "Is another `toolscout serve` using /srv/data?",
+        }
+    ]
+    other = "Traceback ...\nKeyError: 'x'"  # a bug keeps its traceback
+    assert await _failed_start(other) == [{"type": "lifespan.startup.failed", "message": other}]

@@ -63,7 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     json_logs = settings.log_format == "json"  # one JSON line per request replaces uvicorn's access log
     config = uvicorn.Config(
-        create_app(settings),
+        ExplainedStartFailure(create_app(settings), settings.data_dir.resolve()),
         host=host,
         port=port,
         log_level=settings.log_level.lower(),
@@ -79,6 +79,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         request_lines.stop()
     return 0 if server.started else 3  # uvicorn.run's exit status when the start-up failed
+
+
+class ExplainedStartFailure:
+    """The app, whose start-up failures that say what to do (open mode refused, the data folder's index held by
+    another process) uvicorn logs as their message rather than a whole traceback."""
+
+    EXPLAINED = ("service.security.openmode.StartupRefused: ", "indexer.index.base.IndexBackendError: ")
+
+    def __init__(self, app: Any, data_dir: Path) -> None:
+        self.app, self.data_dir = app, data_dir
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            return await self.app(scope, receive, send)
+
+        async def send_explained(message: dict[str, Any]) -> None:
+            last = (message.get("message") or "").strip().splitlines()[-1:]
+            if message["type"] == "lifespan.startup.failed" and last and last[0].startswith(self.EXPLAINED):
+                explained = last[0].split(": ", 1)[1]
+                if last[0].startswith(self.EXPLAINED[1]):
+                    explained += f". Is another `toolscout serve` using {self.data_dir}?"
+                message = {**message, "message": explained}
+            await send(message)
+
+        await self.app(scope, receive, send_explained)
 
 
 def _api(settings: Settings) -> httpx.Client | None:
