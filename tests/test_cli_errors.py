@@ -3,6 +3,8 @@ working straight on a data folder when it reached no service), a service that wa
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +76,18 @@ async def test_a_start_up_refusal_is_logged_as_its_message_not_a_traceback() -> 
     ]
     other = "Traceback ...\nKeyError: 'x'"  # a bug keeps its traceback
     assert await _failed_start(other) == [{"type": "lifespan.startup.failed", "message": other}]
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
+    """`toolscout analytics tools | head`: exit status 141 (SIGPIPE's), no BrokenPipeError traceback."""
+    program = (
+        "import sys\nimport service.cli.core as core\n"
+        "core.cmd_search = lambda args: [print('x' * 100) for _ in range(100_000)] and 0\n"
+        "from service.cli import main\nsys.exit(main(['search', 'anything']))\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    assert child.stdout.read(10) == b"x" * 10
+    child.stdout.close()
+    assert child.wait(timeout=60) == 141
+    assert child.stderr.read() == b""
