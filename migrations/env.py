@@ -8,6 +8,21 @@ from service.db.models import Base
 config = context.config
 target_metadata = Base.metadata
 
+if config.config_file_name is not None:
+    # The `alembic` command line (alembic.ini): the database of the settings, as the service would migrate it
+    # (TOOLSCOUT_DB__URL, else the SQLite file of the data folder), not a URL of its own.
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from service.db.engine import sync_url
+    from service.settings import Settings
+
+    _url = make_url(sync_url(Settings().database_url))
+    if _url.get_backend_name() == "sqlite" and _url.database and _url.database != ":memory:":
+        Path(_url.database).parent.mkdir(parents=True, exist_ok=True)
+    config.set_main_option("sqlalchemy.url", _url.render_as_string(hide_password=False).replace("%", "%%"))
+
 
 def run_migrations_offline() -> None:
     context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,

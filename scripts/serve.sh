@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 scripts/install.sh
 . .venv/bin/activate
 PORT=${TOOLSCOUT_PORT:-8765}
+# The CLI reaches the service at frontend.api_url (port 8765); on another port it must be told.
+API_ENV=""
+[ "$PORT" = 8765 ] || API_ENV="TOOLSCOUT_FRONTEND__API_URL=http://127.0.0.1:${PORT} "
 cat <<TXT
 
 Toolscout is starting on http://127.0.0.1:${PORT} (API docs: http://127.0.0.1:${PORT}/docs).
@@ -13,7 +16,7 @@ Once it says "Application startup complete", try in another terminal:
 
   curl -s http://127.0.0.1:${PORT}/search -H 'content-type: application/json' \\
        -d '{"query": "what time is it in Tokyo?", "k": 3}' | python3 -m json.tool
-  .venv/bin/toolscout search "show me the last commits of the repository"
+  ${API_ENV}.venv/bin/toolscout search "show me the last commits of the repository"
 
 TXT
 exec toolscout serve

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from service.catalog.files import load_catalog_file
-from service.errors import ToolscoutError
+from service.errors import IndexUnavailable, ToolscoutError
 from service.http_transport import nodelay_transport
 from service.settings import Settings
 
@@ -63,7 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     json_logs = settings.log_format == "json"  # one JSON line per request replaces uvicorn's access log
     config = uvicorn.Config(
-        create_app(settings),
+        ExplainedStartFailure(create_app(settings), settings.data_dir.resolve()),
         host=host,
         port=port,
         log_level=settings.log_level.lower(),
@@ -79,6 +79,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         request_lines.stop()
     return 0 if server.started else 3  # uvicorn.run's exit status when the start-up failed
+
+
+class ExplainedStartFailure:
+    """The app, whose start-up failures that say what to do (open mode refused, the data folder's index held by
+    another process) uvicorn logs as their message rather than a whole traceback."""
+
+    EXPLAINED = ("service.security.openmode.StartupRefused: ", "indexer.index.base.IndexBackendError: ")
+
+    def __init__(self, app: Any, data_dir: Path) -> None:
+        self.app, self.data_dir = app, data_dir
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            return await self.app(scope, receive, send)
+
+        async def send_explained(message: dict[str, Any]) -> None:
+            last = (message.get("message") or "").strip().splitlines()[-1:]
+            if message["type"] == "lifespan.startup.failed" and last and last[0].startswith(self.EXPLAINED):
+                explained = last[0].split(": ", 1)[1]
+                if last[0].startswith(self.EXPLAINED[1]):
+                    explained += f". Is another `toolscout serve` using {self.data_dir}?"
+                message = {**message, "message": explained}
+            await send(message)
+
+        await self.app(scope, receive, send_explained)
 
 
 def _api(settings: Settings) -> httpx.Client | None:
@@ -126,7 +151,7 @@ def _post_in_parts(
                 total["errors"] += body["errors"]  # every tool of this part was refused: report them, go on
                 continue
             if response.status_code >= 400:
-                return _fail(body)
+                return fail(body)
             for key in ("created", "updated", "unchanged", "removed"):
                 total[key] += body[key]
             total["tools"] += body["tools"]
@@ -136,20 +161,33 @@ def _post_in_parts(
     return total
 
 
-def _fail(error: ToolscoutError | dict[str, Any]) -> int:
+def fail(error: ToolscoutError | dict[str, Any]) -> int:
+    """Print an error (raised here, or the service's problem) as one line; exit status 1."""
     detail = error.detail if isinstance(error, ToolscoutError) else error.get("detail", error)
+    if isinstance(error, dict) and error.get("status") == 401:
+        detail = f"{detail} (the CLI sends the key in TOOLSCOUT_FRONTEND__API_KEY)"
     print(f"error: {detail}", file=sys.stderr)
     return 1
 
 
 async def _direct(fn: Any) -> Any:
     """Run fn(resources) against the local data folder with the service's own start-up and shutdown."""
+    from indexer.index.base import IndexBackendError
     from service.catalog.reconcile import reconcile_index
     from service.resources import build_resources, close_resources, start_resources
     from service.search.service import start_search
 
-    resources = build_resources(Settings())
-    await start_resources(resources)
+    settings = Settings()
+    resources = build_resources(settings)
+    try:
+        await start_resources(resources)
+    except IndexBackendError as exc:
+        await close_resources(resources)
+        # The embedded index has one owner: most often a `toolscout serve` this command did not reach.
+        raise IndexUnavailable(
+            f"{exc}. Is a `toolscout serve` using {settings.data_dir.resolve()}? The CLI reaches a running service "
+            f"at TOOLSCOUT_FRONTEND__API_URL ({settings.frontend.api_url}): set it to the service's address"
+        ) from exc
     await start_search(resources)
     try:
         await reconcile_index(resources)
@@ -179,7 +217,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     try:
         catalog_file = load_catalog_file(args.file, args.server)
     except ToolscoutError as exc:
-        return _fail(exc)
+        return fail(exc)
     tools, servers = catalog_file.tools, catalog_file.servers
     body = _post_in_parts(settings, tools, servers)
     if isinstance(body, int):
@@ -192,7 +230,10 @@ def cmd_index(args: argparse.Namespace) -> int:
             report = await catalog.register_tools(resources, tools, servers=servers)
             return report.as_dict()
 
-        body = asyncio.run(_direct(run))
+        try:
+            body = asyncio.run(_direct(run))
+        except ToolscoutError as exc:
+            return fail(exc)
     print(f"created {body['created']}, updated {body['updated']}, unchanged {body['unchanged']}, "
           f"rejected {len(body['errors'])}")
     for error in body["errors"][:20]:
@@ -219,7 +260,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if response is not None:
         body = response.json()
         if response.status_code >= 400:
-            return _fail(body)
+            return fail(body)
     else:
         from service.policy.callers import OPEN_CALLER
         from service.search.service import result_view, search_tools
@@ -228,13 +269,13 @@ def cmd_search(args: argparse.Namespace) -> int:
             search_id, outcome = await search_tools(
                 resources, OPEN_CALLER, args.query, k=args.k, servers=args.server, explain=args.explain
             )
-            return {"search_id": search_id, "results": [result_view(r) for r in outcome.results],
-                    "latency_ms": outcome.latency_ms}
+            return {"search_id": search_id, "query": args.query, "k": args.k,  # the shape of POST /search
+                    "results": [result_view(r) for r in outcome.results], "latency_ms": round(outcome.latency_ms, 3)}
 
         try:
             body = asyncio.run(_direct(run))
         except ToolscoutError as exc:
-            return _fail(exc)
+            return fail(exc)
     if args.json:
         print(json.dumps(body, indent=2))
     else:
@@ -248,7 +289,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(evaluate(args.catalog, args.queries, max_queries=args.max_queries, seed=args.seed))
     except ToolscoutError as exc:
-        return _fail(exc)
+        return fail(exc)
     keys = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr")
     print(f"{result['tools']} tools, {result['queries']} queries, indexed in {result['index_seconds']} s, "
           f"latency p50 {result['latency_ms']['p50']} ms p95 {result['latency_ms']['p95']} ms")

@@ -9,6 +9,7 @@ import sys
 
 import httpx
 
+from service.cli.core import fail
 from service.settings import Settings
 
 
@@ -64,8 +65,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"error: the service at {settings.frontend.api_url} does not answer ({exc})", file=sys.stderr)
         return 1
     if response.status_code != 200:
-        print(f"error: {response.json().get('detail', response.text)}", file=sys.stderr)
-        return 1
+        return fail(response.json())
     servers = response.json()["servers"]
     if args.json:
         print(json.dumps(servers, indent=2))

@@ -28,6 +28,8 @@ class ApiError(ToolscoutError):
     def __init__(self, problem: dict[str, Any]) -> None:
         known = {"type", "title", "status", "detail", "instance"}
         detail = str(problem.get("detail") or problem.get("title") or "The Toolscout API refused the request")
+        if problem.get("status") == 401:  # the key is the front end's own, not the chat client's
+            detail += " (the front end sends the key in TOOLSCOUT_FRONTEND__API_KEY)"
         super().__init__(detail, **{k: v for k, v in problem.items() if k not in known})
         self.status = int(problem.get("status") or 500)
         self.title = str(problem.get("title") or "Toolscout API error")

@@ -36,15 +36,29 @@ class Query:
 
 def load_queries(path: Path, max_queries: int | None = None, seed: int = 0) -> list[Query]:
     """Labelled queries from JSON Lines; a seeded sample when max_queries is set."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise BadRequest(f"{path}: no such file", file=str(path)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"{path}: cannot be read ({exc})", file=str(path)) from exc
     queries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             item = json.loads(line)
-            queries.append(Query(str(item["qid"]), item["query"], set(item["relevant"]), item.get("category") or "all"))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            query = Query(str(item["qid"]), item["query"], set(item["relevant"]), item.get("category") or "all")
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise BadRequest(f"{path}:{number}: expected {{qid, query, relevant}} ({exc})", file=str(path)) from exc
+        # An empty `relevant` would divide by zero in the recall; a string would count its letters.
+        if not (isinstance(query.text, str) and query.text.strip() and isinstance(item["relevant"], list)
+                and query.relevant and all(isinstance(name, str) for name in query.relevant)):
+            raise BadRequest(
+                f"{path}:{number}: `query` must be a non-empty string and `relevant` a non-empty list of tool names",
+                file=str(path),
+            )
+        queries.append(query)
     if max_queries and len(queries) > max_queries:
         queries = random.Random(seed).sample(queries, max_queries)
     return queries

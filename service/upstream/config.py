@@ -76,11 +76,15 @@ class ServerSpec(BaseModel):
             config["headers"] = {key: _REDACTED for key in self.headers}
         return config
 
-    def variables(self) -> list[str]:
-        """The `${VAR}` references of this spec, in every field that expansion would touch."""
-        texts = [self.command or "", *self.args, *self.env.values(), self.cwd or "", self.url or ""]
-        texts += list(self.headers.values())
-        return sorted({match.group(0) for text in texts for match in _VARIABLE.finditer(text)})
+    def variables(self) -> dict[str, list[str]]:
+        """The `${VAR}` references of this spec, by the JSON pointer of the field holding them, in every field that
+        expansion would touch."""
+        fields = {"/command": self.command or "", "/cwd": self.cwd or "", "/url": self.url or ""}
+        fields |= {f"/args/{i}": arg for i, arg in enumerate(self.args)}
+        fields |= {f"/env/{_escaped(key)}": value for key, value in self.env.items()}
+        fields |= {f"/headers/{_escaped(key)}": value for key, value in self.headers.items()}
+        found = {pointer: [m.group(0) for m in _VARIABLE.finditer(text)] for pointer, text in fields.items()}
+        return {pointer: references for pointer, references in found.items() if references}
 
     def expanded(self) -> ServerSpec:
         """This spec with `${VAR}` references replaced from the environment (at start, never stored).
@@ -98,6 +102,11 @@ class ServerSpec(BaseModel):
                 "headers": {k: _expand(v) for k, v in self.headers.items()},
             }
         )
+
+
+def _escaped(key: str) -> str:
+    """A key as one JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _expand(text: str) -> str:

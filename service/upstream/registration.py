@@ -35,11 +35,15 @@ def check_stdio_command(spec: ServerSpec, settings: ExecutionSettings) -> None:
 
 async def check_api_server(spec: ServerSpec, settings: ExecutionSettings) -> None:
     """Refuse a server added over the API that could run commands, read secrets or reach internal hosts."""
-    if references := spec.variables():
+    if found := spec.variables():
+        references = sorted({reference for listed in found.values() for reference in listed})
         raise InvalidRequest(
             f"Servers added over the API may not use {', '.join(references)}: `${{VAR}}` is expanded only for "
             "servers of the servers file",
-            errors=[{"pointer": "", "reason": "environment references"}],
+            errors=[
+                {"pointer": pointer, "reason": f"environment reference {', '.join(listed)}"}
+                for pointer, listed in found.items()
+            ],
         )
     if spec.transport == "stdio":
         check_stdio_command(spec, settings)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from alembic import command
+from alembic.config import Config
 from sqlalchemy import create_engine, inspect, select
 
 from indexer.embedding import HashingEmbedder
@@ -28,6 +30,17 @@ def test_migrations_create_every_table_and_revert(database_url: str) -> None:
     downgrade_database(database_url)
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     upgrade_database(database_url)
+    assert set(Base.metadata.tables) <= set(inspect(engine).get_table_names())
+    engine.dispose()
+
+
+def test_the_alembic_command_migrates_the_database_of_the_settings(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README: "`alembic upgrade head` works too", on TOOLSCOUT_DB__URL (alembic.ini names no database)."""
+    monkeypatch.setenv("TOOLSCOUT_DB__URL", database_url)
+    command.upgrade(Config(str(Path(__file__).resolve().parents[2] / "alembic.ini")), "head")
+    engine = create_engine(sync_url(database_url))
     assert set(Base.metadata.tables) <= set(inspect(engine).get_table_names())
     engine.dispose()
 

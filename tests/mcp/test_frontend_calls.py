@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from service.db.models import Execution
 from service.mcp import MODES, Mode
+from service.mcp.api import ApiError
 from service.mcp.profiles import Profile, ProfileError, load_profiles, select_profile
 from service.settings import Settings
 from tests.mcp.conftest import add_probe, client_of, frontend_of, text_of
@@ -152,3 +153,10 @@ def test_profiles_file_yaml_and_json(tmp_path: Path) -> None:
     path.write_text("profiles:\n  bad:\n    default_k: 0\n")
     with pytest.raises(ProfileError, match="profile 'bad' is invalid"):
         load_profiles(path)
+
+
+def test_a_refused_key_names_the_variable_the_front_end_sends_it_from() -> None:
+    refused = ApiError({"type": "https://toolscout.dev/problems/unauthorized", "status": 401, "detail": "Key needed"})
+    assert refused.detail == "Key needed (the front end sends the key in TOOLSCOUT_FRONTEND__API_KEY)"
+    assert refused.status == 401 and refused.slug == "unauthorized"
+    assert ApiError({"status": 404, "detail": "No tool named 'x'"}).detail == "No tool named 'x'"

@@ -12,6 +12,7 @@ from service.errors import InvalidRequest
 from service.settings import ExecutionSettings, Settings
 from service.upstream.config import load_servers_file, parse_servers_document
 from service.upstream.demo import create_demo_data, demo_servers
+from service.upstream.registration import check_api_server
 from service.upstream.service import configured_servers
 
 CLAUDE_DESKTOP = {
@@ -57,6 +58,23 @@ def test_variables_are_expanded_from_the_environment(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TOKEN", "s3cret")
     assert spec.expanded().headers == {"Authorization": "Bearer s3cret"}
     assert spec.headers == {"Authorization": "Bearer ${env:TOKEN}"}
+
+
+async def test_a_variable_in_a_server_added_over_the_api_is_refused_at_its_field() -> None:
+    spec = parse_servers_document(
+        {"mcpServers": {"docs": {"url": "https://mcp.example.com/${HOST}/mcp",
+                                 "headers": {"Authorization": "Bearer ${DOCS_TOKEN}", "X/Y": "${env:A}${B}"}}}},
+        source="api",
+    )[0]
+    with pytest.raises(InvalidRequest) as raised:
+        await check_api_server(spec, ExecutionSettings())
+    assert raised.value.extensions["errors"] == [
+        {"pointer": "/url", "reason": "environment reference ${HOST}"},
+        {"pointer": "/headers/Authorization", "reason": "environment reference ${DOCS_TOKEN}"},
+        {"pointer": "/headers/X~1Y", "reason": "environment reference ${env:A}, ${B}"},
+    ]
+    references = "${B}, ${DOCS_TOKEN}, ${HOST}, ${env:A}"
+    assert raised.value.detail.startswith(f"Servers added over the API may not use {references}:")
 
 
 def test_vs_code_servers_key_and_types() -> None:

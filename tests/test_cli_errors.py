@@ -1,0 +1,93 @@
+"""CLI errors are one line that says what to change, never a stack trace: an index another process holds (the CLI
+working straight on a data folder when it reached no service), a service that wants a key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from indexer.index.edge import EdgeIndex
+from service.cli import main
+from service.cli.core import ExplainedStartFailure, fail
+
+
+def test_a_search_on_a_folder_whose_index_is_held_says_which_api_it_tried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_DEMO_CATALOG", "false")
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
+    held = EdgeIndex(tmp_path / "index", 384)  # as a running `toolscout serve` holds it
+    try:
+        assert main(["search", "what time is it"]) == 1
+        assert main(["index", str(Path(__file__).parent / "fixtures" / "retrieval" / "catalog.jsonl")]) == 1
+    finally:
+        held.close()
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 2 and errors[0] == errors[1]
+    assert errors[0].startswith("error: edge index: opening ")
+    assert errors[0].endswith(
+        f"Is a `toolscout serve` using {tmp_path.resolve()}? The CLI reaches a running service at "
+        "TOOLSCOUT_FRONTEND__API_URL (http://127.0.0.1:9): set it to the service's address"
+    )
+
+
+def test_a_refused_key_names_the_variable_the_cli_sends_it_from(capsys: pytest.CaptureFixture[str]) -> None:
+    assert fail({"status": 401, "detail": "An API key is required"}) == 1
+    assert fail({"status": 404, "detail": "No tool named 'x'"}) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: An API key is required (the CLI sends the key in TOOLSCOUT_FRONTEND__API_KEY)",
+        "error: No tool named 'x'",
+    ]
+
+
+async def _failed_start(traceback_text: str) -> list[dict[str, object]]:
+    """What uvicorn receives from an app whose start-up failed with this traceback (as Starlette sends it)."""
+
+    async def app(scope: object, receive: object, send: Any) -> None:
+        await send({"type": "lifespan.startup.failed", "message": traceback_text})
+
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    await ExplainedStartFailure(app, Path("/srv/data"))({"type": "lifespan"}, None, send)
+    return sent
+
+
+async def test_a_start_up_refusal_is_logged_as_its_message_not_a_traceback() -> None:
+    trace = 'Traceback (most recent call last):\n  File "x.py", line 1\nservice.security.openmode.StartupRefused: '
+    assert await _failed_start(trace + "Refusing to start: bound to 0.0.0.0") == [
+        {"type": "lifespan.startup.failed", "message": "Refusing to start: bound to 0.0.0.0"}
+    ]
+    held = "Traceback ...\nindexer.index.base.IndexBackendError: edge index: opening /srv/data/index failed: WouldBlock"
+    held += "\n"
+    assert await _failed_start(held) == [
+        {
+            "type": "lifespan.startup.failed",
+            "message": "edge index: opening /srv/data/index failed: WouldBlock. "
+            "Is another `toolscout serve` using /srv/data?",
+        }
+    ]
+    other = "Traceback ...\nKeyError: 'x'"  # a bug keeps its traceback
+    assert await _failed_start(other) == [{"type": "lifespan.startup.failed", "message": other}]
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
+    """`toolscout analytics tools | head`: exit status 141 (SIGPIPE's), no BrokenPipeError traceback."""
+    program = (
+        "import sys\nimport service.cli.core as core\n"
+        "core.cmd_search = lambda args: [print('x' * 100) for _ in range(100_000)] and 0\n"
+        "from service.cli import main\nsys.exit(main(['search', 'anything']))\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    assert child.stdout.read(10) == b"x" * 10
+    child.stdout.close()
+    assert child.wait(timeout=60) == 141
+    assert child.stderr.read() == b""
