@@ -91,3 +91,13 @@ def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
     child.stdout.close()
     assert child.wait(timeout=60) == 141
     assert child.stderr.read() == b""
+
+
+def test_the_http_front_end_refuses_to_listen_beyond_loopback_without_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("TOOLSCOUT_FRONTEND__HTTP_API_KEY", raising=False)
+    assert main(["mcp", "--transport", "http", "--host", "0.0.0.0", "--port", "9"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: refusing to listen on 0.0.0.0") and "TOOLSCOUT_FRONTEND__HTTP_API_KEY" in error

@@ -25,9 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     mcp.add_argument("--profile", default=None, help="a named scope of the profiles file")
     mcp.add_argument("--api-url", default=None, help="the REST API (default: settings frontend.api_url)")
     mcp.add_argument("--host", default=None, help="HTTP host (default: settings frontend.http_host)")
-    mcp.add_argument(
-        "--port", type=int, default=None, help="HTTP port (default: settings frontend.http_port)"
-    )
+    mcp.add_argument("--port", type=int, default=None, help="HTTP port (default: settings frontend.http_port)")
     mcp.add_argument("--path", default=None, help="HTTP path (default: settings frontend.http_path, /mcp)")
     mcp.set_defaults(func=cmd_mcp)
 
@@ -52,11 +50,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         host = args.host or settings.frontend.http_host
         port = args.port or settings.frontend.http_port
         if not is_loopback(host) and not settings.frontend.http_api_key:
+            # Anyone who reached the port would call tools with this front end's API key: refused, as the REST API
+            # refuses to serve without keys off loopback.
             print(
-                f"warning: {host} is reachable from other machines and TOOLSCOUT_FRONTEND__HTTP_API_KEY is not set: "
-                "anyone who reaches the port calls tools with this front end's API key",
+                f"error: refusing to listen on {host}, reachable from other machines, without a key: set "
+                "TOOLSCOUT_FRONTEND__HTTP_API_KEY (clients then send `Authorization: Bearer <key>`), or bind to "
+                "127.0.0.1",
                 file=sys.stderr,
             )
+            return 2
         print(
             f"Toolscout MCP front end ({args.mode}) on "
             f"http://{host}:{port}{args.path or settings.frontend.http_path}"

@@ -21,6 +21,7 @@ from sqlalchemy import delete
 
 from service.db.models import StoredResult, utcnow
 from service.errors import NotFound
+from service.policy.service import visible_names
 from service.resources import Resources
 
 if TYPE_CHECKING:
@@ -148,17 +149,16 @@ class ResultStore:
         """Store a full result; returns its id."""
         result_id = str(uuid.uuid4())
         async with self.resources.session() as session:
-            session.add(
-                StoredResult(id=result_id, caller=caller, tool=tool, text=text, total_tokens=total_tokens)
-            )
+            session.add(StoredResult(id=result_id, caller=caller, tool=tool, text=text, total_tokens=total_tokens))
             await session.commit()
         return result_id
 
     async def page(self, caller: Caller, result_id: str, offset: int, limit: int) -> ResultPage:
-        """Tokens [offset, offset+limit) of a stored result; only its caller (or an admin) may read it."""
+        """Tokens [offset, offset+limit) of a stored result; only its caller (or an admin) may read it, and only
+        while it may still use the tool that gave it (a revoked permission revokes its results too)."""
         async with self.resources.session() as session:
             row = await session.get(StoredResult, result_id)
-        if row is None or (row.caller != caller.id and not caller.is_admin):
+        if row is None or (row.caller != caller.id and not caller.is_admin) or not self._may_read(caller, row.tool):
             raise NotFound(f"No stored result {result_id!r}", result_id=result_id)
         offsets = self._offsets.get(result_id)
         if offsets is None:
@@ -172,6 +172,10 @@ class ResultStore:
         start, end = min(offset, total), min(offset + limit, total)
         text = row.text[offsets[start] : offsets[end]]
         return ResultPage(result_id, row.tool, offset, limit, total, text, end if end < total else None)
+
+    def _may_read(self, caller: Caller, tool: str) -> bool:
+        visible = visible_names(self.resources, caller)
+        return visible is None or tool in visible
 
     async def purge(self, ttl_hours: float) -> int:
         """Delete stored results older than the TTL."""

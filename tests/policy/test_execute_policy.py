@@ -4,6 +4,7 @@ learned boosts that explain shows."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -170,6 +171,16 @@ async def test_stored_results_stay_with_their_caller(tmp_path: Path) -> None:
         result_id = big.json()["result_id"]
         assert (await http.get(f"/results/{result_id}", headers=bearer(w["dev"]))).status_code == 200
         assert (await http.get(f"/results/{result_id}", headers=bearer(w["dev2"]))).status_code == 404
+        # Once the caller may no longer use the tool, its stored results are gone for it too.
+        path = w["resources"].settings.policy.permissions_file
+        path.write_text(
+            EXECUTE_PERMISSIONS.replace('deny: ["t__pid", "t__crash"]', 'deny: ["t__pid", "t__crash", "t__big"]')
+        )
+        w["resources"].policy._checked = 0.0  # skip the two-second debounce of file checks
+        os.utime(path, (1e9, 1e9))
+        gone = await http.get(f"/results/{result_id}", headers=bearer(w["dev"]))
+        assert gone.status_code == 404 and gone.json()["type"].endswith("/not-found")
+        assert (await http.get(f"/results/{result_id}", headers=bearer(w["admin"]))).status_code == 200
 
 
 async def test_search_explain_shows_the_learned_boosts(world: dict[str, Any]) -> None:
