@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://toolscout.dev/problems/"
 RETRY_AFTER_SECONDS = 5
+MAX_INSTANCE_CHARS = 512  # of the request path a problem echoes as its `instance`
 
 
 class ToolscoutError(Exception):
@@ -217,6 +218,8 @@ def problem_response(error: ToolscoutError, request: Request | None = None) -> J
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
     instance = str(request.url.path) if request is not None else None
+    if instance is not None and len(instance) > MAX_INSTANCE_CHARS:  # a path of 60 KB is not echoed back in full
+        instance = instance[:MAX_INSTANCE_CHARS] + "..."
     if instance is not None and (ids := current_ids()) is not None:
         instance = f"{instance}#trace={ids[0]}"  # the trace of this occurrence, for the operator's trace viewer
         error.extensions.setdefault("trace_id", ids[0])

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from indexer.tools import MAX_NAME_CHARS
 from service.db.among import among
 from service.db.models import Tool
 from service.errors import HiddenTool, NotFound
@@ -23,7 +24,9 @@ def tool_not_found(
     A tool the caller may not use gets the same answer (`hidden`), so neither the status nor the
     suggestions tell it which names exist."""
     closest: list[str] = []
-    if resources is not None and resources.retriever is not None:
+    if len(name) > MAX_NAME_CHARS:  # no tool has such a name: neither matched nor echoed in full
+        name = name[:MAX_NAME_CHARS] + "..."
+    elif resources is not None and resources.retriever is not None:
         closest = resources.retriever.directory.closest(name, allowed=allowed)
     hint = f"; closest: {', '.join(closest)}" if closest else ""
     error = HiddenTool if hidden else NotFound

@@ -151,3 +151,11 @@ async def test_hidden_and_missing_calls_take_the_same_path(world: dict[str, Any]
         ("vault__get_secreq", "not_found"),
         ("nothing__here", "not_found"),
     }
+
+
+async def test_a_name_longer_than_any_tool_is_neither_matched_nor_echoed_in_full(world: dict[str, Any]) -> None:
+    http, dev = world["http"], world["dev"]
+    long_name = "public__get_weather" + "x" * 60_000
+    answer = await http.get(f"/tools/{long_name}", headers=bearer(dev))
+    assert answer.status_code == 404 and len(answer.content) < 2_000, {k: len(str(v)) for k, v in answer.json().items()}
+    assert answer.json()["closest"] == [] and answer.json()["tool"].endswith("x...")
