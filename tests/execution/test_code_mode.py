@@ -256,6 +256,7 @@ async def test_a_script_past_the_engine_process_limit_gets_a_memory_error_and_th
     runner = code_mode(world["app"].state.resources)
     settings = world["app"].state.resources.settings.code_mode
     settings.memory_mib, settings.process_memory_mib, settings.max_value_chars = 1024, 300, 10**9
+    settings.timeout_seconds = 30.0  # filling 300 MiB took more than the world's 2 s on a loaded machine
     try:
         hog, other = await asyncio.gather(
             run(world["client"], script),
@@ -264,6 +265,7 @@ async def test_a_script_past_the_engine_process_limit_gets_a_memory_error_and_th
         after = await run(world["client"], "return 6 * 7;")
     finally:
         settings.memory_mib, settings.process_memory_mib, settings.max_value_chars = 32, 1024, 1_000_000
+        settings.timeout_seconds = 2.0
     error = hog["error"]
     assert error["type"] == "memory_limit" and hog["result"] is None
     assert error["message"].endswith(
