@@ -210,6 +210,12 @@ def problem_responses() -> dict[int | str, dict[str, Any]]:
     return {status: {"model": Problem, "description": text, "content": content} for status, text in _DOCUMENTED.items()}
 
 
+def echoed_path(path: str) -> str:
+    """The request path as a problem's `instance`: at most MAX_INSTANCE_CHARS of it (a path of 60 KB is not echoed
+    back in full)."""
+    return path if len(path) <= MAX_INSTANCE_CHARS else path[:MAX_INSTANCE_CHARS] + "..."
+
+
 def problem_response(error: ToolscoutError, request: Request | None = None) -> JSONResponse:
     """Render an error as application/problem+json."""
     headers = {}
@@ -217,9 +223,7 @@ def problem_response(error: ToolscoutError, request: Request | None = None) -> J
         headers["Retry-After"] = str(max(1, int(error.retry_after + 0.999)))
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    instance = str(request.url.path) if request is not None else None
-    if instance is not None and len(instance) > MAX_INSTANCE_CHARS:  # a path of 60 KB is not echoed back in full
-        instance = instance[:MAX_INSTANCE_CHARS] + "..."
+    instance = echoed_path(str(request.url.path)) if request is not None else None
     if instance is not None and (ids := current_ids()) is not None:
         instance = f"{instance}#trace={ids[0]}"  # the trace of this occurrence, for the operator's trace viewer
         error.extensions.setdefault("trace_id", ids[0])

@@ -61,6 +61,12 @@ class SearchFilter:
     def matches_nothing(self) -> bool:
         return self.allowed is not None and not (self.allowed - self.denied)
 
+    @property
+    def permissions(self) -> tuple[frozenset[str] | None, frozenset[str]] | None:
+        """What the caller's permissions admit, (allowed, denied), as a key of what is counted per scope; None
+        when they admit every tool. The servers and tags a caller picks hide nothing from it and are not part of it."""
+        return None if self.allowed is None and not self.denied else (self.allowed, self.denied)
+
 
 @dataclass(frozen=True)
 class SignalQuery:

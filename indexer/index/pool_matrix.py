@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -79,7 +80,7 @@ class PoolMatrix:
         # each recent permission scope its rows and its own means (a caller's scores tell nothing of the tools it
         # may not see), dropped at every change of the rows.
         self._field_sums = np.zeros((len(DENSE_FIELDS), dimension), dtype=np.float64)
-        self._scopes: dict[tuple[frozenset[str] | None, frozenset[str]], tuple[np.ndarray, np.ndarray | None]] = {}
+        self._scopes: dict[tuple[frozenset[str] | None, frozenset[str]], _Scope] = {}
         # The scans' products, each matrix in the BLAS form that is fastest here for the number of queries.
         self._products = Products()
         self._reduced_products = Products(halves=True)
@@ -264,31 +265,29 @@ class PoolMatrix:
         return out
 
     def _scope_mean(self, where: SearchFilter) -> np.ndarray:
-        """Each field's mean over the live rows the filter's permissions admit (its servers and tags are the
-        caller's choice and hide nothing: the mean stays the scope's)."""
-        if where.allowed is None and not where.denied:
+        """Each field's mean over the live rows the filter's permissions admit."""
+        if where.permissions is None:
             return (self._field_sums / len(self._rows)).astype(np.float32)
-        permitted, mean = self._permitted(where)
-        if mean is None:
-            rows = np.flatnonzero(permitted & self._live[: len(self._names)])
-            mean = (self._fields[rows].sum(axis=0, dtype=np.float64) / max(1, len(rows))).astype(np.float32)
-            self._scopes[(where.allowed, where.denied)] = (permitted, mean)
-        return mean
+        scope = self._scope(where.permissions)
+        if scope.mean is None:
+            rows = np.flatnonzero(scope.rows & self._live[: len(self._names)])
+            scope.mean = (self._fields[rows].sum(axis=0, dtype=np.float64) / max(1, len(rows))).astype(np.float32)
+        return scope.mean
 
-    def _permitted(self, where: SearchFilter) -> tuple[np.ndarray, np.ndarray | None]:
-        """The rows a filter's permissions admit (a mask over every row), and the scope's means once computed."""
-        key = (where.allowed, where.denied)
-        scope = self._scopes.get(key)
+    def _scope(self, permissions: tuple[frozenset[str] | None, frozenset[str]]) -> _Scope:
+        """The rows the permissions (allowed, denied) admit, kept until the rows change."""
+        scope = self._scopes.get(permissions)
         if scope is None:
-            permitted = np.ones(len(self._names), dtype=bool)
-            if where.allowed is not None:
-                permitted[:] = False
-                permitted[[self._rows[n] for n in where.allowed - where.denied if n in self._rows]] = True
-            elif where.denied:
-                permitted[[self._rows[n] for n in where.denied if n in self._rows]] = False
+            allowed, denied = permissions
+            rows = np.ones(len(self._names), dtype=bool)
+            if allowed is not None:
+                rows[:] = False
+                rows[[self._rows[n] for n in allowed - denied if n in self._rows]] = True
+            else:
+                rows[[self._rows[n] for n in denied if n in self._rows]] = False
             if len(self._scopes) >= SCOPES_KEPT:
                 self._scopes.clear()
-            scope = self._scopes[key] = (permitted, None)
+            scope = self._scopes[permissions] = _Scope(rows)
         return scope
 
     def _mask(self, where: SearchFilter, used: int) -> np.ndarray:
@@ -301,8 +300,8 @@ class PoolMatrix:
             for tag in where.tags:
                 tagged[list(self._tag_rows.get(tag, ()))] = True
             mask &= tagged
-        if where.allowed is not None or where.denied:
-            mask &= self._permitted(where)[0][:used]
+        if where.permissions is not None:
+            mask &= self._scope(where.permissions).rows[:used]
         return mask
 
     def _grow(self) -> int:
@@ -335,3 +334,11 @@ class PoolMatrix:
                 if not rows:
                     del self._tag_rows[tag]
         self._tags[row] = ()
+
+
+@dataclass
+class _Scope:
+    """One permission scope: a mask over every row, and each field's mean over its live rows once asked for."""
+
+    rows: np.ndarray
+    mean: np.ndarray | None = None

@@ -33,7 +33,7 @@ class TermCounts:
     def __init__(self) -> None:
         self._terms: dict[str, array[int]] = {}  # qualified name -> its document's distinct term indices
         self._holding: dict[int, int] = {}  # term index -> how many tools hold it
-        # (allowed, denied) -> tools in scope, the terms they hold (sorted) and how many hold each
+        # permissions (allowed, denied) -> how many tools they admit and how many of those hold each term
         self._scopes: OrderedDict[tuple[frozenset[str] | None, frozenset[str]], _Scope] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -54,10 +54,10 @@ class TermCounts:
     def weights(self, terms: Sequence[int], where: SearchFilter) -> tuple[list[int], list[float]]:
         """The query terms that some tool in the caller's scope holds, and their IDF there."""
         with self._lock:
-            if where.allowed is None and not where.denied:
+            if where.permissions is None:
                 tools, holding = len(self._terms), [self._holding.get(term, 0) for term in terms]
             else:
-                scope = self._scope(where)
+                scope = self._scope(where.permissions)
                 tools, holding = scope.tools, scope.holding(terms)
         kept = [(term, idf(tools, n)) for term, n in zip(terms, holding, strict=True) if n]
         return [term for term, _ in kept], [weight for _, weight in kept]
@@ -74,19 +74,19 @@ class TermCounts:
                 del self._holding[term]
         return True
 
-    def _scope(self, where: SearchFilter) -> _Scope:
-        key = (where.allowed, where.denied)
-        scope = self._scopes.get(key)
+    def _scope(self, permissions: tuple[frozenset[str] | None, frozenset[str]]) -> _Scope:
+        scope = self._scopes.get(permissions)
         if scope is None:
-            if where.allowed is not None:
-                names = [n for n in where.allowed - where.denied if n in self._terms]
+            allowed, denied = permissions
+            if allowed is not None:
+                names = [n for n in allowed - denied if n in self._terms]
             else:
-                names = [n for n in self._terms if n not in where.denied]
-            scope = self._scopes[key] = _Scope(len(names), [self._terms[n] for n in names])
+                names = [n for n in self._terms if n not in denied]
+            scope = self._scopes[permissions] = _Scope(len(names), [self._terms[n] for n in names])
             while len(self._scopes) > SCOPES_KEPT:
                 self._scopes.popitem(last=False)
         else:
-            self._scopes.move_to_end(key)
+            self._scopes.move_to_end(permissions)
         return scope
 
 
@@ -95,14 +95,12 @@ class _Scope:
 
     def __init__(self, tools: int, documents: list[array[int]]) -> None:
         self.tools = tools
-        held = np.concatenate([np.frombuffer(d, dtype=np.uint32) for d in documents if len(d)] or [_NONE])
-        self._terms, self._counts = np.unique(held, return_counts=True)
+        held = [np.frombuffer(d, dtype=np.uint32) for d in documents]
+        self._terms, self._counts = np.unique(np.concatenate(held) if held else [], return_counts=True)
 
     def holding(self, terms: Sequence[int]) -> list[int]:
+        if not len(self._terms):
+            return [0] * len(terms)
         asked = np.asarray(terms, dtype=np.uint32)
-        at = np.minimum(np.searchsorted(self._terms, asked), max(0, len(self._terms) - 1))
-        found = (self._terms[at] == asked) if len(self._terms) else np.zeros(len(asked), dtype=bool)
-        return np.where(found, self._counts[at] if len(self._terms) else 0, 0).tolist()
-
-
-_NONE = np.zeros(0, dtype=np.uint32)
+        at = np.minimum(np.searchsorted(self._terms, asked), len(self._terms) - 1)
+        return np.where(self._terms[at] == asked, self._counts[at], 0).tolist()

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.errors import echoed_path
+
 PROBLEM_JSON = b"application/problem+json"
 LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
@@ -64,7 +66,7 @@ def _problem(status: int, slug: str, title: str, detail: str, path: str) -> byte
         "title": title,
         "status": status,
         "detail": detail,
-        "instance": path,
+        "instance": echoed_path(path),
     }
     return json.dumps(body).encode()
 

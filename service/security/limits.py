@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import NUL_REASON, InvalidRequest
+from service.errors import NUL_REASON, InvalidRequest, echoed_path
 from service.security.hosts import send_problem
 
 # The routes whose bodies may be as large as policy.max_body_bytes: registrations. Every other body is a call, a
@@ -36,7 +36,7 @@ class BodyLimit:
                 "title": "Request body too large",
                 "status": 413,
                 "detail": self.detail(),
-                "instance": path,
+                "instance": echoed_path(path),
                 "limit": self.setting,
                 "max_bytes": self.max_bytes,
             }
@@ -125,5 +125,5 @@ class NulInUrlMiddleware:
         error = InvalidRequest(
             f"Invalid request: {pointer}: {NUL_REASON}", errors=[{"pointer": pointer, "reason": NUL_REASON}]
         )
-        instance = scope.get("path", "").replace("\x00", "%00")
+        instance = echoed_path(scope.get("path", "").replace("\x00", "%00"))
         await send_problem(send, error.status, json.dumps(error.problem(instance)).encode())
