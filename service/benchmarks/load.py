@@ -105,7 +105,7 @@ def embedding_floor_ms(queries: list[str]) -> float:
     return embedding_median_ms(embedder, queries)
 
 
-def _start_server(tools: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(tools: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     """`toolscout serve` in a child process on a free port, with `tools` distinct tools registered (none when 0:
     a restart on the data folder of an earlier run)."""
     port = _free_port()
@@ -144,9 +144,28 @@ def _start_server(tools: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], 
     return process, url
 
 
-def run(args: argparse.Namespace) -> int:
+def wrk_missing() -> bool:
+    """Whether wrk is missing (said on stderr)."""
     if shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install wrk, or scripts/install-test-extras.sh)", file=sys.stderr)
+        return True
+    return False
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> str | None:
+    """Stop a started server; what went wrong, if it had to be killed."""
+    process.terminate()
+    try:
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return "killed after 120 s"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    if wrk_missing():
         return 2
     kinds = {kind: bench_queries(kind, args.queries) for kind in ("short", "long")}
     result: dict[str, Any] = {"floor_ms": {kind: embedding_floor_ms(floor_sample(q)) for kind, q in kinds.items()}}
@@ -156,11 +175,10 @@ def run(args: argparse.Namespace) -> int:
         if url is None:
             # Indexing and serving apart: the peak of the process that indexed, then a restart on its data
             # folder, whose peak is the memory of serving that catalog (start-up and the load below).
-            indexer, _ = _start_server(args.tools, Path(tmp))
+            indexer, _ = start_server(args.tools, Path(tmp))
             result["indexing_peak_rss_mb"] = peak_rss_mb(indexer.pid)
-            indexer.terminate()
-            indexer.wait(timeout=60)
-            process, url = _start_server(0, Path(tmp))
+            stop_server(indexer)
+            process, url = start_server(0, Path(tmp))
             result["tools"] = args.tools
         try:
             for kind, queries in kinds.items():
@@ -171,14 +189,8 @@ def run(args: argparse.Namespace) -> int:
             if process is not None:
                 result["server_peak_rss_mb"] = peak_rss_mb(process.pid)
         finally:
-            if process is not None:
-                process.terminate()
-                try:
-                    process.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    result["server_stop"] = "killed after 120 s"
-                    process.kill()
-                    process.wait()
+            if process is not None and (problem := stop_server(process)):
+                result["server_stop"] = problem
     _print(result)
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2))

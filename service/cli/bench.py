@@ -15,6 +15,7 @@ BENCH_MODULES = [
     "service.benchmarks.durability",
     "service.benchmarks.embedder",
     "service.benchmarks.load",
+    "service.benchmarks.scale",
 ]
 
 
