@@ -15,19 +15,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp import Client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from service.db.models import utcnow
 from service.errors import UpstreamError, UpstreamTimeout
 from service.upstream.calls import ToolCalls
+from service.upstream.checked_http import checked_http_client
 from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
 from service.upstream.health import Backoff, ServerHealth, describe, exit_reason
@@ -59,8 +61,10 @@ class UpstreamConnection(ToolCalls):
         backoff: Backoff | None = None,
         heartbeat_seconds: float = 30.0,
         children: ChildRegistry | None = None,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         self.spec = spec
+        self._allowed_hosts = allowed_hosts  # execution.upstream_allowed_hosts, for servers added over the API
         self._children_registry = children
         self.health = ServerHealth()
         self.server_info: dict[str, Any] = {}  # initialize's serverInfo and instructions (server-aware scoring)
@@ -156,11 +160,7 @@ class UpstreamConnection(ToolCalls):
                 if tail := self._child.stderr_tail():
                     error = f"{error}; stderr: {tail}"
             self.health.error(error)
-            failures = (
-                1
-                if self._session_ready and time.monotonic() - started >= STABLE_AFTER_SECONDS
-                else failures + 1
-            )
+            failures = 1 if self._session_ready and time.monotonic() - started >= STABLE_AFTER_SECONDS else failures + 1
             delay = self._backoff.delay(failures)
             self.health.state, self.health.next_attempt_in = "backoff", round(delay, 3)
             self._first_attempt.set()
@@ -176,7 +176,11 @@ class UpstreamConnection(ToolCalls):
     def _transport(self, spec: ServerSpec) -> AbstractAsyncContextManager[Any]:
         if spec.transport == "http":
             assert spec.url is not None
-            return http_transport(spec.url, spec.headers)
+            if spec.source == "api":  # untrusted: each connection goes only to an address checked at that moment
+                http = checked_http_client(spec.headers, self._allowed_hosts, self.id)
+            else:
+                http = create_mcp_http_client(headers=spec.headers or None)
+            return http_transport(spec.url, http)
         assert spec.command is not None
         self._child = ChildProcess()
         return stdio_transport(
@@ -214,8 +218,10 @@ class UpstreamConnection(ToolCalls):
             info = client.server_info
             self.health.server_name = info.name if info else None
             self.health.server_version = info.version if info else None
-            self.server_info = {**(info.model_dump(exclude_none=True) if info else {}),
-                                "instructions": client.instructions or ""}
+            self.server_info = {
+                **(info.model_dump(exclude_none=True) if info else {}),
+                "instructions": client.instructions or "",
+            }
             tools = await self._list_tools(client)
             self._client = client
             self.health.connected_at = utcnow()
@@ -254,15 +260,14 @@ class UpstreamConnection(ToolCalls):
             try:
                 report = await self._on_tools(self.spec, tools)
             except Exception as exc:  # noqa: BLE001 - a failed sync must not take the connection down
-                logger.exception(
-                    "MCP server %s: syncing %d tools into the catalog failed", self.id, len(tools)
-                )
+                logger.exception("MCP server %s: syncing %d tools into the catalog failed", self.id, len(tools))
                 self.health.error(f"catalog sync failed: {describe(exc)}")
                 return None
             if refused := getattr(report, "errors", None):
                 first = refused[0]
-                message = (f"{len(refused)} listed tools refused; first: {first.tool[:80]!r}, "
-                           f"{first.field}: {first.reason}")
+                message = (
+                    f"{len(refused)} listed tools refused; first: {first.tool[:80]!r}, {first.field}: {first.reason}"
+                )
                 logger.warning("MCP server %s: %s", self.id, message)
                 self.health.error(message)
             self.health.tools = len(tools)

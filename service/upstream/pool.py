@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from service.errors import Conflict, NotFound
 from service.upstream.children import ChildRegistry
@@ -22,8 +23,10 @@ class UpstreamPool:
         backoff: Backoff | None = None,
         heartbeat_seconds: float = 30.0,
         children: ChildRegistry | None = None,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
         self.children = children
+        self._allowed_hosts = allowed_hosts
         self._on_tools = on_tools
         self._prepare = prepare
         self._backoff = backoff or Backoff()
@@ -57,6 +60,7 @@ class UpstreamPool:
             backoff=self._backoff,
             heartbeat_seconds=self._heartbeat_seconds,
             children=self.children,
+            allowed_hosts=self._allowed_hosts,
         )
         self._connections[spec.id] = connection
         connection.start()

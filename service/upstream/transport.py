@@ -1,4 +1,6 @@
-"""Client transports to upstream MCP servers: a stdio child process we can observe, and streamable HTTP.
+"""Client transports to upstream MCP servers: a stdio child process we can observe, and streamable HTTP (over the
+SDK's HTTP client for trusted servers, and for servers added over the API one that connects only to checked
+addresses: upstream/checked_http.py).
 
 The SDK's `stdio_client` hides the child: we need its pid (health, and the crash tests), the tail of its
 stderr (the reason a server failed to start is almost always there) and the moment it exits (a crash is
@@ -17,12 +19,12 @@ from dataclasses import dataclass, field
 
 import anyio
 import anyio.abc
+import httpx2
 import mcp_types as types
 from anyio.streams.text import TextReceiveStream
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
 from service.security.scrub import Scrubber
@@ -189,9 +191,9 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 @asynccontextmanager
-async def http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[TransportStreams]:
-    """Streamable HTTP with the configured headers (the SDK's timeouts: 30 s, 300 s for the event stream)."""
-    async with create_mcp_http_client(headers=headers or None) as http:
+async def http_transport(url: str, http: httpx2.AsyncClient) -> AsyncIterator[TransportStreams]:
+    """Streamable HTTP over this client (closed with the transport)."""
+    async with http:
         async with streamable_http_client(url, http_client=http) as streams:
             yield streams
 

@@ -2,7 +2,9 @@
 
 The host is resolved and every address it resolves to is checked, so a public name pointing at 127.0.0.1 or
 169.254.169.254 is refused as well. `execution.upstream_allowed_hosts` lists the exceptions: host names,
-addresses, networks in CIDR notation, or "*"."""
+addresses, networks in CIDR notation, or "*". The same rule is applied again to every connection the HTTP client
+opens (upstream/checked_http.py), so a name whose DNS answer changes after the check reaches no internal address
+either."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import anyio
 from service.errors import InvalidRequest
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+ALLOW_HINT = "allow it with execution.upstream_allowed_hosts"
 
 
 def is_internal(address: IpAddress) -> bool:
@@ -46,9 +49,19 @@ def _allowed(host: str, addresses: Sequence[IpAddress], allowed: Iterable[str]) 
     return False
 
 
+def refusal(host: str, addresses: Sequence[IpAddress], allowed: Iterable[str]) -> str | None:
+    """Why a host with these addresses may not be reached (None when it may): one internal address is enough."""
+    if _allowed(host, addresses, allowed):
+        return None
+    internal = sorted({str(a) for a in addresses if is_internal(a)})
+    if internal or not addresses:
+        return f"host {host!r} resolves to an internal address ({', '.join(internal) or 'none'})"
+    return None
+
+
 def _refuse(url: str, reason: str) -> InvalidRequest:
     return InvalidRequest(
-        f"Upstream URL refused: {reason} (allow it with execution.upstream_allowed_hosts)",
+        f"Upstream URL refused: {reason} ({ALLOW_HINT})",
         errors=[{"pointer": "/url", "reason": reason}],
         url=url,
     )
@@ -80,8 +93,5 @@ async def check_upstream_url(url: str, allowed: Iterable[str]) -> None:
         addresses = await resolve(host, port)
     except OSError as exc:
         raise _refuse(url, f"host {host!r} does not resolve") from exc
-    if _allowed(host, addresses, allowed):
-        return
-    internal = sorted({str(a) for a in addresses if is_internal(a)})
-    if internal or not addresses:
-        raise _refuse(url, f"host {host!r} resolves to an internal address ({', '.join(internal) or 'none'})")
+    if reason := refusal(host, addresses, allowed):
+        raise _refuse(url, reason)

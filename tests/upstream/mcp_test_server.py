@@ -1,7 +1,7 @@
 """A small real MCP server for the upstream tests, run as a child process over stdio or streamable HTTP.
 
     python tests/upstream/mcp_test_server.py stdio
-    python tests/upstream/mcp_test_server.py http PORT
+    python tests/upstream/mcp_test_server.py http PORT [HOST ...]  (HOSTs: more Host header names it accepts)
     python tests/upstream/mcp_test_server.py paged N      (low-level server listing N tools, 2 per page)
     python tests/upstream/mcp_test_server.py listed FILE  (low-level server listing the tools of a JSON file as
                                                            given, unchecked; a call answers `NAME:ARGUMENTS`)
@@ -18,6 +18,7 @@ import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 
 server = MCPServer(
     "toolscout-test",
@@ -142,7 +143,11 @@ def main() -> None:
         server.run("stdio")
     else:
         port = int(sys.argv[2])
-        asyncio.run(server.run_streamable_http_async(host="127.0.0.1", port=port))
+        security = None
+        if names := sys.argv[3:]:  # the SDK's loopback names, and these
+            hosts = ["127.0.0.1", "localhost", "[::1]", *names]
+            security = TransportSecuritySettings(allowed_hosts=[f"{host}:*" for host in hosts])
+        asyncio.run(server.run_streamable_http_async(host="127.0.0.1", port=port, transport_security=security))
 
 
 if __name__ == "__main__":

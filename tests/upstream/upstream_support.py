@@ -53,8 +53,9 @@ def free_port() -> int:
 class HttpServer:
     """The test server over streamable HTTP in a child process; can be killed and started again."""
 
-    def __init__(self) -> None:
+    def __init__(self, *host_names: str) -> None:
         self.port = free_port()
+        self.host_names = host_names  # Host header names it accepts beside its loopback names
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -63,7 +64,7 @@ class HttpServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, str(TEST_SERVER), "http", str(self.port)],
+            [sys.executable, str(TEST_SERVER), "http", str(self.port), *self.host_names],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -107,7 +108,5 @@ async def running(
     app = create_app(settings, embedder=HashingEmbedder())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://localhost", timeout=120
-        ) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=120) as client:
             yield app, client
