@@ -1,6 +1,6 @@
 """BM25 sparse vectors for the `lexical` signal. Documents carry only the term-frequency part of BM25 and queries
-each distinct term once with weight 1; the index applies IDF (the embedded one per caller scope,
-indexer/index/term_counts.py; a Qdrant server with its IDF modifier)."""
+each distinct term once with weight 1; the index weighs them by their IDF in the caller's scope
+(indexer/index/term_counts.py)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 One point per tool, id = uuid5 of the qualified name; dense named vectors `name`, `description`, `params`
 (cosine), `tool` (their normalised sum: what a search scans, see `pooled_search`) and the sparse `lexical` vector
-(IDF: the embedded index weighs each query's terms in the caller's scope, `term_counts.py`; a Qdrant server applies
-its IDF modifier over the whole collection)."""
+(no IDF modifier: both adapters weigh each query's terms by their IDF in the caller's scope, `term_counts.py`)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,9 @@
 
 On a server: HNSW search (no brute force), one query per text with a prefetch per signal fused by the server
 (`fused_search`), keyword payload indexes ensured at every start, transient failures retried with backoff,
-and the collection created with the configured shards, replication and on-disk vectors. `:memory:` is
-qdrant-client's local mode, exact by construction; it runs the same queries (its tests cover both paths)."""
+and the collection created with the configured shards, replication and on-disk vectors; BM25's IDF and the
+centring means are the caller's scope's (`qdrant_scopes.py`). `:memory:` is qdrant-client's local mode, exact by
+construction; it runs the same queries (its tests cover both paths)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
@@ -34,16 +34,14 @@ from indexer.index.base import (
     hit_of,
     point_id,
     pool_vector,
-    unit_rows,
 )
+from indexer.index.qdrant_scopes import ScopeStatistics
 
 logger = logging.getLogger(__name__)
 
 MEMORY = ":memory:"
 _UPSERT_BATCH = 256
 _SCROLL_PAGE = 1000
-MEAN_SAMPLE = 2000  # points the mean field vectors of centred scoring are taken from
-MEAN_TTL_SECONDS = 300.0
 RRF_K = 60
 T = TypeVar("T")
 Fusion = Literal["rrf", "dbsf"]
@@ -99,7 +97,8 @@ class QdrantIndex:
         self.dimension = dimension
         self.options = options or QdrantOptions()
         self._local = location == MEMORY  # local mode: always exact, no payload indexes, nothing to retry
-        self._means: tuple[np.ndarray | None, float] = (None, 0.0)  # `_field_means` and when it was taken
+        # The IDF and centring means of each caller's scope (not the collection's: least knowledge).
+        self.scopes = ScopeStatistics(self._records)
         with _backend(f"connecting to {location}"):
             self._client = (
                 QdrantClient(MEMORY)
@@ -168,9 +167,10 @@ class QdrantIndex:
                     )
                     for name in INDEXED_VECTORS
                 },
+                # No modifier: each lexical query carries its terms' IDF in the caller's scope (`_weighted`).
                 sparse_vectors_config={
                     LEXICAL_FIELD: models.SparseVectorParams(
-                        modifier=models.Modifier.IDF, index=models.SparseIndexParams(on_disk=options.on_disk or None)
+                        index=models.SparseIndexParams(on_disk=options.on_disk or None)
                     )
                 },
                 **layout,
@@ -185,14 +185,14 @@ class QdrantIndex:
             raise IndexBackendError(
                 f"collection {self.collection} has dense vectors {sizes}, expected size {self.dimension}"
             )
-        if POOL_FIELD not in sizes:
-            # An older layout: the catalog of record refills the new collection at start (reconcile_index) from
-            # its stored vectors, so nothing is embedded again.
-            logger.warning(
-                "collection %s has no %s vectors (an older layout): recreating it", self.collection, POOL_FIELD
-            )
+        lexical = (info.config.params.sparse_vectors or {}).get(LEXICAL_FIELD)
+        if POOL_FIELD not in sizes or (lexical is not None and lexical.modifier == models.Modifier.IDF):
+            # An older layout (no `tool` vectors, or the collection's own IDF on the lexical vectors): the catalog
+            # of record refills the new collection at start (reconcile_index) from its stored vectors.
+            logger.warning("collection %s has an older layout: recreating it", self.collection)
             self._call("delete_collection", lambda: self._client.delete_collection(self.collection))
             self._create_collection()
+            self.scopes.forget()
 
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         """Insert or replace points (vectors and payload together), in batches."""
@@ -208,39 +208,45 @@ class QdrantIndex:
             )
             for p in points
         ]
-        self._means = (None, 0.0)
         for start in range(0, len(structs), _UPSERT_BATCH):
             batch = structs[start : start + _UPSERT_BATCH]
             self._call("upsert", lambda b=batch: self._client.upsert(self.collection, b, wait=True))
+        self.scopes.written((p.qualified_name, p.lexical.indices) for p in points)
 
     def delete(self, qualified_names: Sequence[str]) -> None:
         """Remove points; unknown names are ignored."""
         if not qualified_names:
             return
-        self._means = (None, 0.0)
         selector = models.PointIdsList(points=[point_id(n) for n in qualified_names])
         self._call("delete", lambda: self._client.delete(self.collection, points_selector=selector, wait=True))
+        self.scopes.written((name, None) for name in qualified_names)
 
     def content_hashes(self) -> dict[str, str]:
         """qualified name -> content hash ("" when absent) of every stored point."""
-        hashes: dict[str, str] = {}
+        records = self._records(["qualified_name", "content_hash"], with_vectors=False)
+        return {r.payload["qualified_name"]: r.payload.get("content_hash", "") for r in records if r.payload}
+
+    def _records(
+        self, with_payload: bool | list[str], with_vectors: bool | list[str], where: SearchFilter | None = None
+    ) -> Iterator[models.Record]:
+        """Every point of the collection (inside the filter), a page at a time, by id."""
+        flt = None if where is None else _filter(where)
         offset: Any = None
         while True:
             records, offset = self._call(
                 "scroll",
                 lambda o=offset: self._client.scroll(
                     self.collection,
+                    scroll_filter=flt,
                     limit=_SCROLL_PAGE,
                     offset=o,
-                    with_payload=["qualified_name", "content_hash"],
-                    with_vectors=False,
+                    with_payload=with_payload,
+                    with_vectors=with_vectors,
                 ),
             )
-            for record in records:
-                payload = record.payload or {}
-                hashes[payload["qualified_name"]] = payload.get("content_hash", "")
+            yield from records
             if offset is None:
-                return hashes
+                return
 
     def payloads(self, qualified_names: Sequence[str]) -> dict[str, dict[str, Any]]:
         """qualified name -> payload of the named points that exist."""
@@ -265,48 +271,45 @@ class QdrantIndex:
         if where.matches_nothing or not queries:
             return [[] for _ in queries]
         flt = _filter(where)
-        means = self._field_means() if any(_centred(q) for q in queries) else None
+        # A lexical query none of whose terms a tool in the caller's scope holds finds nothing: it is not run.
+        vectors = {i: v for i, q in enumerate(queries) if (v := self._weighted(q, where)) is not None}
+        asked = [queries[i] for i in vectors]
+        means = self.scopes.field_means(where) if any(_centred(q) for q in asked) else None
         mean_of = dict(zip(DENSE_FIELDS, means, strict=True)) if means is not None else {}
-        centred = [i for i, q in enumerate(queries) if mean_of and _centred(q)]
-        asked = [
+        centred = [k for k, q in enumerate(asked) if mean_of and _centred(q)]
+        requests = [
             models.QueryRequest(
-                query=_query(q),
+                query=vector,
                 using=q.signal,
                 filter=flt if q.within is None else _within(q.within, flt),
-                limit=len(q.within) if i in centred else q.limit,  # type: ignore[arg-type]
+                limit=len(q.within) if k in centred else q.limit,  # type: ignore[arg-type]
                 with_payload=["qualified_name"],  # full payloads are fetched for the winners only
                 params=None if q.signal == LEXICAL_FIELD else self._search_params(q.limit),
             )
-            for i, q in enumerate(queries)
+            for k, (q, vector) in enumerate(zip(asked, vectors.values(), strict=True))
         ]
-        requests = asked + [asked[i].model_copy(update={"query": mean_of[queries[i].signal].tolist()}) for i in centred]
-        responses = self._call("search", lambda: self._client.query_batch_points(self.collection, requests=requests))
-        hits = [[hit_of(p.score, p.payload) for p in response.points] for response in responses]
-        for i, mean_hits in zip(centred, hits[len(asked) :], strict=True):
-            hits[i] = centre_hits(hits[i], mean_hits, queries[i], mean_of[queries[i].signal])
-        return hits[: len(asked)]
+        requests += [requests[k].model_copy(update={"query": mean_of[asked[k].signal].tolist()}) for k in centred]
+        hits = self._query_batch(requests)
+        for k, mean_hits in zip(centred, hits[len(asked) :], strict=True):
+            hits[k] = centre_hits(hits[k], mean_hits, asked[k], mean_of[asked[k].signal])
+        found = dict(zip(vectors, hits[: len(asked)], strict=True))
+        return [found.get(i, []) for i in range(len(queries))]
 
-    def _field_means(self) -> np.ndarray | None:
-        """(fields, dimension): each field's mean vector over a sample of MEAN_SAMPLE points (uuid5 ids make the
-        first ones by id a random sample), kept MEAN_TTL_SECONDS (other replicas write too) or until this
-        adapter writes; None for an empty collection."""
-        cached, at = self._means
-        if at and time.monotonic() - at < MEAN_TTL_SECONDS:
-            return cached
-        records, _ = self._call(
-            "scroll",
-            lambda: self._client.scroll(
-                self.collection, limit=MEAN_SAMPLE, with_payload=False, with_vectors=list(DENSE_FIELDS)
-            ),
-        )
-        vectors = [r.vector for r in records if isinstance(r.vector, dict)]
-        means = (
-            np.stack([unit_rows([v[f] for v in vectors]).mean(axis=0) for f in DENSE_FIELDS]).astype(np.float32)
-            if vectors
-            else None
-        )
-        self._means = (means, time.monotonic())
-        return means
+    def _query_batch(self, requests: list[models.QueryRequest]) -> list[list[Hit]]:
+        if not requests:
+            return []
+        responses = self._call("search", lambda: self._client.query_batch_points(self.collection, requests=requests))
+        return [[hit_of(p.score, p.payload) for p in response.points] for response in responses]
+
+    def _weighted(self, query: SignalQuery, where: SearchFilter) -> list[float] | models.SparseVector | None:
+        """The collection's query for a signal query; a lexical one weighted by its terms' IDF in the caller's
+        scope (None when no tool there holds any of its terms: nothing to find)."""
+        if query.signal != LEXICAL_FIELD:
+            return _query(query)
+        if query.sparse is None:
+            raise ValueError("a lexical SignalQuery needs a sparse vector")
+        terms, weights = self.scopes.weights(query.sparse.indices, where)
+        return models.SparseVector(indices=terms, values=weights) if terms else None
 
     def fused_search(
         self,
@@ -320,29 +323,31 @@ class QdrantIndex:
         if where.matches_nothing or not groups:
             return [[] for _ in groups]
         flt = _filter(where)
-        requests = []
-        for group in groups:
-            signals = [q for q in group if weights.get(q.signal, 0.0) > 0]
+        requests = {}
+        for g, group in enumerate(groups):
+            # Weighted signals only, and a lexical one only when a tool in the caller's scope holds one of its terms.
+            signals = [(q, v) for q in group if weights.get(q.signal, 0.0) > 0 and (v := self._weighted(q, where))]
             prefetch = [
                 models.Prefetch(
-                    query=_query(q),
+                    query=vector,
                     using=q.signal,
                     filter=flt,
                     limit=q.limit,
                     params=None if q.signal == LEXICAL_FIELD else self._search_params(q.limit),
                 )
-                for q in signals
+                for q, vector in signals
             ]
             fusion: models.Query = (
-                models.RrfQuery(rrf=models.Rrf(k=RRF_K, weights=[weights[q.signal] for q in signals]))
+                models.RrfQuery(rrf=models.Rrf(k=RRF_K, weights=[weights[q.signal] for q, _ in signals]))
                 if self.options.fusion == "rrf"
                 else models.FusionQuery(fusion=models.Fusion.DBSF)
             )
-            requests.append(
-                models.QueryRequest(prefetch=prefetch, query=fusion, limit=limit, with_payload=["qualified_name"])
-            )
-        responses = self._call("search", lambda: self._client.query_batch_points(self.collection, requests=requests))
-        return [[hit_of(p.score, p.payload) for p in response.points] for response in responses]
+            if prefetch:
+                requests[g] = models.QueryRequest(
+                    prefetch=prefetch, query=fusion, limit=limit, with_payload=["qualified_name"]
+                )
+        found = dict(zip(requests, self._query_batch(list(requests.values())), strict=True))
+        return [found.get(g, []) for g in range(len(groups))]
 
     def count(self) -> int:
         """Number of points."""
@@ -354,11 +359,7 @@ class QdrantIndex:
             self._client.close()
 
 
-def _query(query: SignalQuery) -> list[float] | models.SparseVector:
-    if query.signal == LEXICAL_FIELD:
-        if query.sparse is None:
-            raise ValueError("a lexical SignalQuery needs a sparse vector")
-        return models.SparseVector(indices=query.sparse.indices, values=query.sparse.values)
+def _query(query: SignalQuery) -> list[float]:
     if query.dense is None:
         raise ValueError(f"a {query.signal} SignalQuery needs a dense vector")
     return query.dense

@@ -1,8 +1,8 @@
-"""BM25's inverse document frequencies counted inside the caller's scope, for the embedded index.
+"""BM25's inverse document frequencies counted inside the caller's scope, for both index adapters.
 
-Qdrant's IDF modifier counts every point of the shard (deleted ones too, until the segment is vacuumed): a
-restricted caller who repeats a search while tools it may not see are added or removed would see its lexical
-scores move, and could learn, word by word, what the hidden catalog contains. Here each lexical query carries
+Qdrant's IDF modifier counts every point of the shard or collection (deleted ones too, until the segment is
+vacuumed): a restricted caller who repeats a search while tools it may not see are added or removed would see its
+lexical scores move, and could learn, word by word, what the hidden catalog contains. Here each lexical query carries
 its terms' IDF as query weights, counted over the tools the caller may use only (the permissions of the filter:
 `allowed` and `denied`, not the servers or tags a caller picks, which hide nothing from it), with Qdrant's
 formula: idf = ln(1 + (N - n + 0.5) / (n + 0.5)), N tools in scope, n of them holding the term."""

@@ -11,11 +11,15 @@ from alembic.config import Config
 from sqlalchemy import create_engine, inspect, select
 
 from indexer.embedding import HashingEmbedder
+from indexer.index.base import DENSE_FIELDS, IndexPoint
+from indexer.index.qdrant import QdrantIndex
+from indexer.lexical import SparseVector
 from service.catalog.service import register_tools, sync_server_tools
 from service.db.engine import downgrade_database, sync_url, upgrade_database
 from service.db.models import Base, Server, Tool
 from service.main import create_app
 from tests.conftest import WARM_UP_TEXTS, make_settings
+from tests.indexer.test_qdrant_adapter import old_layout
 
 pytestmark = pytest.mark.postgres
 
@@ -106,3 +110,29 @@ async def test_restart_reconciles_without_embedding_again(tmp_path: Path) -> Non
         assert embedder.texts == 20 + 2 * WARM_UP_TEXTS
         assert resources.index.count() == 20
         assert len(resources.retriever.directory) == 20
+
+
+async def test_a_qdrant_collection_of_an_older_layout_is_refilled_from_the_catalog_at_start(tmp_path: Path) -> None:
+    """A collection with Qdrant's own IDF on its lexical vectors is recreated when the index opens, and
+    reconcile_index fills it again from the catalog's stored vectors: nothing is embedded again."""
+    settings = make_settings(tmp_path, index={"backend": "qdrant", "url": ":memory:"})
+    embedder = CountingEmbedder()
+    app = create_app(settings, embedder=embedder)
+    async with app.router.lifespan_context(app):
+        await register_tools(
+            app.state.resources, [{"server": "s", "name": f"t{i}", "description": f"Read file {i}"} for i in range(20)]
+        )
+    embedded = embedder.texts
+    index = QdrantIndex(":memory:", settings.index.collection, embedder.dimension)
+    old_layout(index)
+    unit = [1.0] + [0.0] * (embedder.dimension - 1)
+    index.upsert([IndexPoint("s__gone", dict.fromkeys(DENSE_FIELDS, unit), SparseVector([1], [1.0]), {"server": "s"})])
+    index.ensure_collection()  # as the index opens (open_index)
+    app = create_app(settings, embedder=embedder, index=index)
+    async with app.router.lifespan_context(app):
+        assert embedder.texts == embedded + WARM_UP_TEXTS
+        assert set(index.content_hashes()) == {f"s__t{i}" for i in range(20)}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            body = (await client.post("/search", json={"query": "read file 7", "explain": True})).json()
+    assert body["results"][0]["explain"]["similarity"]["lexical"] > 0

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from qdrant_client import models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from indexer.index.base import IndexBackendError, SearchFilter, SignalQuery
+from indexer.index.base import INDEXED_VECTORS, LEXICAL_FIELD, IndexBackendError, SearchFilter, SignalQuery
 from indexer.index.qdrant import QdrantIndex, QdrantOptions
 from indexer.lexical import SparseVector
-from tests.indexer.test_index_contract import COMMON, DIM, E0, RARE, point
+from tests.indexer.test_index_contract import COMMON, DIM, E0, RARE, lexical, point
 
 WEIGHTS = {"name": 0.1, "description": 0.45, "params": 0.1, "lexical": 0.35}
 
@@ -115,5 +116,34 @@ def test_ensure_collection_on_an_existing_collection_checks_the_dimension() -> N
         index.dimension = DIM + 1
         with pytest.raises(IndexBackendError, match="expected size"):
             index.ensure_collection()
+    finally:
+        index.close()
+
+
+def old_layout(index: QdrantIndex) -> None:
+    """The index's collection as earlier versions created it: Qdrant's IDF modifier on the lexical vectors."""
+    index._client.create_collection(
+        index.collection,
+        vectors_config={
+            name: models.VectorParams(size=index.dimension, distance=models.Distance.COSINE) for name in INDEXED_VECTORS
+        },
+        sparse_vectors_config={LEXICAL_FIELD: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+    )
+
+
+def test_a_collection_with_qdrants_own_idf_is_an_older_layout_and_is_recreated() -> None:
+    index = QdrantIndex(":memory:", "old", DIM)
+    try:
+        old_layout(index)
+        index.upsert([point("s__one", lexical={COMMON: 1.0})])
+        assert index.search([lexical(COMMON)], SearchFilter())[0]
+        index.ensure_collection()  # emptied: the catalog of record refills it at start (reconcile_index)
+        assert index.count() == 0
+        assert index.search([lexical(COMMON)], SearchFilter()) == [[]]  # the counts of the old one went with it
+        sparse = index._client.get_collection("old").config.params.sparse_vectors or {}
+        assert sparse[LEXICAL_FIELD].modifier in (None, models.Modifier.NONE)
+        index.upsert([point("s__one", lexical={COMMON: 1.0})])
+        index.ensure_collection()  # the new layout is kept
+        assert index.count() == 1
     finally:
         index.close()

@@ -120,16 +120,24 @@ async def count_rows(app: FastAPI, model: Any) -> int:
         return int(await session.scalar(select(func.count()).select_from(model)) or 0)
 
 
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
-    """The app with the permissions file and the tools, and keys for admin, dev and approver."""
-    async with running(make_settings(tmp_path)) as (app, http):
+@asynccontextmanager
+async def opened_world(tmp_path: Path, **sections: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """The app with the permissions file and the tools, and keys for admin, dev and approver; `sections` as
+    for `make_settings` (e.g. another index backend)."""
+    async with running(make_settings(tmp_path, **sections)) as (app, http):
         admin = await cli_key(app, "root", ["admin"])
         response = await http.post("/tools", json={"tools": TOOLS}, headers=bearer(admin))
         assert response.status_code == 200, response.text
         dev = await cli_key(app, "dev-agent", ["dev"])
         approver = await cli_key(app, "lead", ["approver"])
         yield {"app": app, "http": http, "admin": admin, "dev": dev, "approver": approver, "tmp_path": tmp_path}
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """The app with the permissions file and the tools, and keys for admin, dev and approver."""
+    async with opened_world(tmp_path) as opened:
+        yield opened
 
 
 def free_port() -> int:

@@ -4,9 +4,13 @@ see, added or removed, move nothing it is shown (indexer/index/term_counts.py, P
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-from tests.security.conftest import bearer
+import pytest
+
+from tests.security.conftest import bearer, opened_world
 
 QUERY = "read the weather forecast for a city, and purge the cache"
 HIDDEN = [
@@ -17,6 +21,19 @@ HIDDEN = [
     }
     for i in range(40)
 ]
+
+
+INDEXES = {
+    "edge": {},
+    "qdrant": {"backend": "qdrant", "url": ":memory:"},  # the statistics of a Qdrant collection's adapter
+}
+
+
+@pytest.fixture(params=sorted(INDEXES))
+async def world(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """The security world on each index backend."""
+    async with opened_world(tmp_path, index=INDEXES[request.param]) as opened:
+        yield opened
 
 
 async def ranking(http: Any, key: str) -> list[tuple[str, float, dict[str, Any]]]:
@@ -44,4 +61,3 @@ async def test_hidden_tools_added_or_removed_move_no_score_a_restricted_caller_s
         assert removed.status_code in (200, 204), removed.text
     assert await ranking(http, dev) == before
     assert await ranking(http, admin) == admin_before
-
