@@ -4,7 +4,7 @@ that tools it may not see, added or removed, move none of its scores.
 
 The collection is shared: other replicas write to it too. This adapter's own writes reach the statistics at once;
 the others' when they are read again from the collection, at most TTL_SECONDS later. The term counts are read
-again by one caller while the others keep the stale ones."""
+again on a thread of their own while every search keeps the stale ones."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ class ScopeStatistics:
         self._means: OrderedDict[Permissions, tuple[np.ndarray | None, float]] = OrderedDict()
         self._writes = 0  # bumped by every write: means sampled across one are not kept
         self._reading = threading.Lock()  # one read of the term counts at a time
+        self.refresher: threading.Thread | None = None  # the latest read made in the background
         self._lock = threading.Lock()
 
     def weights(self, terms: Sequence[int], where: SearchFilter) -> tuple[list[int], list[float]]:
@@ -75,20 +76,21 @@ class ScopeStatistics:
 
     def _term_counts(self) -> TermCounts:
         counts = self._terms
-        if counts is not None and not self._stale(self._terms_at):
-            return counts
-        # The first read is waited for; a later one is made by one caller, and the others keep the stale counts.
-        if not self._reading.acquire(blocking=counts is None):
-            return counts  # type: ignore[return-value]
+        if counts is None:  # the first read is waited for
+            with self._reading:
+                return self._terms if self._terms is not None else self._read_terms()
+        if self._stale(self._terms_at) and self._reading.acquire(blocking=False):
+            # Read again on a thread of its own: a scroll of the whole collection (0.6 s at 10k tools) must not
+            # stall the search that found the counts stale; every search keeps the stale ones meanwhile.
+            self.refresher = threading.Thread(target=self._read_again, name="qdrant-term-counts", daemon=True)
+            self.refresher.start()
+        return counts
+
+    def _read_again(self) -> None:
         try:
-            if self._terms is not None and not self._stale(self._terms_at):
-                return self._terms  # read by another caller meanwhile
-            return self._read_terms()
+            self._read_terms()
         except IndexBackendError as exc:
-            if self._terms is None:
-                raise
             logger.warning("qdrant index: term counts kept stale, reading them again failed: %s", exc)
-            return self._terms
         finally:
             self._reading.release()
 

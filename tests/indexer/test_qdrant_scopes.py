@@ -1,6 +1,6 @@
 """The Qdrant adapter's statistics of a caller's scope (indexer/index/qdrant_scopes.py): BM25's IDF and the
 centring means counted over the tools its permissions admit, this adapter's writes counted at once, other
-replicas' within the TTL, and one caller reading the counts again while the others keep the stale ones."""
+replicas' within the TTL, read again in the background while every search keeps the stale counts."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from indexer.index import qdrant_scopes
-from indexer.index.base import LEXICAL_FIELD, SearchFilter, SignalQuery
+from indexer.index.base import LEXICAL_FIELD, IndexBackendError, SearchFilter, SignalQuery
 from indexer.index.qdrant import QdrantIndex
 from indexer.index.qdrant_scopes import TTL_SECONDS, ScopeStatistics
 from indexer.index.term_counts import idf
@@ -90,7 +90,7 @@ def test_hidden_tools_added_or_removed_move_no_score_of_the_scope(index: QdrantI
     assert everything_seen(index, SearchFilter()) == everyone
 
 
-def test_other_replicas_writes_reach_the_counts_within_the_ttl_read_again_by_one_caller(
+def test_other_replicas_writes_reach_the_counts_within_the_ttl_read_again_in_the_background(
     index: QdrantIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1000.0]
@@ -103,8 +103,12 @@ def test_other_replicas_writes_reach_the_counts_within_the_ttl_read_again_by_one
     replica_of(index).upsert(HIDDEN)
     assert weight_of_a() == pytest.approx(idf(2, 2), rel=1e-5)  # until the TTL runs out
     now[0] += TTL_SECONDS
-    with index.scopes._reading:  # another caller is reading them again: this one keeps the stale counts
+    with index.scopes._reading:  # a read is under way: nothing waits for it, nor starts another
         assert weight_of_a() == pytest.approx(idf(2, 2), rel=1e-5)
+        assert index.scopes.refresher is None
+    assert weight_of_a() == pytest.approx(idf(2, 2), rel=1e-5)  # the search that finds them stale does not wait
+    assert index.scopes.refresher is not None
+    index.scopes.refresher.join(timeout=30)
     assert weight_of_a() == pytest.approx(idf(10, 10), rel=1e-5)
 
 
@@ -116,6 +120,29 @@ def test_this_adapters_writes_during_a_read_of_the_counts_are_kept() -> None:
 
     statistics = ScopeStatistics(records)
     assert statistics.weights([A, B], SearchFilter()) == ([B], [idf(2, 2)])
+
+
+def test_a_failed_read_again_keeps_the_stale_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    now, reads = [1000.0], [0]
+    monkeypatch.setattr(qdrant_scopes, "monotonic", lambda: now[0])
+
+    def records(*_: Any) -> Iterator[Any]:
+        reads[0] += 1
+        if reads[0] > 1:
+            raise IndexBackendError("qdrant index: scroll failed: the server is restarting")
+        yield _record("a", [A])
+
+    statistics = ScopeStatistics(records)
+    assert statistics.weights([A], SearchFilter()) == ([A], [idf(1, 1)])
+    now[0] += TTL_SECONDS
+    assert statistics.weights([A], SearchFilter()) == ([A], [idf(1, 1)])
+    assert statistics.refresher is not None
+    statistics.refresher.join(timeout=30)
+    assert reads[0] == 2
+    assert statistics.weights([A], SearchFilter()) == ([A], [idf(1, 1)])  # kept; and read again once more
+    assert statistics.refresher is not None
+    statistics.refresher.join(timeout=30)
+    assert reads[0] == 3
 
 
 def _record(name: str, terms: list[int]) -> Any:
