@@ -24,7 +24,7 @@ from service.db.models import Tool
 from service.errors import PermissionDenied
 from service.policy.approvals import approval_required, arguments_digest, consume_approval, request_approval
 from service.policy.callers import Caller
-from service.policy.console_sessions import session_caller
+from service.policy.console_sessions import client_address, session_caller
 from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
@@ -224,13 +224,12 @@ async def resolve_caller(request: Request) -> Caller:
     """The caller of a request: its API key, else (under /console/api) its console session. With no API keys
     configured the service runs open for one local user."""
     resources = request.app.state.resources
-    address = request.client.host if request.client is not None else "?"
     resolver = key_resolver(resources)
     key = presented_key(request)
     if key is None and (by_session := await session_caller(resources, request)) is not None:
         caller = await resolver.charge(by_session)
     else:
-        caller = await resolver.resolve(key, address)
+        caller = await resolver.resolve(key, client_address(request))
     request.state.caller = caller  # for the request's log line (observability reads it when the request ends)
     await ensure_fresh(resources)
     return caller
