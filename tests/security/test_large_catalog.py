@@ -1,4 +1,5 @@
-"""Large IN lists: a restricted caller over a catalog of 100k tools, on SQLite and on PostgreSQL."""
+"""Large IN lists: a restricted caller over a catalog of 100k tools, on SQLite and on PostgreSQL (the REST API
+and the console's own routes)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,6 @@ async def test_a_restricted_caller_pages_and_aggregates_over_100k_tools(tmp_path
         assert usage.status_code == 200 and usage.json() == {"tools": []}
         never = await http.get("/analytics/tools/never-found", params={"limit": 2}, headers=bearer(dev))
         assert never.status_code == 200 and len(never.json()["tools"]) == 2
+        funnel = await http.get("/console/api/funnel", headers=bearer(dev))
+        assert funnel.status_code == 200, funnel.text
+        assert funnel.json()["followed_by_success"] == 0
