@@ -67,8 +67,14 @@ def build_gateway(resources: Resources) -> Gateway:
                 gateway.executor.tools.invalidate_server(spec.id)
             return {"writer": False, "listed": len(tools)}  # the writer replica syncs the catalog
         connection = pool.get(spec.id)
-        report = await sync_server_tools(resources, spec.id, tools, transport=spec.transport, config=spec.config(),
-                                         info=connection.server_info if connection else None)
+        report = await sync_server_tools(
+            resources,
+            spec.id,
+            tools,
+            transport=spec.transport,
+            config=spec.config(),
+            info=connection.server_info if connection else None,
+        )
         if (gateway := resources.gateway) is not None:
             gateway.executor.tools.invalidate_server(spec.id)
         if changed := [*report.created, *report.updated, *report.removed]:
@@ -84,9 +90,7 @@ def build_gateway(resources: Resources) -> Gateway:
     pool = UpstreamPool(
         on_tools=on_tools,
         prepare=prepare,
-        backoff=Backoff(
-            settings.execution.reconnect_initial_seconds, settings.execution.reconnect_max_seconds
-        ),
+        backoff=Backoff(settings.execution.reconnect_initial_seconds, settings.execution.reconnect_max_seconds),
         heartbeat_seconds=settings.execution.heartbeat_seconds,
         children=ChildRegistry(settings.data_dir / "children"),
     )

@@ -32,7 +32,7 @@ from service.errors import (
     unexpected_error,
 )
 from service.execution.executor import ExecutionResult, status_of
-from service.execution.results import measure
+from service.execution.results import RUN_RESULT_TOOL, measure
 from service.execution.runtime import get_gateway
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
@@ -42,8 +42,6 @@ from service.resources import Resources
 from service.search.service import log_search, result_view, search_tools
 
 from .sandbox import Sandbox
-
-RUN_RESULT_TOOL = "run_script"
 
 
 def script_error(kind: str, message: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
