@@ -299,6 +299,9 @@ class Settings(BaseSettings):
     demo_catalog: bool = Field(
         default=True, description="Index the bundled tool lists of eight real MCP servers when the catalog is empty"
     )
+    # Swagger UI (/docs) and ReDoc (/redoc) load their scripts from a CDN at a floating version onto the API's
+    # origin, where any script acts with the console's session: off unless asked (/openapi.json is always there).
+    docs_ui: bool = Field(default=False, description="Serve /docs and /redoc (their scripts come from a CDN)")
     db: DatabaseSettings = Field(default_factory=DatabaseSettings)
     index: IndexSettings = Field(default_factory=IndexSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
