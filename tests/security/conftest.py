@@ -8,8 +8,8 @@ import asyncio
 import json
 import socket
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from indexer.embedding import HashingEmbedder
 from service.main import create_app
@@ -130,6 +130,24 @@ async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
         dev = await cli_key(app, "dev-agent", ["dev"])
         approver = await cli_key(app, "lead", ["approver"])
         yield {"app": app, "http": http, "admin": admin, "dev": dev, "approver": approver, "tmp_path": tmp_path}
+
+
+@contextmanager
+def statements(app: FastAPI, matching: Callable[[str], bool]) -> Iterator[list[str]]:
+    """The SQL statements the app sends while the block runs that `matching` accepts (a query the block must not
+    cost shows up here)."""
+    seen: list[str] = []
+    engine = app.state.resources.engine.sync_engine
+
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if matching(statement):
+            seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
 
 
 def free_port() -> int:

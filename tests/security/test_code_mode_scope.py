@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event
-
-from tests.security.conftest import TOOLS, assert_problem, bearer, cli_key
+from tests.security.conftest import TOOLS, assert_problem, bearer, cli_key, statements
 
 
 async def test_a_restricted_caller_reads_the_rest_of_its_own_run_result_and_no_one_else_does(
@@ -33,21 +31,11 @@ async def test_a_run_lists_the_callers_tools_from_the_policy_without_reading_the
     """The names a script's `tools` holds are the policy's cached set of the caller: a run reads no catalog rows
     (on 100k tools that was a query and a permission check per tool on the event loop, 0.35 s each run)."""
     app, http = world["app"], world["http"]
-    catalog_reads: list[str] = []
-    engine = app.state.resources.engine.sync_engine
-
-    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "FROM tools" in statement:
-            catalog_reads.append(statement)
-
     listing = {"script": "return Object.keys(tools)"}
     await http.get("/tools", headers=bearer(world["dev"]))  # the policy's snapshot takes in the registered tools
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    with statements(app, lambda statement: "FROM tools" in statement) as catalog_reads:
         dev_sees = (await http.post("/run", json=listing, headers=bearer(world["dev"]))).json()["result"]
         admin_sees = (await http.post("/run", json=listing, headers=bearer(world["admin"]))).json()["result"]
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
     assert dev_sees == ["public__get_weather", "util__purge_cache"]
     assert admin_sees == sorted(f"{t['server']}__{t['name']}" for t in TOOLS)
     assert catalog_reads == []

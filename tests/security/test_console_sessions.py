@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from service.db.models import ApiKey, ConsoleSession
 from service.policy.console_sessions import COOKIE
@@ -209,39 +209,3 @@ async def test_a_session_opened_on_one_replica_works_on_another(tmp_path: Path, 
         assert (await http_b.get("/console/api/me", headers=with_session(session_id))).json()["caller"] == "root"
         assert (await http_b.delete("/console/api/session", headers=with_session(session_id))).status_code == 204
         assert_problem(await http_a.get("/console/api/me", headers=with_session(session_id)), 401)
-
-
-async def test_forged_session_cookies_are_slowed_like_wrong_keys_and_stop_costing_queries(tmp_path: Path) -> None:
-    """An unknown session id is a failed authentication of its address: a sender of forged cookies waits as a
-    guesser of keys does, and while it waits its cookies never reach the database (nor do its sign-outs)."""
-    settings = make_settings(tmp_path, permissions=None, policy={"auth_failures_free": 3})
-    async with running(settings) as (app, http):
-        admin = await cli_key(app, "root", ["admin"])
-        session_queries: list[str] = []
-        engine = app.state.resources.engine.sync_engine
-
-        def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-            if "console_sessions" in statement:
-                session_queries.append(statement)
-
-        event.listen(engine, "before_cursor_execute", record)
-        try:
-            for i in range(4):  # three free failures, then the fourth imposes a delay
-                forged = await http.get("/console/api/me", headers=with_session(f"forged-{i}"))
-                assert_problem(forged, 401, "unauthorized")
-            queries = len(session_queries)
-            blocked = await http.get("/console/api/me", headers=with_session("forged-next"))
-            assert_problem(blocked, 429, "rate-limited")
-            assert int(blocked.headers["retry-after"]) >= 1
-            for i in range(20):
-                assert (await http.get("/console/api/tools", headers=with_session(f"more-{i}"))).status_code == 429
-                signed_out = await http.delete("/console/api/session", headers=with_session(f"more-{i}"))
-                assert signed_out.status_code == 429
-            assert len(session_queries) == queries  # forged cookies while blocked never reach the database
-        finally:
-            event.remove(engine, "before_cursor_execute", record)
-        # Another address is not affected, its session neither.
-        other = httpx.ASGITransport(app=app, client=("192.0.2.7", 4000))
-        async with httpx.AsyncClient(transport=other, base_url="http://localhost") as elsewhere:
-            session_id, _ = await sign_in(elsewhere, admin)
-            assert (await elsewhere.get("/console/api/me", headers=with_session(session_id))).status_code == 200
