@@ -151,6 +151,8 @@ class PolicySettings(Section):
     rate_limit_per_minute: float = 600.0  # per API key (or the open local user); 0 turns limits off
     rate_limit_burst: int = 60
     approval_ttl_seconds: int = 900
+    # Approvals one caller may have waiting at once: past it a destructive call with new arguments is a 429.
+    max_pending_approvals: int = Field(default=20, ge=1)
     # With no API key in the database the service serves one local admin; False refuses every request instead.
     open_without_keys: bool = True
     # How long a resolved key stays cached in the process (a revocation by another process waits this long).
