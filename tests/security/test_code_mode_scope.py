@@ -3,6 +3,7 @@ return value cut to the result budget."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.security.conftest import TOOLS, assert_problem, bearer, cli_key, statements
@@ -39,3 +40,24 @@ async def test_a_run_lists_the_callers_tools_from_the_policy_without_reading_the
     assert dev_sees == ["public__get_weather", "util__purge_cache"]
     assert admin_sees == sorted(f"{t['server']}__{t['name']}" for t in TOOLS)
     assert catalog_reads == []
+
+
+async def test_a_script_reaches_no_file_and_learns_nothing_of_hidden_tools(world: dict[str, Any]) -> None:
+    """Held in this pass, kept so: no module loader (an existing file and a missing one fail alike), no host API,
+    and a hidden tool's call fails exactly as a missing one's, suggestions included."""
+    http, dev = world["http"], world["dev"]
+    script = """
+const failed = async (f) => { try { await f(); return null; } catch (e) { return [e.name, e.message, e.status]; } };
+return {
+  existing: await failed(() => import('/etc/hostname')), missing: await failed(() => import('/nonexistent.js')),
+  host: [typeof std, typeof os, typeof require, typeof process, typeof fetch, typeof setTimeout],
+  hidden: await failed(() => tools.vault__get_secret({})), absent: await failed(() => tools.vault__get_secre({})),
+  listed: Object.keys(tools), has: 'vault__get_secret' in tools,
+};
+"""
+    result = (await http.post("/run", json={"script": script}, headers=bearer(dev))).json()["result"]
+    assert result["existing"][1].replace("/etc/hostname", "X") == result["missing"][1].replace("/nonexistent.js", "X")
+    assert result["host"] == ["undefined"] * 6
+    assert result["hidden"][1].replace("vault__get_secret", "X") == result["absent"][1].replace("vault__get_secre", "X")
+    assert result["hidden"][2] == result["absent"][2] == "not_found"
+    assert "vault" not in json.dumps(result["listed"]) and result["has"] is False
