@@ -61,3 +61,12 @@ return {
     assert result["hidden"][1].replace("vault__get_secret", "X") == result["absent"][1].replace("vault__get_secre", "X")
     assert result["hidden"][2] == result["absent"][2] == "not_found"
     assert "vault" not in json.dumps(result["listed"]) and result["has"] is False
+
+
+async def test_a_search_the_service_refuses_is_the_scripts_mistake_not_an_internal_error(
+    world: dict[str, Any],
+) -> None:
+    script = "try { await search_tools('word '.repeat(3000)); } catch (e) { return [e.status, e.problem.limit]; }"
+    ran = (await world["http"].post("/run", json={"script": script}, headers=bearer(world["dev"]))).json()
+    assert ran["result"] == ["invalid_arguments", "search.max_query_chars"]
+    assert [c["status"] for c in ran["calls"]] == ["invalid_arguments"]

@@ -24,6 +24,7 @@ from sqlalchemy import select
 from service.db.models import Approval
 from service.errors import (
     ApprovalRequired,
+    BadRequest,
     InvalidArguments,
     InvalidRequest,
     NotFound,
@@ -273,6 +274,8 @@ class CodeMode:
                 if isinstance(error, RateLimited)
                 else "not_found"
                 if isinstance(error, NotFound)
+                else "invalid_arguments"
+                if isinstance(error, BadRequest)  # a search's query past its limit: the script's to fix
                 else status_of(error)
             )
             record.error = error.problem()
