@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -160,6 +161,21 @@ def may_use(resources: Resources, caller: Caller, qualified_name: str, server: s
 def visible_names(resources: Resources, caller: Caller) -> frozenset[str] | None:
     """The names this caller may use, or None when it may use every tool."""
     return permission_filter(resources, caller, SearchFilter()).allowed
+
+
+def usable_names(resources: Resources, caller: Caller) -> Sequence[str]:
+    """The active tools this caller may use, in order, as search filters them: from the cached sets, never the
+    catalog's rows (reading and checking each of them cost 0.35 s of the event loop on 100k tools)."""
+    visible = visible_names(resources, caller)
+    if visible is not None:
+        return _in_order(visible)
+    return resources.retriever.directory.names() if resources.retriever is not None else []
+
+
+@functools.lru_cache(maxsize=16)
+def _in_order(names: frozenset[str]) -> tuple[str, ...]:
+    # Once per cached set: the policy hands out the same object until the catalog or the permissions change.
+    return tuple(sorted(names))
 
 
 def permission_filter(resources: Resources, caller: Caller, base: SearchFilter) -> SearchFilter:

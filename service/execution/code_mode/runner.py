@@ -10,7 +10,6 @@ argument digest. When the wall-clock budget ends, the engine is killed and the c
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 import uuid
@@ -39,7 +38,7 @@ from service.execution.runtime import get_gateway
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
 from service.policy.keys import key_resolver
-from service.policy.service import visible_names
+from service.policy.service import usable_names
 from service.resources import Resources
 from service.search.service import log_search, result_view, search_tools
 
@@ -181,7 +180,7 @@ class CodeMode:
         settings = self.resources.settings.code_mode
         config = {
             "script": script,
-            "tools": self._tool_names(run.caller),
+            "tools": usable_names(self.resources, run.caller),
             "memory_bytes": settings.memory_mib * 1024 * 1024,
             "process_memory_bytes": settings.process_memory_mib * 1024 * 1024,
             "cpu_seconds": budget,
@@ -329,15 +328,6 @@ class CodeMode:
             if record.status == "running":
                 record.status = "cancelled"
 
-    def _tool_names(self, caller: Caller) -> Sequence[str]:
-        """The active tools this caller may use, as search filters them: the policy's cached set (reading the
-        catalog and checking each tool's permission cost a run 0.35 s of the event loop on 100k tools)."""
-        visible = visible_names(self.resources, caller)
-        if visible is not None:
-            return sorted_names(visible)
-        retriever = self.resources.retriever
-        return retriever.directory.names() if retriever is not None else []
-
     async def _approvals(self, caller: Caller, approval_ids: Sequence[str]) -> dict[tuple[str, str], list[str]]:
         """The caller's approvals among these ids, by (tool, argument digest)."""
         found: dict[tuple[str, str], list[str]] = {}
@@ -387,13 +377,6 @@ class CodeMode:
             "returned_tokens": cut.head_tokens,
             "total_tokens": cut.total_tokens,
         }
-
-
-@functools.lru_cache(maxsize=16)
-def sorted_names(names: frozenset[str]) -> tuple[str, ...]:
-    """A caller's permitted names in order, once per cached set (the policy hands out the same object until the
-    catalog or the permissions change)."""
-    return tuple(sorted(names))
 
 
 def code_mode(resources: Resources) -> CodeMode:
