@@ -11,7 +11,7 @@ API_ENV=""
 [ "$PORT" = 8765 ] || API_ENV="TOOLSCOUT_FRONTEND__API_URL=http://127.0.0.1:${PORT} "
 cat <<TXT
 
-Toolscout is starting on http://127.0.0.1:${PORT} (API docs: http://127.0.0.1:${PORT}/docs).
+Toolscout is starting on http://127.0.0.1:${PORT} (console: http://127.0.0.1:${PORT}/console).
 Once it says "Application startup complete", try in another terminal:
 
   curl -s http://127.0.0.1:${PORT}/search -H 'content-type: application/json' \\

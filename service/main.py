@@ -80,6 +80,8 @@ def create_app(
         version="0.1.0",
         summary="Semantic tool retrieval and execution for LLM agents over MCP servers",
         lifespan=lifespan,
+        docs_url="/docs" if settings.docs_ui else None,
+        redoc_url="/redoc" if settings.docs_ui else None,
         responses=problem_responses(),
         dependencies=[Depends(known_query_parameters)],
     )

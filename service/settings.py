@@ -151,6 +151,8 @@ class PolicySettings(Section):
     rate_limit_per_minute: float = 600.0  # per API key (or the open local user); 0 turns limits off
     rate_limit_burst: int = 60
     approval_ttl_seconds: int = 900
+    # Approvals one caller may have waiting at once: past it a destructive call with new arguments is a 429.
+    max_pending_approvals: int = Field(default=20, ge=1)
     # With no API key in the database the service serves one local admin; False refuses every request instead.
     open_without_keys: bool = True
     # How long a resolved key stays cached in the process (a revocation by another process waits this long).
@@ -299,6 +301,9 @@ class Settings(BaseSettings):
     demo_catalog: bool = Field(
         default=True, description="Index the bundled tool lists of eight real MCP servers when the catalog is empty"
     )
+    # Swagger UI (/docs) and ReDoc (/redoc) load their scripts from a CDN at a floating version onto the API's
+    # origin, where any script acts with the console's session: off unless asked (/openapi.json is always there).
+    docs_ui: bool = Field(default=False, description="Serve /docs and /redoc (their scripts come from a CDN)")
     db: DatabaseSettings = Field(default_factory=DatabaseSettings)
     index: IndexSettings = Field(default_factory=IndexSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)

@@ -52,16 +52,26 @@ async def list_tools(
     offset: int = 0,
     allowed: frozenset[str] | None = None,
 ) -> tuple[list[Tool], int]:
-    """A page of active tools, ordered by qualified name, and the total."""
-    query = select(Tool).where(Tool.deprecated.is_(False))
+    """A page of active tools, ordered by qualified name, and the total. Only the page's rows are read (reading
+    every row of a 100k-tool catalog cost 2.5 s of the event loop a request); with a tag, whose column is a JSON
+    list, the names and tags of the others are."""
+    terms = [Tool.deprecated.is_(False)]
     if server:
-        query = query.where(Tool.server_id == server)
+        terms.append(Tool.server_id == server)
     if allowed is not None:
-        query = query.where(among(Tool.qualified_name, allowed))
-    rows = (await session.scalars(query.order_by(Tool.qualified_name))).all()
+        terms.append(among(Tool.qualified_name, allowed))
     if tag:
-        rows = [r for r in rows if tag in (r.tags or [])]
-    return list(rows[offset : offset + limit]), len(rows)
+        tagged = await session.execute(
+            select(Tool.qualified_name, Tool.tags).where(*terms).order_by(Tool.qualified_name)
+        )
+        names = [name for name, tags in tagged if tag in (tags or [])]
+        page = names[offset : offset + limit]
+        terms, total = [Tool.qualified_name.in_(page)], len(names)
+    else:
+        total = int(await session.scalar(select(func.count()).select_from(Tool).where(*terms)) or 0)
+    query = select(Tool).where(*terms).order_by(Tool.qualified_name)
+    rows = (await session.scalars(query if tag else query.offset(offset).limit(limit))).all()
+    return list(rows), total
 
 
 async def list_visible_tools(

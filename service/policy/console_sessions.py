@@ -51,6 +51,10 @@ def hash_session(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
 
+def client_address(request: Request) -> str:
+    return request.client.host if request.client is not None else "?"
+
+
 def is_console_request(request: Request) -> bool:
     return bool(request.scope.get(SCOPE_MARK))
 
@@ -107,8 +111,7 @@ async def open_session(resources: Resources, request: Request, key: str | None) 
     refuse_cross_site(request)
     if not key:
         raise Unauthorized("Sign in with an API key: send it as `key` in the body or as `Authorization: Bearer`")
-    address = request.client.host if request.client is not None else "?"
-    caller = await key_resolver(resources).resolve(key, address)
+    caller = await key_resolver(resources).resolve(key, client_address(request))
     if caller.key_id is None:  # an open caller has no key to act as
         raise Unauthorized("The API key is unknown or revoked")
     idle, absolute = lifetimes(resources)
@@ -130,11 +133,14 @@ async def session_caller(resources: Resources, request: Request) -> Caller | Non
     """The caller of the request's console session; None without a cookie (the request goes on as without a key).
 
     403 for a cookie on a request that is not the console's own, 401 for a session that is unknown, expired,
-    signed out or whose key was revoked. The caller still has to be charged to its key's rate limit."""
+    signed out or whose key was revoked; an unknown one is a failed authentication of the address, as a wrong key
+    is (429 while the address waits). The caller still has to be charged to its key's rate limit."""
     session_id = presented_session(request)
     if session_id is None:
         return None
     refuse_cross_site(request)
+    resolver, address = key_resolver(resources), client_address(request)
+    resolver.admit(address)
     digest = hash_session(session_id)
     idle, absolute = lifetimes(resources)
     now = utcnow()
@@ -146,6 +152,7 @@ async def session_caller(resources: Resources, request: Request) -> Caller | Non
                 .where(ConsoleSession.id_hash == digest, ApiKey.revoked_at.is_(None))
             )
         ).first()
+        resolver.counted(address, found is not None)
         if found is None:
             raise Unauthorized("The console session ended (signed out, expired or its key revoked); sign in again")
         row, key = found
@@ -167,11 +174,17 @@ async def session_caller(resources: Resources, request: Request) -> Caller | Non
 
 
 async def close_session(resources: Resources, request: Request) -> None:
-    """Sign-out: delete the request's session (there may be none left; the cookie is cleared either way)."""
+    """Sign-out: delete the request's session (there may be none left; the cookie is cleared either way). An
+    unknown one counts as a failed authentication, so forged cookies cost no more queries here than elsewhere."""
     session_id = presented_session(request)
     refuse_cross_site(request)
     if session_id is None:
         return
+    resolver, address = key_resolver(resources), client_address(request)
+    resolver.admit(address)
     async with resources.session() as session:
-        await session.execute(delete(ConsoleSession).where(ConsoleSession.id_hash == hash_session(session_id)))
+        deleted = await session.execute(
+            delete(ConsoleSession).where(ConsoleSession.id_hash == hash_session(session_id))
+        )
         await session.commit()
+    resolver.counted(address, bool(getattr(deleted, "rowcount", 0)))

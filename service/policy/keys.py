@@ -163,16 +163,26 @@ class KeyResolver:
             self._cache.popitem(last=False)
         return caller
 
+    def admit(self, address: str) -> None:
+        """429 while this address waits after failed authentications: a guesser of keys or of console sessions
+        waits before its next guess is even looked up, so wrong guesses cost time, not queries."""
+        if (wait := self.failures.wait(address)) > 0:
+            raise RateLimited("Too many failed authentications from this address", retry_after=wait)
+
+    def counted(self, address: str, found: bool) -> None:
+        """Record whether the credential this address presented was found."""
+        if found:
+            self.failures.succeeded(address)
+        else:
+            self.failures.failed(address)
+
     async def resolve(self, presented: str | None, address: str = "?") -> Caller:
         if presented:
-            # A guesser waits before its next key is even looked up: wrong keys cost time, not queries.
-            if (wait := self.failures.wait(address)) > 0:
-                raise RateLimited("Too many failed authentications from this address", retry_after=wait)
+            self.admit(address)
             caller = await self.lookup(presented)
+            self.counted(address, caller is not None)
             if caller is None:
-                self.failures.failed(address)
                 raise Unauthorized("The API key is unknown or revoked")
-            self.failures.succeeded(address)
         elif await self.keys_exist():
             raise Unauthorized("An API key is required: send `Authorization: Bearer <key>` or `X-API-Key`")
         elif self.open_allowed:

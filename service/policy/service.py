@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -24,7 +25,7 @@ from service.db.models import Tool
 from service.errors import PermissionDenied
 from service.policy.approvals import approval_required, arguments_digest, consume_approval, request_approval
 from service.policy.callers import Caller
-from service.policy.console_sessions import session_caller
+from service.policy.console_sessions import client_address, session_caller
 from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
@@ -162,6 +163,21 @@ def visible_names(resources: Resources, caller: Caller) -> frozenset[str] | None
     return permission_filter(resources, caller, SearchFilter()).allowed
 
 
+def usable_names(resources: Resources, caller: Caller) -> Sequence[str]:
+    """The active tools this caller may use, in order, as search filters them: from the cached sets, never the
+    catalog's rows (reading and checking each of them cost 0.35 s of the event loop on 100k tools)."""
+    visible = visible_names(resources, caller)
+    if visible is not None:
+        return _in_order(visible)
+    return resources.retriever.directory.names() if resources.retriever is not None else []
+
+
+@functools.lru_cache(maxsize=16)
+def _in_order(names: frozenset[str]) -> tuple[str, ...]:
+    # Once per cached set: the policy hands out the same object until the catalog or the permissions change.
+    return tuple(sorted(names))
+
+
 def permission_filter(resources: Resources, caller: Caller, base: SearchFilter) -> SearchFilter:
     """The search filter of this caller: `base` (servers, tags) narrowed to the tools the caller may use.
 
@@ -224,13 +240,12 @@ async def resolve_caller(request: Request) -> Caller:
     """The caller of a request: its API key, else (under /console/api) its console session. With no API keys
     configured the service runs open for one local user."""
     resources = request.app.state.resources
-    address = request.client.host if request.client is not None else "?"
     resolver = key_resolver(resources)
     key = presented_key(request)
     if key is None and (by_session := await session_caller(resources, request)) is not None:
         caller = await resolver.charge(by_session)
     else:
-        caller = await resolver.resolve(key, address)
+        caller = await resolver.resolve(key, client_address(request))
     request.state.caller = caller  # for the request's log line (observability reads it when the request ends)
     await ensure_fresh(resources)
     return caller

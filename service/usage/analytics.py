@@ -343,11 +343,18 @@ async def unanswered_searches(
 
 
 async def never_found(session: AsyncSession, scope: Scope, limit: int = 100) -> list[dict[str, Any]]:
-    """Active tools that no search returned (since `scope.since` when set), with their calls by name."""
-    T, SS, TS = Tool.__table__.c, ToolSearchStats.__table__.c, ToolStats.__table__.c
+    """Active tools that no search returned (since `scope.since` when set), with their calls by name: every
+    caller's for an admin, the reader's own for a reader scoped to one caller."""
+    T, SS = Tool.__table__.c, ToolSearchStats.__table__.c
     not_returned = SS.tool.is_(None) | (SS.appearances == 0)
     if scope.since is not None:
         not_returned = not_returned | (SS.last_returned_at < scope.since)
+    if scope.caller is None:
+        calls = ToolStats.__table__
+    else:
+        calls = (
+            select(D.tool, func.sum(D.calls).label("calls")).where(D.caller == scope.caller).group_by(D.tool).subquery()
+        )
     rows = (
         await session.execute(
             select(
@@ -355,11 +362,11 @@ async def never_found(session: AsyncSession, scope: Scope, limit: int = 100) -> 
                 T.server_id,
                 T.first_seen_at,
                 SS.last_returned_at,
-                func.coalesce(TS.calls, 0).label("calls"),
+                func.coalesce(calls.c.calls, 0).label("calls"),
             )
             .select_from(
                 Tool.__table__.outerjoin(ToolSearchStats.__table__, SS.tool == T.qualified_name).outerjoin(
-                    ToolStats.__table__, TS.tool == T.qualified_name
+                    calls, calls.c.tool == T.qualified_name
                 )
             )
             .where(T.deprecated.is_(False), not_returned, *tool_terms(T.qualified_name, scope))

@@ -5,33 +5,58 @@ from __future__ import annotations
 import httpx
 
 TIME_TOOLS = [
-    {"server": "time", "name": "get_current_time", "description": "Get current time in a specific timezone",
-     "input_schema": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}},
-    {"server": "time", "name": "convert_time", "description": "Convert time between timezones",
-     "input_schema": {"type": "object", "properties": {"source_timezone": {"type": "string"}}}},
+    {
+        "server": "time",
+        "name": "get_current_time",
+        "description": "Get current time in a specific timezone",
+        "input_schema": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]},
+    },
+    {
+        "server": "time",
+        "name": "convert_time",
+        "description": "Convert time between timezones",
+        "input_schema": {"type": "object", "properties": {"source_timezone": {"type": "string"}}},
+    },
 ]
 
 
 async def test_register_counts_created_updated_unchanged_and_errors(client: httpx.AsyncClient) -> None:
     first = await client.post("/tools", json={"tools": TIME_TOOLS})
     assert first.status_code == 200
-    assert first.json() | {"tools": None} == {"created": 2, "updated": 0, "unchanged": 0, "removed": 0,
-                                              "errors": [], "tools": None}
-    changed = [{**TIME_TOOLS[0], "description": "Current time in a timezone"}, TIME_TOOLS[1],
-               {"server": "time", "name": "bad", "input_schema": {"type": "array"}}]
+    assert first.json() | {"tools": None} == {
+        "created": 2,
+        "updated": 0,
+        "unchanged": 0,
+        "removed": 0,
+        "errors": [],
+        "tools": None,
+    }
+    changed = [
+        {**TIME_TOOLS[0], "description": "Current time in a timezone"},
+        TIME_TOOLS[1],
+        {"server": "time", "name": "bad", "input_schema": {"type": "array"}},
+    ]
     second = (await client.post("/tools", json={"tools": changed})).json()
     assert (second["created"], second["updated"], second["unchanged"]) == (0, 1, 1)
-    assert second["errors"] == [{"index": 2, "tool": "bad", "pointer": "/2/input_schema", "field": "input_schema",
-                                 "reason": "input_schema must describe an object (type \"object\"), not 'array'",
-                                 "kind": "invalid"}]
+    assert second["errors"] == [
+        {
+            "index": 2,
+            "tool": "bad",
+            "pointer": "/2/input_schema",
+            "field": "input_schema",
+            "reason": "input_schema must describe an object (type \"object\"), not 'array'",
+            "kind": "invalid",
+        }
+    ]
     tool = (await client.get("/tools/time__get_current_time")).json()
     assert tool["description"] == "Current time in a timezone"
     assert tool["tool"] == "get_current_time" and tool["server"] == "time"
 
 
 async def test_a_batch_where_every_tool_is_bad_is_a_422_problem(client: httpx.AsyncClient) -> None:
-    response = await client.post("/tools", json={"tools": [{"server": "s"}, {"name": "x", "server": "s",
-                                                                             "input_schema": "nope"}]})
+    response = await client.post(
+        "/tools", json={"tools": [{"server": "s"}, {"name": "x", "server": "s", "input_schema": "nope"}]}
+    )
     assert response.status_code == 422
     assert response.headers["content-type"] == "application/problem+json"
     body = response.json()
@@ -64,6 +89,10 @@ async def test_list_filters_by_server_and_pages(client: httpx.AsyncClient) -> No
     assert page["total"] == 2 and [t["name"] for t in page["tools"]] == ["time__convert_time"]
     page = (await client.get("/tools", params={"offset": 2})).json()
     assert [t["name"] for t in page["tools"]] == ["time__get_current_time"]
+    tagged = [{"server": "tz", "name": f"zone_{i}", "tags": ["tz"] if i % 2 else []} for i in range(6)]
+    await client.post("/tools", json={"tools": tagged})
+    page = (await client.get("/tools", params={"tag": "tz", "limit": 2, "offset": 1})).json()
+    assert page["total"] == 3 and [t["name"] for t in page["tools"]] == ["tz__zone_3", "tz__zone_5"]
 
 
 async def test_delete_removes_from_catalog_and_search(client: httpx.AsyncClient) -> None:
@@ -88,13 +117,16 @@ async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
 
 async def test_servers_described_with_a_batch_rank_their_tools(client: httpx.AsyncClient) -> None:
     weather = {"server": "weather", "name": "get_forecast", "description": "Forecast for a city"}
-    servers = {"time": {"title": "Time", "description": "Clocks and time zones", "instructions": "Use IANA names"},
-               "weather": {"description": "Weather forecasts", "version": "1.2"}}
+    servers = {
+        "time": {"title": "Time", "description": "Clocks and time zones", "instructions": "Use IANA names"},
+        "weather": {"description": "Weather forecasts", "version": "1.2"},
+    }
     assert (await client.post("/tools", json={"tools": [*TIME_TOOLS, weather], "servers": servers})).status_code == 200
     found = (await client.post("/search", json={"query": "time zones", "explain": True})).json()["results"]
     assert all("server" in r["explain"]["signals"] for r in found)
     assert {r["explain"]["similarity"]["server"] for r in found if r["server"] == "time"} != {
-        r["explain"]["similarity"]["server"] for r in found if r["server"] == "weather"}
+        r["explain"]["similarity"]["server"] for r in found if r["server"] == "weather"
+    }
     too_long = {"time": {"instructions": "x" * 20001}}
     refused = await client.post("/tools", json={"tools": TIME_TOOLS, "servers": too_long})
     assert refused.status_code == 422 and refused.headers["content-type"].startswith("application/problem+json")

@@ -280,6 +280,8 @@ async def test_analytics_show_a_non_admin_only_its_rows_and_permitted_tools(worl
     assert pairs["pairs"] == []
     assert (funnel["searches"], funnel["searches_followed_by_call"], funnel["calls"]) == (1, 1, 2)
     assert {t["tool"] for t in never["tools"]} <= VISIBLE_TO_DEV
+    # Tools no search returned count the reader's own calls: someone else's call of a tool it may use is not its.
+    assert {t["tool"]: t["calls"] for t in never["tools"]}["util__format_date"] == 0
     assert (await http.get("/analytics/tools?caller=someone-else", headers=bearer(dev))).status_code == 403
     # The admin sees every caller and tool.
     everything = (await http.get("/analytics/tools", headers=bearer(admin))).json()["tools"]
@@ -289,6 +291,8 @@ async def test_analytics_show_a_non_admin_only_its_rows_and_permitted_tools(worl
         "payroll__get_salary",
         "util__format_date",
     }
+    never_admin = (await http.get("/analytics/tools/never-found", headers=bearer(admin))).json()["tools"]
+    assert {t["tool"]: t["calls"] for t in never_admin}["util__format_date"] == 1
     mine = (await http.get("/analytics/callers?caller=someone-else", headers=bearer(admin))).json()["callers"]
     assert [(c["caller"], c["calls"]) for c in mine] == [("someone-else", 2)]
 

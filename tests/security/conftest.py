@@ -8,8 +8,8 @@ import asyncio
 import json
 import socket
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from indexer.embedding import HashingEmbedder
 from service.main import create_app
@@ -138,6 +138,24 @@ async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     """The app with the permissions file and the tools, and keys for admin, dev and approver."""
     async with opened_world(tmp_path) as opened:
         yield opened
+
+
+@contextmanager
+def statements(app: FastAPI, matching: Callable[[str], bool]) -> Iterator[list[str]]:
+    """The SQL statements the app sends while the block runs that `matching` accepts (a query the block must not
+    cost shows up here)."""
+    seen: list[str] = []
+    engine = app.state.resources.engine.sync_engine
+
+    def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if matching(statement):
+            seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
 
 
 def free_port() -> int:

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from service.db.models import Approval
-from tests.security.conftest import TOOLS, bearer, cli_key, make_settings, running
+from tests.security.conftest import TOOLS, assert_problem, bearer, cli_key, make_settings, running
 
 SECRET = "card-4111-1111-1111-1111"
 
@@ -53,3 +53,26 @@ async def test_raw_arguments_are_kept_when_configured(tmp_path: Path) -> None:
         dev = await cli_key(app, "dev-agent", ["dev"])
         problem = await request_approval(http, dev)
         assert problem["approval"]["arguments"]["token"] == SECRET
+
+
+async def test_a_caller_cannot_flood_the_approvers_queue(tmp_path: Path) -> None:
+    """Each destructive call with new arguments asks for an approval: past policy.max_pending_approvals waiting
+    ones, a caller's next call is a 429 naming the limit, not one more request the approvers must wade through."""
+    async with running(make_settings(tmp_path, policy={"max_pending_approvals": 3})) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        assert (await http.post("/tools", json={"tools": TOOLS}, headers=bearer(admin))).status_code == 200
+        dev = await cli_key(app, "dev-agent", ["dev"])
+
+        async def purge(service: str) -> Any:
+            body = {"name": "util__purge_cache", "arguments": {"service": service}}
+            return await http.post("/execute", json=body, headers=bearer(dev))
+
+        for i in range(3):
+            assert (await purge(f"s{i}")).json()["type"].endswith("/approval-required")
+        assert (await purge("s0")).json()["type"].endswith("/approval-required")  # the same call: its request
+        refused = assert_problem(await purge("s3"), 429, "rate-limited")
+        assert refused["limit"] == "policy.max_pending_approvals" and "3 approvals" in refused["detail"]
+        assert len(await stored(app)) == 3
+        other = await cli_key(app, "other-agent", ["dev"])  # another caller's queue is its own
+        body = {"name": "util__purge_cache", "arguments": {"service": "s9"}}
+        assert (await http.post("/execute", json=body, headers=bearer(other))).status_code == 403

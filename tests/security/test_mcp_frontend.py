@@ -18,6 +18,13 @@ from service.mcp.serve import http_app
 from service.mcp.server import create_frontend
 from tests.security.conftest import free_port, make_settings
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+}
+
 
 class PathRecorder:
     """An ASGI wrapper that records the path of every request reaching the REST app."""
@@ -101,16 +108,7 @@ async def test_http_front_end_requires_its_bearer_key_and_slows_guessers(world: 
     import anyio
 
     task = asyncio.create_task(server.serve())
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "probe", "version": "1"},
-        },
-    }
+    initialize = INITIALIZE
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     try:
         with anyio.fail_after(30):
@@ -135,3 +133,26 @@ async def test_http_front_end_requires_its_bearer_key_and_slows_guessers(world: 
         server.should_exit = True
         with anyio.fail_after(30):
             await task
+
+
+async def test_a_web_page_cannot_drive_the_keyless_loopback_front_end(world: dict[str, Any]) -> None:
+    """Without frontend.http_api_key the HTTP front end listens on loopback only, with the API key of its
+    configuration: a page in the user's browser must not reach it. A page of another site is refused by its Origin,
+    one of another localhost port may only send what needs no CORS preflight (text/plain), which is refused, and
+    nothing answers the preflight that a JSON post needs. (Held in this pass; it rests on the MCP SDK's checks.)"""
+    settings = make_settings(world["tmp_path"])
+    settings.frontend.api_key = world["admin"]
+    frontend = create_frontend(settings, transport="http", api_transport=httpx.ASGITransport(app=world["app"]))
+    app = http_app(frontend, host="127.0.0.1")
+    initialize = json.dumps(INITIALIZE)
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8766") as http:
+            foreign = {**accept, "Origin": "https://attacker.example", "Content-Type": "application/json"}
+            assert (await http.post("/mcp", content=initialize, headers=foreign)).status_code == 403
+            simple = {**accept, "Origin": "http://localhost:3000", "Content-Type": "text/plain"}
+            assert (await http.post("/mcp", content=initialize, headers=simple)).status_code == 400
+            preflight = {"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"}
+            answer = await http.options("/mcp", headers=preflight)
+            assert answer.status_code >= 400 and "access-control-allow-origin" not in answer.headers

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from sqlalchemy import event
+import pytest
 
 from service.db.models import Execution
 from service.execution.runtime import get_gateway
-from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running
+from service.policy.console_sessions import COOKIE
+from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running, statements
 
 
 async def test_a_batch_costs_one_token_per_call(tmp_path: Path) -> None:
@@ -27,34 +29,40 @@ async def test_a_batch_costs_one_token_per_call(tmp_path: Path) -> None:
         assert small.status_code == 200 and small.json()["failed"] == 4
 
 
-async def test_wrong_keys_are_slowed_per_address_and_stop_costing_queries(tmp_path: Path) -> None:
+# A wrong credential of each kind: how it is presented, the requests that present it, the table its lookup reads.
+GUESSES: dict[str, tuple[Callable[[str], dict[str, str]], list[tuple[str, str]], str]] = {
+    "api key": (lambda guess: bearer(f"tsk_{guess}"), [("GET", "/tools")], "api_keys"),
+    # An unknown console session id is a failed authentication too, and so is signing out of one.
+    "console session": (
+        lambda guess: {"X-Toolscout-Console": "1", "Cookie": f"{COOKIE}={guess}"},
+        [("GET", "/console/api/tools"), ("DELETE", "/console/api/session")],
+        "console_sessions",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", GUESSES)
+async def test_wrong_credentials_are_slowed_per_address_and_stop_costing_queries(tmp_path: Path, kind: str) -> None:
+    present, requests, table = GUESSES[kind]
     settings = make_settings(tmp_path, permissions=None, policy={"auth_failures_free": 3})
     async with running(settings) as (app, http):
         admin = await cli_key(app, "root", ["admin"])
-        key_queries: list[str] = []
-        engine = app.state.resources.engine.sync_engine
-
-        def record(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-            if "api_keys" in statement:
-                key_queries.append(statement)
-
-        event.listen(engine, "before_cursor_execute", record)
-        try:
+        method, path = requests[0]
+        with statements(app, lambda statement: table in statement) as lookups:
             for i in range(4):  # three free failures, then the fourth imposes a delay
-                assert_problem(await http.get("/tools", headers=bearer(f"tsk_guess_{i}")), 401, "unauthorized")
-            queries = len(key_queries)
-            blocked = await http.get("/tools", headers=bearer("tsk_guess_next"))
+                assert_problem(await http.request(method, path, headers=present(f"guess-{i}")), 401, "unauthorized")
+            queries = len(lookups)
+            blocked = await http.request(method, path, headers=present("guess-next"))
             assert_problem(blocked, 429, "rate-limited")
             assert int(blocked.headers["retry-after"]) >= 1
             for i in range(20):
-                assert (await http.get("/tools", headers=bearer(f"tsk_more_{i}"))).status_code == 429
-            assert len(key_queries) == queries  # guesses while blocked never reach the database
-        finally:
-            event.remove(engine, "before_cursor_execute", record)
+                for method, path in requests:
+                    assert (await http.request(method, path, headers=present(f"more-{i}"))).status_code == 429
+            assert len(lookups) == queries  # guesses while blocked never reach the database
         # Another address is not affected.
         other = httpx.ASGITransport(app=app, client=("192.0.2.7", 4000))
         async with httpx.AsyncClient(transport=other, base_url="http://localhost") as elsewhere:
-            assert (await elsewhere.get("/tools", headers=bearer(admin))).status_code == 200
+            assert (await elsewhere.get(requests[0][1], headers=bearer(admin))).status_code == 200
 
 
 def test_failure_delay_doubles_and_is_bounded() -> None:

@@ -20,9 +20,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from service.db.models import Approval, Tool
+from service.db.models import Approval
 from service.errors import (
     ApprovalRequired,
+    BadRequest,
     InvalidArguments,
     InvalidRequest,
     NotFound,
@@ -32,18 +33,16 @@ from service.errors import (
     unexpected_error,
 )
 from service.execution.executor import ExecutionResult, status_of
-from service.execution.results import measure
+from service.execution.results import RUN_RESULT_TOOL, measure
 from service.execution.runtime import get_gateway
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
 from service.policy.keys import key_resolver
-from service.policy.service import caller_rules
+from service.policy.service import usable_names
 from service.resources import Resources
 from service.search.service import log_search, result_view, search_tools
 
 from .sandbox import Sandbox
-
-RUN_RESULT_TOOL = "run_script"
 
 
 def script_error(kind: str, message: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
@@ -181,7 +180,7 @@ class CodeMode:
         settings = self.resources.settings.code_mode
         config = {
             "script": script,
-            "tools": await self._tool_names(run.caller),
+            "tools": usable_names(self.resources, run.caller),
             "memory_bytes": settings.memory_mib * 1024 * 1024,
             "process_memory_bytes": settings.process_memory_mib * 1024 * 1024,
             "cpu_seconds": budget,
@@ -274,6 +273,8 @@ class CodeMode:
                 if isinstance(error, RateLimited)
                 else "not_found"
                 if isinstance(error, NotFound)
+                else "invalid_arguments"
+                if isinstance(error, BadRequest)  # a search's query past its limit: the script's to fix
                 else status_of(error)
             )
             record.error = error.problem()
@@ -326,15 +327,6 @@ class CodeMode:
         for record in run.calls:
             if record.status == "running":
                 record.status = "cancelled"
-
-    async def _tool_names(self, caller: Caller) -> list[str]:
-        """The active tools this caller may use."""
-        async with self.resources.session() as session:
-            rows = (
-                await session.execute(select(Tool.qualified_name, Tool.server_id).where(Tool.deprecated.is_(False)))
-            ).all()
-        rules = caller_rules(self.resources, caller)
-        return sorted(name for name, server in rows if rules.permits(name, server))
 
     async def _approvals(self, caller: Caller, approval_ids: Sequence[str]) -> dict[tuple[str, str], list[str]]:
         """The caller's approvals among these ids, by (tool, argument digest)."""
