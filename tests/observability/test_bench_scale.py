@@ -1,0 +1,21 @@
+"""`toolscout bench scale`'s arithmetic: each round's p50 over the reference size's p50 of the same round."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.benchmarks.scale import ratios
+
+
+def test_each_round_is_compared_with_the_reference_served_next_to_it() -> None:
+    p50s = {
+        10_000: {"short": [6.0, 8.0, 7.0], "long": [15.0, 16.0, 18.0]},
+        100_000: {"short": [9.0, 10.0, 14.0], "long": [24.0, 24.0, 27.0]},
+    }
+    out = ratios(p50s, 10_000)
+    assert out[10_000]["short"]["per_round"] == [1.0, 1.0, 1.0]
+    assert out[100_000]["short"]["per_round"] == [1.5, 1.25, 2.0]
+    assert out[100_000]["short"]["median_of_rounds"] == 1.5
+    assert out[100_000]["short"]["of_medians"] == pytest.approx(10.0 / 7.0, abs=1e-3)
+    assert out[100_000]["long"]["per_round"] == [1.6, 1.5, 1.5]
+    assert out[100_000]["long"]["p50_ms"] == [24.0, 24.0, 27.0]
