@@ -74,6 +74,14 @@ async def test_a_start_up_refusal_is_logged_as_its_message_not_a_traceback() -> 
             "Is another `toolscout serve` using /srv/data?",
         }
     ]
+    unwritable = "Traceback ...\nNotADirectoryError: [Errno 20] Not a directory: '/srv/data'"
+    assert await _failed_start(unwritable) == [
+        {
+            "type": "lifespan.startup.failed",
+            "message": "[Errno 20] Not a directory: '/srv/data' (TOOLSCOUT_DATA_DIR, /srv/data, must be a folder "
+            "this user may write)",
+        }
+    ]
     other = "Traceback ...\nKeyError: 'x'"  # a bug keeps its traceback
     assert await _failed_start(other) == [{"type": "lifespan.startup.failed", "message": other}]
 

@@ -29,6 +29,7 @@ from service.benchmarks.search import (
 )
 from service.settings import Settings
 
+READY_TIMEOUT_SECONDS = 300.0
 # wrk's Lua side: cycle the request bodies, print the summary as JSON (latencies in microseconds).
 WRK_SCRIPT = """
 local bodies = {%s}
@@ -105,6 +106,24 @@ def embedding_floor_ms(queries: list[str]) -> float:
     return embedding_median_ms(embedder, queries)
 
 
+class ServerNotReady(RuntimeError):
+    """The benchmark's server exited or never answered /readyz."""
+
+
+def wait_until_ready(process: subprocess.Popen[bytes], url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (code := process.poll()) is not None:
+            raise ServerNotReady(f"toolscout serve exited with status {code} before it was ready")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise ServerNotReady(f"toolscout serve was not ready after {timeout:.0f} s")
+
+
 def start_server(tools: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     """`toolscout serve` in a child process on a free port, with `tools` distinct tools registered (none when 0:
     a restart on the data folder of an earlier run)."""
@@ -128,15 +147,18 @@ def start_server(tools: int, data_dir: Path) -> tuple[subprocess.Popen[bytes], s
         "--port",
         str(port),
     ]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    errors = tempfile.TemporaryFile()  # the server's stderr: what to say when it does not start
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=errors)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    try:
+        wait_until_ready(process, url, READY_TIMEOUT_SECONDS)
+    except ServerNotReady as exc:
+        stop_server(process)
+        errors.seek(0)
+        said = [line.strip() for line in errors.read().decode(errors="replace").splitlines() if line.strip()]
+        raise ServerNotReady(": ".join([str(exc), " | ".join(said[-2:])]) if said else str(exc)) from None
+    finally:
+        errors.close()
     catalog = build_catalog(source_tools(), tools) if tools else []
     with httpx.Client(base_url=url, timeout=3600) as client:
         for offset in range(0, len(catalog), POST_BATCH):
@@ -167,6 +189,14 @@ def stop_server(process: subprocess.Popen[bytes]) -> str | None:
 def run(args: argparse.Namespace) -> int:
     if wrk_missing():
         return 2
+    try:
+        return _run(args)
+    except ServerNotReady as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     kinds = {kind: bench_queries(kind, args.queries) for kind in ("short", "long")}
     result: dict[str, Any] = {"floor_ms": {kind: embedding_floor_ms(floor_sample(q)) for kind, q in kinds.items()}}
     with tempfile.TemporaryDirectory(prefix="toolscout-load-") as tmp:

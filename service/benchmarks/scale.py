@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service.benchmarks.load import start_server, stop_server, wrk_missing, wrk_run
+from service.benchmarks.load import ServerNotReady, start_server, stop_server, wrk_missing, wrk_run
 from service.benchmarks.search import bench_queries, peak_rss_mb
 
 KINDS = ("short", "long")
@@ -92,6 +92,14 @@ def run(args: argparse.Namespace) -> int:
     if not sizes or any(s <= 0 for s in sizes) or args.rounds < 1:
         print("error: --sizes takes positive catalog sizes, --rounds at least 1", file=sys.stderr)
         return 2
+    try:
+        return _run(args, sizes)
+    except (ServerNotReady, OSError) as exc:  # OSError: a --data-root that cannot hold the data folders
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace, sizes: list[int]) -> int:
     queries = {kind: bench_queries(kind, args.queries) for kind in KINDS}
     with tempfile.TemporaryDirectory(prefix="toolscout-scale-") as tmp:
         root = args.data_root or Path(tmp)

@@ -83,9 +83,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 class ExplainedStartFailure:
     """The app, whose start-up failures that say what to do (open mode refused, the data folder's index held by
-    another process) uvicorn logs as their message rather than a whole traceback."""
+    another process, a data folder that cannot be written) uvicorn logs as their message rather than a whole
+    traceback."""
 
-    EXPLAINED = ("service.security.openmode.StartupRefused: ", "indexer.index.base.IndexBackendError: ")
+    # The last line of the failure's traceback -> what to add to its message ({data_dir}: the data folder).
+    EXPLAINED = {
+        "service.security.openmode.StartupRefused: ": "",
+        "indexer.index.base.IndexBackendError: ": ". Is another `toolscout serve` using {data_dir}?",
+        **{
+            f"{error}: ": " (TOOLSCOUT_DATA_DIR, {data_dir}, must be a folder this user may write)"
+            for error in ("NotADirectoryError", "PermissionError", "FileExistsError", "FileNotFoundError")
+        },
+    }
 
     def __init__(self, app: Any, data_dir: Path) -> None:
         self.app, self.data_dir = app, data_dir
@@ -96,10 +105,9 @@ class ExplainedStartFailure:
 
         async def send_explained(message: dict[str, Any]) -> None:
             last = (message.get("message") or "").strip().splitlines()[-1:]
-            if message["type"] == "lifespan.startup.failed" and last and last[0].startswith(self.EXPLAINED):
-                explained = last[0].split(": ", 1)[1]
-                if last[0].startswith(self.EXPLAINED[1]):
-                    explained += f". Is another `toolscout serve` using {self.data_dir}?"
+            prefix = next((p for p in self.EXPLAINED if last and last[0].startswith(p)), None)
+            if message["type"] == "lifespan.startup.failed" and prefix is not None:
+                explained = last[0].removeprefix(prefix) + self.EXPLAINED[prefix].format(data_dir=self.data_dir)
                 message = {**message, "message": explained}
             await send(message)
 

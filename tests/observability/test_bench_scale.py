@@ -1,9 +1,13 @@
-"""`toolscout bench scale`'s arithmetic: each round's p50 over the reference size's p50 of the same round."""
+"""`toolscout bench scale`'s arithmetic (each round's p50 over the reference size's p50 of the same round), and the
+benchmarks' server that does not start."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from service.benchmarks.load import ServerNotReady, start_server
 from service.benchmarks.scale import ratios
 
 
@@ -19,3 +23,13 @@ def test_each_round_is_compared_with_the_reference_served_next_to_it() -> None:
     assert out[100_000]["short"]["of_medians"] == pytest.approx(10.0 / 7.0, abs=1e-3)
     assert out[100_000]["long"]["per_round"] == [1.6, 1.5, 1.5]
     assert out[100_000]["long"]["p50_ms"] == [24.0, 24.0, 27.0]
+
+
+def test_a_benchmark_server_that_cannot_start_is_one_line_of_why(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    with pytest.raises(ServerNotReady) as raised:
+        start_server(0, not_a_folder / "data")
+    message = str(raised.value)
+    assert message.startswith("toolscout serve exited with status 3 before it was ready: ")
+    assert "Not a directory" in message and "Traceback" not in message
