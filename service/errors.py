@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
@@ -208,6 +209,11 @@ def problem_responses() -> dict[int | str, dict[str, Any]]:
     """The error answers of every route, for the OpenAPI document."""
     content = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
     return {status: {"model": Problem, "description": text, "content": content} for status, text in _DOCUMENTED.items()}
+
+
+def json_pointer(parts: Iterable[Any]) -> str:
+    """An RFC 6901 JSON pointer to the value at these keys and indices ("" is the whole document)."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 def echoed_path(path: str) -> str:

@@ -80,6 +80,19 @@ class SignalQuery:
     # field vector (`centred_cosines`); 0 scores the stored vectors as they are.
     centre: float = 0.0
 
+    def dense_vector(self) -> list[float]:
+        """The dense vector of a field's query (ValueError without one)."""
+        if self.dense is None:
+            raise ValueError(f"a {self.signal} SignalQuery needs a dense vector")
+        return self.dense
+
+    def lexical_terms(self) -> list[int]:
+        """The term indices of the lexical query, to be weighted by their IDF in the caller's scope (ValueError
+        without a sparse vector)."""
+        if self.sparse is None:
+            raise ValueError("a lexical SignalQuery needs a sparse vector")
+        return self.sparse.indices
+
 
 class Hit(NamedTuple):
     """A candidate from one signal: a tool's name and score (a tuple: a search makes hundreds, two thousand for a

@@ -276,13 +276,9 @@ class EdgeIndex:
         """The shard's query for a signal query; a lexical one weighted by its terms' IDF in the caller's scope
         (None when no tool there holds any of its terms: nothing to find)."""
         if query.signal != LEXICAL_FIELD:
-            return _query(query)
-        if query.sparse is None:
-            raise ValueError("a lexical SignalQuery needs a sparse vector")
-        terms, weights = self.terms.weights(query.sparse.indices, where)
-        if not terms:
-            return None
-        return qe.Query.Nearest(qe.SparseVector(terms, weights), using=LEXICAL_FIELD)
+            return qe.Query.Nearest(query.dense_vector(), using=query.signal)
+        terms, weights = self.terms.weights(query.lexical_terms(), where)
+        return qe.Query.Nearest(qe.SparseVector(terms, weights), using=LEXICAL_FIELD) if terms else None
 
     def _within(self, names: frozenset[str], flt: qe.Filter | None) -> qe.Filter:
         """The filter of a query over named tools only (and the caller's filter, when there is one)."""
@@ -332,12 +328,6 @@ def _drop_older_layout(path: Path) -> None:
 def _vectors(point: IndexPoint, pool: list[float]) -> dict[str, Any]:
     sparse = qe.SparseVector(point.lexical.indices, point.lexical.values)
     return {**point.vectors, POOL_FIELD: pool, LEXICAL_FIELD: sparse}
-
-
-def _query(query: SignalQuery) -> qe.Query:
-    if query.dense is None:
-        raise ValueError(f"a {query.signal} SignalQuery needs a dense vector")
-    return qe.Query.Nearest(query.dense, using=query.signal)
 
 
 def _filter(where: SearchFilter) -> qe.Filter | None:

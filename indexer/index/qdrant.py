@@ -305,10 +305,8 @@ class QdrantIndex:
         """The collection's query for a signal query; a lexical one weighted by its terms' IDF in the caller's
         scope (None when no tool there holds any of its terms: nothing to find)."""
         if query.signal != LEXICAL_FIELD:
-            return _query(query)
-        if query.sparse is None:
-            raise ValueError("a lexical SignalQuery needs a sparse vector")
-        terms, weights = self.scopes.weights(query.sparse.indices, where)
+            return query.dense_vector()
+        terms, weights = self.scopes.weights(query.lexical_terms(), where)
         return models.SparseVector(indices=terms, values=weights) if terms else None
 
     def fused_search(
@@ -357,12 +355,6 @@ class QdrantIndex:
         """Release the client (a ':memory:' collection is gone afterwards)."""
         with _backend("close"):
             self._client.close()
-
-
-def _query(query: SignalQuery) -> list[float]:
-    if query.dense is None:
-        raise ValueError(f"a {query.signal} SignalQuery needs a dense vector")
-    return query.dense
 
 
 def _centred(query: SignalQuery) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -24,7 +24,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import extend, validator_for
 
 from service.db.models import Tool
-from service.errors import InvalidArguments, InvalidTool
+from service.errors import InvalidArguments, InvalidTool, json_pointer
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +33,6 @@ MAX_REPORTED_ERRORS = 20
 MAX_ARGUMENT_DEPTH = 100
 MAX_REASON_CHARS = 300  # jsonschema's messages repeat the value: a 5 MB bad string made a 5 MB problem body
 _VALIDATOR_CACHE_SIZE = 4096
-
-
-def _pointer(parts: Sequence[Any]) -> str:
-    """An RFC 6901 JSON pointer ("" is the whole document)."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 class _Unmatchable(Exception):
@@ -178,7 +173,7 @@ class ArgumentValidator:
             reason = error.message
             if len(reason) > MAX_REASON_CHARS:
                 reason = f"{reason[: MAX_REASON_CHARS - 20]}… ({len(reason):,} characters)"
-            found.append({"pointer": _pointer(path), "reason": reason, "keyword": str(error.validator)})
+            found.append({"pointer": json_pointer(path), "reason": reason, "keyword": str(error.validator)})
         found.sort(key=lambda e: (e["pointer"], e["reason"]))
         return found[:MAX_REPORTED_ERRORS]
 

@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.tools import normalize_server_id
-from service.errors import InvalidRequest
+from service.errors import InvalidRequest, json_pointer
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +80,9 @@ class ServerSpec(BaseModel):
         """The `${VAR}` references of this spec, by the JSON pointer of the field holding them, in every field that
         expansion would touch."""
         fields = {"/command": self.command or "", "/cwd": self.cwd or "", "/url": self.url or ""}
-        fields |= {f"/args/{i}": arg for i, arg in enumerate(self.args)}
-        fields |= {f"/env/{_escaped(key)}": value for key, value in self.env.items()}
-        fields |= {f"/headers/{_escaped(key)}": value for key, value in self.headers.items()}
+        fields |= {json_pointer(("args", i)): arg for i, arg in enumerate(self.args)}
+        fields |= {json_pointer(("env", key)): value for key, value in self.env.items()}
+        fields |= {json_pointer(("headers", key)): value for key, value in self.headers.items()}
         found = {pointer: [m.group(0) for m in _VARIABLE.finditer(text)] for pointer, text in fields.items()}
         return {pointer: references for pointer, references in found.items() if references}
 
@@ -102,11 +102,6 @@ class ServerSpec(BaseModel):
                 "headers": {k: _expand(v) for k, v in self.headers.items()},
             }
         )
-
-
-def _escaped(key: str) -> str:
-    """A key as one JSON pointer token (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _expand(text: str) -> str:
