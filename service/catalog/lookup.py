@@ -69,6 +69,8 @@ async def list_tools(
         terms, total = [Tool.qualified_name.in_(page)], len(names)
     else:
         total = int(await session.scalar(select(func.count()).select_from(Tool).where(*terms)) or 0)
+        if offset >= total:  # past the end: nothing to read (and an offset past 2**63 is no SQL integer)
+            return [], total
     query = select(Tool).where(*terms).order_by(Tool.qualified_name)
     rows = (await session.scalars(query if tag else query.offset(offset).limit(limit))).all()
     return list(rows), total

@@ -93,6 +93,9 @@ async def test_list_filters_by_server_and_pages(client: httpx.AsyncClient) -> No
     await client.post("/tools", json={"tools": tagged})
     page = (await client.get("/tools", params={"tag": "tz", "limit": 2, "offset": 1})).json()
     assert page["total"] == 3 and [t["name"] for t in page["tools"]] == ["tz__zone_3", "tz__zone_5"]
+    for params in ({"offset": 10**30}, {"tag": "tz", "offset": 10**30}):  # past the end, past any SQL integer
+        response = await client.get("/tools", params=params)
+        assert response.status_code == 200 and response.json()["tools"] == [], response.text
 
 
 async def test_delete_removes_from_catalog_and_search(client: httpx.AsyncClient) -> None:
