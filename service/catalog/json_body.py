@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
+
+from service.errors import json_pointer
+
+# A \\uD800-\\uDFFF escape: the only way a lone surrogate gets into a string (UTF-8 bytes cannot hold one).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _refuse_constant(name: str) -> Any:
@@ -44,12 +51,39 @@ def _without_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
+def _lone_surrogate(value: Any) -> str | None:
+    """The JSON pointer of the first string (or key) holding a lone surrogate, None when there is none."""
+    stack: list[tuple[list[Any], Any]] = [([], value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return json_pointer(path)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                stack.append((path, key))
+                stack.append(([*path, key], child))
+        elif isinstance(item, list):
+            stack.extend(([*path, index], child) for index, child in enumerate(item))
+    return None
+
+
 def strict_json(body: bytes | str) -> Any:
-    """A JSON text as the standard library reads it, NaN, Infinity, overflowing numbers and a key given twice in
-    one object refused (ValueError); integers stay exact (past 4,300 digits, a ValueError too)."""
-    return json.loads(
+    """A JSON text as the standard library reads it, NaN, Infinity, overflowing numbers, a key given twice in one
+    object and a lone surrogate (`"\\ud800"`: no character, it cannot be hashed, stored or sent on as UTF-8, a
+    500 on PostgreSQL) refused (ValueError); integers stay exact (past 4,300 digits, a ValueError too)."""
+    value = json.loads(
         body, parse_constant=_refuse_constant, parse_float=_finite, object_pairs_hook=_without_duplicate_keys
     )
+    escape = _SURROGATE_ESCAPE if isinstance(body, str) else _SURROGATE_ESCAPE_BYTES
+    if escape.search(body) and (where := _lone_surrogate(value)) is not None:  # type: ignore[arg-type]
+        raise ValueError(
+            f"a string or key at {where or '/'} holds a lone surrogate (a \\uD800-\\uDFFF escape not in a"
+            " high-low pair), which is no Unicode character"
+        )
+    return value
 
 
 class StrictJsonRequest(Request):

@@ -1,19 +1,29 @@
 """Checking a call's arguments against its tool's input schema, without trusting the schema.
 
 jsonschema does the checking, with the keywords that would run Python's re on argument strings (backtracking
-without end on a pattern such as `^(a|aa)+$`) or divide big integers into floats replaced by bounded and exact
-ones, and with `$ref` resolved within the schema only."""
+without end on a pattern such as `^(a|aa)+$`), divide big integers into floats or compare every pair of array
+items replaced by bounded, exact and linear ones, and with `$ref` resolved within the schema only.
+
+The work is bounded too, and kept off the event loop: a check runs in a worker thread and gives up after
+MAX_CHECK_CPU_SECONDS of that thread's CPU. A schema's cost is not its size: a 2 KB schema whose `$defs` each
+`allOf` two references to the next one evaluates every argument 2**30 times (hours; the event loop was held
+for as long), and an `enum` of 18,000 values or an `anyOf` of 4,000 branches over a few KB of arguments held it
+for 10-20 s."""
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+import anyio
 import jsonschema._utils
 import jsonschema_rs
 import referencing
@@ -33,10 +43,41 @@ MAX_REPORTED_ERRORS = 20
 MAX_ARGUMENT_DEPTH = 100
 MAX_REASON_CHARS = 300  # jsonschema's messages repeat the value: a 5 MB bad string made a 5 MB problem body
 _VALIDATOR_CACHE_SIZE = 4096
+# CPU time of the worker thread one check may take (a `$ref` fan-out, a huge `enum` times many arguments).
+MAX_CHECK_CPU_SECONDS = 1.0
+_STEPS_BETWEEN_CLOCK_READS = 16  # keyword evaluations cost microseconds; reading the thread's clock ~0.7 us
+CHECK_THREADS = 2  # checks running at once; the others wait their turn
 
 
 class _Unmatchable(Exception):
     """A `pattern` of an input schema that is not a regular expression."""
+
+
+class _TooCostly(Exception):
+    """Checking the arguments took more than MAX_CHECK_CPU_SECONDS."""
+
+
+class _Meter:
+    """The CPU budget of one check, read every few keyword evaluations and after every regex search."""
+
+    __slots__ = ("deadline", "steps")
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.thread_time() + seconds
+        self.steps = 0
+
+    def charge(self, steps: int) -> None:
+        self.steps += steps
+        if self.steps >= _STEPS_BETWEEN_CLOCK_READS:
+            self.steps = 0
+            self.check_clock()
+
+    def check_clock(self) -> None:
+        if time.thread_time() > self.deadline:
+            raise _TooCostly
+
+
+_METER: ContextVar[_Meter | None] = ContextVar("argument_check_meter", default=None)
 
 
 @lru_cache(maxsize=4096)
@@ -50,7 +91,11 @@ def _regex(pattern: str) -> Any:
 
 
 def _search(pattern: str, text: str) -> bool:
-    return bool(_regex(pattern).is_valid(text))
+    found = bool(_regex(pattern).is_valid(text))
+    meter = _METER.get()
+    if meter is not None:  # one search may backtrack up to the engine's limit: tens of ms with a backreference
+        meter.check_clock()
+    return found
 
 
 def _pattern(validator: Validator, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
@@ -104,6 +149,45 @@ def _multiple_of(validator: Validator, factor: Any, instance: Any, schema: Any) 
         yield ValidationError(f"{instance!r} is not a multiple of {factor}")
 
 
+def _frozen(value: Any) -> Any:
+    """A hashable value equal to another one's exactly when JSON Schema calls the two values equal (1 and 1.0
+    are, true and 1 are not; objects whatever their key order)."""
+    if isinstance(value, dict):
+        return ("object", frozenset((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list):
+        return ("array", tuple(_frozen(item) for item in value))
+    if isinstance(value, bool) or value is None:
+        return ("constant", value)
+    return ("number" if isinstance(value, int | float) else "string", value)
+
+
+def _unique_items(validator: Validator, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    """uniqueItems in linear time: jsonschema compared every pair of items that do not sort (objects, or numbers
+    mixed with strings): 8,000 items, 55 KB, took 5 s."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    _charge(len(instance))
+    if len({_frozen(item) for item in instance}) < len(instance):
+        yield ValidationError(f"{instance!r} has non-unique elements")
+
+
+def _charge(steps: int) -> None:
+    meter = _METER.get()
+    if meter is not None:
+        meter.charge(steps)
+
+
+def _metered(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    """A keyword that charges the check's meter: one step, plus one per member of a list or object value (an
+    `enum` compares the argument with each, `properties` and `anyOf` go through each)."""
+
+    def evaluate(validator: Validator, value: Any, instance: Any, schema: Any) -> Any:
+        _charge(1 + len(value) if isinstance(value, dict | list) else 1)
+        return keyword(validator, value, instance, schema)
+
+    return evaluate
+
+
 class _BoundedRe:
     """Python's `re` for jsonschema's helper module, but `search` on the bounded engine: `unevaluatedProperties`
     matches `patternProperties` there (`find_evaluated_property_keys_by_schema`), not through a keyword that
@@ -127,7 +211,15 @@ _HARDENED = {
     "patternProperties": _pattern_properties,
     "additionalProperties": _additional_properties,
     "multipleOf": _multiple_of,
+    "uniqueItems": _unique_items,
 }
+
+
+def _checking_class(schema: dict[str, Any]) -> Any:
+    """The jsonschema validator class of the schema's dialect, hardened, every keyword metered."""
+    cls = validator_for(schema, default=Draft202012Validator)
+    keywords = {**cls.VALIDATORS, **_HARDENED}
+    return extend(cls, {name: _metered(keyword) for name, keyword in keywords.items()})
 
 
 class ArgumentValidator:
@@ -135,32 +227,38 @@ class ArgumentValidator:
 
     A `$ref` is resolved within the schema only: a remote one is never fetched (jsonschema would fetch it on every
     call, from wherever the schema's author pointed it). A schema that cannot be used to check arguments (such a
-    `$ref`, one that loops, a `pattern` that is no regular expression) refuses the call (422 invalid-tool)."""
+    `$ref`, one that loops, a `pattern` that is no regular expression, one that takes more than
+    MAX_CHECK_CPU_SECONDS to check these arguments) refuses the call (422 invalid-tool)."""
 
     def __init__(self) -> None:
         self._cache: OrderedDict[tuple[str, str], Validator | None] = OrderedDict()
+        self._lock = threading.Lock()  # the cache is read and filled by the checking threads
+        self._limiter = anyio.CapacityLimiter(CHECK_THREADS)
 
     def _validator(self, tool: Tool) -> Validator | None:
         key = (tool.qualified_name, tool.content_hash)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
         schema = tool.input_schema or {}
         validator: Validator | None = None
         if schema:
-            cls = validator_for(schema, default=Draft202012Validator)
             try:
-                cls.check_schema(schema, format_checker=None)  # patterns are ECMA 262, checked by _regex
-                validator = extend(cls, _HARDENED)(schema, registry=referencing.Registry())
+                # Patterns are ECMA 262, checked by _regex. The metaschema check of a 128 KB schema takes ~0.4 s.
+                validator_for(schema, default=Draft202012Validator).check_schema(schema, format_checker=None)
+                validator = _checking_class(schema)(schema, registry=referencing.Registry())
             except SchemaError:
                 logger.warning("tool %s has an invalid input schema; arguments are not validated", tool.qualified_name)
-        self._cache[key] = validator
-        while len(self._cache) > _VALIDATOR_CACHE_SIZE:
-            self._cache.popitem(last=False)
+        with self._lock:
+            self._cache[key] = validator
+            while len(self._cache) > _VALIDATOR_CACHE_SIZE:
+                self._cache.popitem(last=False)
         return validator
 
     def errors(self, tool: Tool, arguments: dict[str, Any]) -> list[dict[str, str]]:
-        """Each error as {pointer, reason, keyword}; a missing required property points at that property."""
+        """Each error as {pointer, reason, keyword}; a missing required property points at that property. Blocks
+        for up to MAX_CHECK_CPU_SECONDS of CPU: `check` runs it in a worker thread."""
         validator = self._validator(tool)
         if validator is None:
             return []
@@ -179,6 +277,7 @@ class ArgumentValidator:
 
     @staticmethod
     def _iter_errors(tool: Tool, validator: Validator, arguments: dict[str, Any]) -> list[ValidationError]:
+        token = _METER.set(_Meter(MAX_CHECK_CPU_SECONDS))
         try:
             return list(validator.iter_errors(arguments))
         except referencing.exceptions.Unresolvable as exc:
@@ -187,14 +286,22 @@ class ArgumentValidator:
             reason = f"pattern {exc.args[0]!r} is not a valid regular expression"
         except RecursionError:
             reason = "checking these arguments recursed without end (a $ref loop, or arguments nested too deeply)"
+        except _TooCostly:
+            reason = (
+                f"checking these arguments took more than {MAX_CHECK_CPU_SECONDS:g} s of CPU (MAX_CHECK_CPU_SECONDS):"
+                " a schema whose references or branches multiply its work, or arguments too large for it"
+            )
+        finally:
+            _METER.reset(token)
         raise InvalidTool(
             f"The input schema of {tool.qualified_name} cannot be used to check arguments: {reason}",
             tool=tool.qualified_name,
             errors=[{"pointer": "/input_schema", "reason": reason}],
         )
 
-    def check(self, tool: Tool, arguments: dict[str, Any]) -> None:
-        """Raise InvalidArguments with every error's JSON pointer and reason."""
+    async def check(self, tool: Tool, arguments: dict[str, Any]) -> None:
+        """Raise InvalidArguments with every error's JSON pointer and reason; the checking runs in a worker
+        thread (at most CHECK_THREADS at once), never on the event loop."""
         if too_deep(arguments, MAX_ARGUMENT_DEPTH):
             reason = f"nested more than {MAX_ARGUMENT_DEPTH} arrays or objects deep"
             raise InvalidArguments(
@@ -202,7 +309,7 @@ class ArgumentValidator:
                 tool=tool.qualified_name,
                 errors=[{"pointer": "", "reason": reason, "keyword": "depth"}],
             )
-        errors = self.errors(tool, arguments)
+        errors = await anyio.to_thread.run_sync(self.errors, tool, arguments, limiter=self._limiter)
         if errors:
             summary = "; ".join(f"{e['pointer'] or '(root)'}: {e['reason']}" for e in errors[:5])
             raise InvalidArguments(

@@ -231,7 +231,7 @@ class Executor:
             if session.in_transaction():
                 await session.commit()
         row["input_tokens"] = await count_tokens_async(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
-        self.validator.check(tool, arguments)
+        await self.validator.check(tool, arguments)
         connection = self.pool.get(tool.server_id)
         if connection is None:
             raise UpstreamError(

@@ -11,12 +11,14 @@ import logging
 import uuid
 from array import array
 from collections import OrderedDict
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import numpy as np
 from sqlalchemy import delete
 
 from service.db.models import StoredResult, utcnow
@@ -46,9 +48,24 @@ def encoding() -> Encoding:
     return tiktoken.get_encoding(ENCODING)
 
 
+def _encodable(text: str) -> str:
+    """The text with lone surrogates replaced, as tiktoken's encode_ordinary does (same length)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _ordinary_tokens(text: str) -> np.ndarray[Any, np.dtype[np.uint32]]:
+    """The tokens of an encodable text, special-token markers counted as plain text, in a numpy buffer: 4 bytes
+    a token, where a list of Python ints took ~36."""
+    return encoding().encode_to_numpy(text, disallowed_special=())
+
+
 def count_tokens(text: str) -> int:
     """Tokens of a text; special-token markers in it count as plain text."""
-    return len(encoding().encode_ordinary(text)) if text else 0
+    return len(_ordinary_tokens(_encodable(text))) if text else 0
 
 
 async def count_tokens_async(text: str) -> int:
@@ -58,11 +75,42 @@ async def count_tokens_async(text: str) -> int:
     return await anyio.to_thread.run_sync(count_tokens, text)
 
 
-def token_offsets(text: str) -> array[int]:
-    """The character offset where each token of `text` starts, plus len(text) at the end."""
+@lru_cache(maxsize=1)
+def _token_bytes() -> np.ndarray[Any, np.dtype[np.int32]]:
+    """The length in UTF-8 bytes of each token id (0 for the ids that are no token)."""
     enc = encoding()
-    _, offsets = enc.decode_with_offsets(enc.encode_ordinary(text))
-    result = array("I", offsets)
+    lengths = np.zeros(enc.n_vocab, dtype=np.int32)
+    for token in range(enc.n_vocab):
+        with suppress(KeyError):
+            lengths[token] = len(enc.decode_single_token_bytes(token))
+    return lengths
+
+
+def load_tokenizer() -> None:
+    """The tokenizer and its table of token lengths, loaded now (~0.1 s) rather than by the first result."""
+    encoding()
+    _token_bytes()
+
+
+def token_offsets(text: str) -> array[int]:
+    """The character offset where each token of `text` starts, plus len(text) at the end: tiktoken's
+    `decode_with_offsets`, whose Python objects took 570 MB and 4 s for an 11 MB result (3 million tokens), in
+    numpy arrays: a fifth of the memory and of the time. A token that starts inside a character starts at that
+    character."""
+    clean = _encodable(text)
+    tokens = _ordinary_tokens(clean)
+    if not len(tokens):
+        return array("I", [len(text)])
+    data = np.frombuffer(clean.encode(), dtype=np.uint8)
+    position = np.int32 if len(data) < 2**31 else np.int64
+    starts = np.zeros(len(tokens), dtype=position)  # of each token, in bytes
+    np.cumsum(_token_bytes()[tokens][:-1], out=starts[1:])
+    # Characters of each token: its bytes that start a character (not 10xxxxxx).
+    characters = np.add.reduceat((data & 0xC0) != 0x80, starts, dtype=position)
+    before = np.zeros(len(tokens), dtype=position)  # characters before each token
+    np.cumsum(characters[:-1], out=before[1:])
+    before -= (data[starts] & 0xC0) == 0x80  # a token that starts inside a character starts at that character
+    result = array("I", np.maximum(before, 0).astype(np.uint32).tobytes())
     result.append(len(text))
     return result
 

@@ -21,7 +21,7 @@ from service.db.models import Server
 from service.errors import ToolscoutError
 from service.execution.executor import Executor
 from service.execution.log import ExecutionLog
-from service.execution.results import ResultStore, encoding
+from service.execution.results import ResultStore, load_tokenizer
 from service.resources import Resources
 from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
@@ -122,7 +122,7 @@ async def start_gateway(resources: Resources) -> None:
     resources.gateway = gateway
     await gateway.log.start()
     resources.supervisor.start(LOG_TASK, gateway.log.run)
-    await asyncio.to_thread(encoding)  # load the tokenizer now, not on the first call
+    await asyncio.to_thread(load_tokenizer)  # now, not on the first call
     assert gateway.pool.children is not None
     gateway.pool.children.clean_up_after_dead_services()  # a service killed with SIGKILL leaves them behind
     configured = configured_servers(resources.settings)

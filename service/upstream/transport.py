@@ -36,6 +36,7 @@ STDIN_CLOSE_GRACE = 2.0
 TERMINATE_GRACE = 2.0
 EXIT_POLL_SECONDS = 0.1
 STDERR_TAIL_LINES = 40
+STDERR_LINE_CHARS = 500  # of each stderr line, kept for /servers and the log
 
 
 @dataclass
@@ -48,6 +49,40 @@ class ChildProcess:
 
     def stderr_tail(self, lines: int = 5) -> str:
         return " | ".join(list(self.stderr)[-lines:])
+
+
+class LineSplitter:
+    """The lines of a stream read in chunks, in linear time: the part of a line not yet ended is kept as its
+    chunks, joined once it ends (joining it to each chunk copied the whole line again: a 50 MB line held the event
+    loop for 18 s in all), and only its first `keep` characters when `keep` is set (a stderr progress bar that
+    never writes a newline grew without bound)."""
+
+    def __init__(self, keep: int | None = None) -> None:
+        self._keep = keep
+        self._pieces: list[str] = []
+        self._size = 0
+
+    def feed(self, chunk: str) -> list[str]:
+        """The lines this chunk ends, without their newline."""
+        *ended, rest = chunk.split("\n")
+        lines = []
+        for part in ended:
+            self._add(part)
+            lines.append(self.rest())
+            self._pieces, self._size = [], 0
+        self._add(rest)
+        return lines
+
+    def rest(self) -> str:
+        """What was read of the line not yet ended."""
+        return "".join(self._pieces)
+
+    def _add(self, piece: str) -> None:
+        if self._keep is not None:
+            piece = piece[: max(0, self._keep - self._size)]
+        if piece:
+            self._pieces.append(piece)
+            self._size += len(piece)
 
 
 @asynccontextmanager
@@ -76,13 +111,11 @@ async def stdio_transport(
 
     async def read_stdout() -> None:
         assert process.stdout is not None
-        buffer = ""
+        splitter = LineSplitter()
         try:
             async with read_writer:
                 async for chunk in TextReceiveStream(process.stdout, errors="replace"):
-                    lines = (buffer + chunk).split("\n")
-                    buffer = lines.pop()
-                    for line in lines:
+                    for line in splitter.feed(chunk):
                         if not line.strip():
                             continue
                         try:
@@ -100,21 +133,20 @@ async def stdio_transport(
 
     async def read_stderr() -> None:
         assert process.stderr is not None
-        buffer = ""
+        # Kept past STDERR_LINE_CHARS by the longest secret, so that one cut there is still scrubbed whole.
+        splitter = LineSplitter(STDERR_LINE_CHARS + max(map(len, env.values()), default=0))
         try:
             async for chunk in TextReceiveStream(process.stderr, errors="replace"):
-                lines = (buffer + chunk).split("\n")
-                buffer = lines.pop()
-                for line in lines:
+                for line in splitter.feed(chunk):
                     if line.strip():
                         clean = scrub(line.rstrip())
-                        child.stderr.append(clean[:500])
+                        child.stderr.append(clean[:STDERR_LINE_CHARS])
                         server_log.debug("%s", clean)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
         finally:
-            if buffer.strip():
-                child.stderr.append(scrub(buffer.rstrip())[:500])
+            if (rest := splitter.rest()).strip():
+                child.stderr.append(scrub(rest.rstrip())[:STDERR_LINE_CHARS])
             stderr_done.set()
 
     async def write_stdin() -> None:

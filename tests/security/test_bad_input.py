@@ -305,6 +305,40 @@ async def test_nul_characters_are_refused_before_they_reach_sql_text(tmp_path: P
         assert await count_rows(app, Search) == 0
 
 
+@pytest.mark.postgres
+async def test_a_lone_surrogate_escape_is_refused_where_it_is_not_a_500(tmp_path: Path, postgres_url: str) -> None:
+    """`"\\ud800"` is valid JSON text but no character: stored (PostgreSQL) or hashed (the arguments' digest) it
+    was a UnicodeEncodeError, a 500."""
+    settings = make_settings(tmp_path, permissions=None)
+    settings.db.url = postgres_url
+    async with running(settings) as (app, http):
+        await http.post("/tools", json={"tools": [tool("fine", {})]})
+        bodies = {
+            "/tools": (
+                b'{"tools": [{"server": "s", "name": "d", "description": "x \\ud800 y"}]}',
+                "/tools/0/description",
+            ),
+            "/execute": (b'{"name": "s__fine", "arguments": {"q": ["ok", "\\udc00"]}}', "/arguments/q/1"),
+            "/execute/batch": (b'{"calls": [{"name": "s__fine", "arguments": {"\\ud83d": 1}}]}', "/calls/0/arguments"),
+        }
+        for path, (content, where) in bodies.items():
+            body = assert_problem(await http.post(path, content=content, headers=JSON), 422, "invalid-request")
+            assert body["errors"] == [
+                {
+                    "pointer": "/body",
+                    "reason": f"not valid JSON: a string or key at {where} holds a lone surrogate (a \\uD800-\\uDFFF"
+                    " escape not in a high-low pair), which is no Unicode character",
+                }
+            ]
+        # A pair is one character, and an escaped backslash before "ud800" is no escape.
+        pair = b'{"tools": [{"server": "s", "name": "e", "description": "\\ud83d\\ude00 \\\\ud800"}]}'
+        answer = await http.post("/tools", content=pair, headers=JSON)
+        assert answer.status_code == 200, answer.text
+        assert (await http.get("/tools/s__e")).json()["description"] == "\U0001f600 \\ud800"
+        assert await count_rows(app, Tool) == 2
+        assert await count_rows(app, Execution) == 0
+
+
 async def test_a_query_parameter_the_route_does_not_take_or_given_twice_is_a_422(tmp_path: Path) -> None:
     """Not ignored: `?serverz=x` answered with the whole catalog, `?limit=1&limit=500` with 500 tools."""
     async with running(make_settings(tmp_path, permissions=None)) as (_app, http):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from service.db.models import Server
+from service.execution.runtime import get_gateway
 from tests.security.conftest import (
     assert_problem,
     bearer,
@@ -211,3 +213,31 @@ async def test_an_api_stdio_server_stored_earlier_does_not_start_once_disallowed
         view = (await http.get("/servers/probe", headers=bearer(admin))).json()
         assert view["state"] == "backoff" and view["health"]["pid"] is None
         assert "execution.allow_api_stdio" in view["health"]["last_error"]
+
+
+async def test_a_server_flooding_its_pipes_without_newlines_costs_linear_time_and_bounded_memory(
+    tmp_path: Path,
+) -> None:
+    # 40 MB on stderr and 40 MB on stdout, each one line, before the server answers: the reader joined the line so
+    # far to each 64 KB chunk (quadratic: ~10 s of the event loop each), and stderr's line grew without bound.
+    flood = tmp_path / "flood.py"
+    flood.write_text(
+        "import runpy, sys\n"
+        "sys.stderr.write('progress ' + 'x' * 40_000_000 + '\\n'); sys.stderr.flush()\n"
+        "sys.stdout.write('y' * 40_000_000 + '\\n'); sys.stdout.flush()\n"
+        f"sys.argv = [{str(probe_entry()['args'][0])!r}, 'stdio']\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    entry = {"command": sys.executable, "args": [str(flood)]}
+    settings = make_settings(
+        tmp_path, permissions=None, execution={"servers_file": servers_file(tmp_path, {"f": entry})}
+    )
+    settings.execution.startup_wait_seconds = 60
+    started = time.perf_counter()
+    async with running(settings) as (app, http):
+        answer = await http.post("/execute", json={"name": "f__echo", "arguments": {"text": "hi"}})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["content"] == [{"type": "text", "text": "hi"}]
+        assert time.perf_counter() - started < 8
+        stderr = get_gateway(app.state.resources).pool.get("f")._child.stderr  # noqa: SLF001 - what /servers tails
+        assert [len(line) for line in stderr if line.startswith("progress")] == [500]
