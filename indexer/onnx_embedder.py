@@ -53,8 +53,9 @@ def load_tokenizer(source: Path, max_length: int) -> Any:
     return tokenizer
 
 
-def open_session(path: Path, threads: int | None, spinning: bool = False) -> Any:
-    """An ONNX Runtime CPU session with `threads` intra-op threads (all cores when None)."""
+def open_session(model: Path | bytes, threads: int | None, spinning: bool = False) -> Any:
+    """An ONNX Runtime CPU session of a model file (or a serialized model) with `threads` intra-op threads (all
+    cores when None)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -64,7 +65,8 @@ def open_session(path: Path, threads: int | None, spinning: bool = False) -> Any
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Spinning workers keep cores busy between runs; on a shared machine that costs more than it saves.
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    source = str(model) if isinstance(model, Path) else model
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
 class OnnxEmbedder:

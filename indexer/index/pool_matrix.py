@@ -9,8 +9,9 @@ this copy is filled from it at open and kept in step by every upsert and delete 
 
 Past REDUCE_ABOVE rows the matrix no longer fits the CPU's caches and the scan is a read of main memory (100k
 tools: 154 MB, 20 ms on a 2-core EPYC here, against 2 ms for 10k): the scan then reads the rows' projections on
-their first REDUCED_DIMENSIONS principal components (a quarter of the bytes) for OVERSAMPLING times the wanted
-candidates, and ranks those by their exact cosine. README, Benchmarks: what it keeps of the exact pool."""
+their first REDUCED_DIMENSIONS principal components, as int8 codes (a sixteenth of the bytes: `int8_rows`), for
+OVERSAMPLING times the wanted candidates, and ranks those by their exact cosine. README, Benchmarks: what it keeps
+of the exact pool."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, centred_cosines
+from indexer.index.int8_rows import MASKED, Int8Rows
 from indexer.index.products import Products
 
 REDUCE_ABOVE = 30_000
@@ -70,20 +72,20 @@ class PoolMatrix:
         self._servers: dict[str, int] = {}
         self._tags: list[tuple[str, ...]] = []
         self._tag_rows: dict[str, set[int]] = {}
-        # The reduced scan: principal axes (dimension x REDUCED_DIMENSIONS), their centre, each row's projection,
-        # and how many rows were live when the axes were fitted (refitted each time the catalog doubles).
+        # The reduced scan: principal axes (dimension x REDUCED_DIMENSIONS), their centre, each row's projection
+        # as int8 codes, and how many rows were live when the axes were fitted (refitted each time the catalog
+        # doubles).
         self._axes: np.ndarray | None = None
         self._centre = np.zeros(dimension, dtype=np.float32)
-        self._reduced = np.zeros((0, REDUCED_DIMENSIONS), dtype=np.float32)
+        self._reduced = Int8Rows(REDUCED_DIMENSIONS)
         self._fitted_rows = 0
         # Each field's sum over the live rows, for the catalog's mean field vectors (`centred_cosines`); and for
         # each recent permission scope its rows and its own means (a caller's scores tell nothing of the tools it
         # may not see), dropped at every change of the rows.
         self._field_sums = np.zeros((len(DENSE_FIELDS), dimension), dtype=np.float64)
         self._scopes: dict[tuple[frozenset[str] | None, frozenset[str]], _Scope] = {}
-        # The scans' products, each matrix in the BLAS form that is fastest here for the number of queries.
+        # The exact scan's products, in the BLAS form that is fastest here for the number of queries.
         self._products = Products()
-        self._reduced_products = Products(halves=True)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -117,7 +119,7 @@ class PoolMatrix:
             self._live[row] = True
             self._label(row, server, tags)
             if self._axes is not None:
-                self._reduced[row] = (self._vectors[row] - self._centre) @ self._axes
+                self._reduced.put(row, (self._vectors[row] - self._centre) @ self._axes)
             if len(self._rows) >= REDUCE_ABOVE and len(self._rows) >= 2 * self._fitted_rows:
                 self._fit_axes()
 
@@ -171,10 +173,11 @@ class PoolMatrix:
         with self._lock:
             used = len(self._names)
             reduced = self._axes is not None
-            matrix, projected = (
-                (self._reduced[:used], queries @ self._axes) if reduced else (self._vectors[:used], queries)
+            scores = (
+                self._reduced.scores(queries @ self._axes, used)
+                if reduced
+                else self._products(queries, self._vectors[:used])
             )
-            scores = (self._reduced_products if reduced else self._products)(projected, matrix)
             start = 0
             for (_, where), size in zip(requests, sizes, strict=True):
                 own, rows_of = scores[start : start + size], queries[start : start + size]
@@ -186,7 +189,7 @@ class PoolMatrix:
                     out.append([[] for _ in range(size)])
                     continue
                 if inside < used:
-                    own = np.where(mask, own, -np.inf)
+                    own = np.where(mask, own, MASKED if reduced else -np.inf)
                 out.append(
                     self._exact_best(rows_of, own, counts, inside)
                     if reduced
@@ -202,7 +205,7 @@ class PoolMatrix:
     def _exact_best(
         self, queries: np.ndarray, coarse: np.ndarray, counts: Sequence[int], inside: int
     ) -> list[list[Hit]]:
-        """The best `count` rows per query (`inside` rows pass the filter, the others score -inf in `coarse`, the
+        """The best `count` rows per query (`inside` rows pass the filter, the others score MASKED in `coarse`, the
         reduced scan): OVERSAMPLING x count candidates by the reduced scan, ranked exactly."""
         out = []
         for query, row, count in zip(queries, coarse, counts, strict=True):
@@ -229,7 +232,7 @@ class PoolMatrix:
         self._centre = centre.astype(np.float32)
         self._axes = np.ascontiguousarray(vectors[:, ::-1][:, :REDUCED_DIMENSIONS], dtype=np.float32)
         used = len(self._names)
-        self._reduced[:used] = (self._vectors[:used] - self._centre) @ self._axes
+        self._reduced.fit((self._vectors[:used] - self._centre) @ self._axes)
         self._fitted_rows = len(live)
 
     def field_scores(
@@ -308,7 +311,7 @@ class PoolMatrix:
         row = len(self._names)
         if row == self._vectors.shape[0]:
             capacity = max(1024, 2 * row)
-            for attribute in ("_vectors", "_fields", "_live", "_server_codes", "_reduced"):
+            for attribute in ("_vectors", "_fields", "_live", "_server_codes"):
                 old = getattr(self, attribute)
                 new = np.zeros((capacity, *old.shape[1:]), dtype=old.dtype)
                 new[:row] = old[:row]

@@ -8,21 +8,12 @@ and 100k x 96 took 19.5 / 6.3 / 12.4 ms, where an earlier machine (a Xeon) ran `
 10k; and at 10k x 384 here 8 queries took 3.5 / 4.4 ms as `matrix @ queries.T` / `queries @ matrix.T`, 128
 queries (the texts of many searches scanned together under load) 19.4 / 16.0 ms. So each form is timed on the live
 scans themselves, TRIALS times per query count (`query_bucket`), and the fastest median is kept (`Fastest`); the
-trials run again when the matrix has doubled or halved in rows.
-
-One more form for the reduced scan of a large catalog (`Products(halves=True)`), where the machine has more than
-one core: `matrix_first` with the matrix's second half on a helper thread. The service runs BLAS on one thread (its
-threads are the searches'), so a lone search's scan read main memory on one core of two while the other idled: on a
-2-core Xeon here, 100k x 96 rows and 6 queries (a long request's texts) 4.1 -> 2.4 ms, a long request's whole index
-step 10.2 -> 8.2 ms in process. Not for the exact scan below REDUCE_ABOVE rows: 10k x 384 and 6 queries took 1.41 ->
-0.91 ms alone, but served, long requests at 10k tools were no faster (12.0 / 12.0 / 13.7 ms p50 before, 13.4 /
-15.3 / 20.7 after, in turn in one noisy sitting)."""
+trials run again when the matrix has doubled or halved in rows. (The reduced scan of a large catalog is an integer
+product in ONNX Runtime instead: `int8_rows`.)"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -47,28 +38,12 @@ def queries_first(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return queries @ matrix.T
 
 
-_HALF_THREAD = ThreadPoolExecutor(1, thread_name_prefix="scan-half")
-
-
-def halves(queries: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """`matrix_first` with the second half of the rows multiplied on another thread at the same time (BLAS
-    releases the GIL)."""
-    cut = len(matrix) // 2
-    out = np.empty((len(matrix), len(queries)), dtype=np.result_type(queries, matrix))
-    other = _HALF_THREAD.submit(np.matmul, matrix[cut:], queries.T, out=out[cut:])
-    np.matmul(matrix[:cut], queries.T, out=out[:cut])
-    other.result()
-    return np.ascontiguousarray(out.T)
-
-
 FORMS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "per_query": per_query,
     "matrix_first": matrix_first,
     "queries_first": queries_first,
 }
 WITHOUT_PER_QUERY = {name: form for name, form in FORMS.items() if name != "per_query"}
-WITH_HALVES = {**FORMS, "halves": halves} if (os.cpu_count() or 1) > 1 else FORMS
-WITH_HALVES_WITHOUT_PER_QUERY = {name: form for name, form in WITH_HALVES.items() if name != "per_query"}
 
 
 class Products:
@@ -76,8 +51,7 @@ class Products:
 
     Not thread-safe: its caller (the pool matrix) scans under its own lock."""
 
-    def __init__(self, halves: bool = False) -> None:
-        self._forms = (WITH_HALVES, WITH_HALVES_WITHOUT_PER_QUERY) if halves else (FORMS, WITHOUT_PER_QUERY)
+    def __init__(self) -> None:
         self._fastest = Fastest(TRIALS)
         self._rows_timed = 0
 
@@ -87,9 +61,7 @@ class Products:
             self._fastest.forget()
             self._rows_timed = max(rows, 1)
         count = query_bucket(len(queries))
-        return self._fastest.call(
-            count, self._forms[0] if count <= PER_QUERY_UP_TO else self._forms[1], queries, matrix
-        )
+        return self._fastest.call(count, FORMS if count <= PER_QUERY_UP_TO else WITHOUT_PER_QUERY, queries, matrix)
 
     def choices(self) -> dict[int, str]:
         """The form chosen so far per query count (`query_bucket`)."""

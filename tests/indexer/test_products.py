@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexer.index.products import FORMS, PER_QUERY_UP_TO, TRIALS, WITH_HALVES, Products, halves, query_bucket
+from indexer.index.products import FORMS, PER_QUERY_UP_TO, TRIALS, Products, query_bucket
 
 
 def _unit(rows: int, seed: int) -> np.ndarray:
@@ -17,7 +17,7 @@ def _unit(rows: int, seed: int) -> np.ndarray:
 def test_every_form_gives_one_contiguous_row_of_scores_per_query(count: int) -> None:
     matrix, queries = _unit(500, 1), _unit(count, 2)
     expected = queries.astype(np.float64) @ matrix.T.astype(np.float64)
-    for form in [*FORMS.values(), halves]:
+    for form in FORMS.values():
         scores = form(queries, matrix)
         assert scores.shape == (count, 500) and scores.flags.c_contiguous
         np.testing.assert_allclose(scores, expected, atol=1e-5)
@@ -58,14 +58,3 @@ def test_the_trials_run_again_once_the_matrix_has_doubled_or_halved() -> None:
     assert 2 in products.choices()
     products(_unit(2, 3), _unit(399, 1))
     assert products.choices() == {}
-
-
-@pytest.mark.skipif(len(WITH_HALVES) == len(FORMS), reason="one core: no second thread to give half the rows")
-def test_the_halves_form_is_tried_only_where_asked_for() -> None:
-    matrix = _unit(500, 1)
-    plain, split = Products(), Products(halves=True)
-    for _ in range(len(WITH_HALVES) * TRIALS):
-        plain(_unit(2, 3), matrix)
-        split(_unit(2, 3), matrix)
-    assert "halves" not in plain.timings(2)
-    assert len(split.timings(2)["halves"]) == TRIALS
