@@ -9,9 +9,9 @@ this copy is filled from it at open and kept in step by every upsert and delete 
 
 Past REDUCE_ABOVE rows the matrix no longer fits the CPU's caches and the scan is a read of main memory (100k
 tools: 154 MB, 20 ms on a 2-core EPYC here, against 2 ms for 10k): the scan then reads the rows' projections on
-their first REDUCED_DIMENSIONS principal components, as int8 codes (a sixteenth of the bytes: `int8_rows`), for
-OVERSAMPLING times the wanted candidates, and ranks those by their exact cosine. README, Benchmarks: what it keeps
-of the exact pool."""
+their first REDUCED_DIMENSIONS principal components, as int8 codes (a twelfth of the rows' float32 bytes:
+`int8_rows`), for OVERSAMPLING times the wanted candidates, and ranks those by their exact cosine. README,
+Benchmarks: what it keeps of the exact pool."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from indexer.index.int8_rows import MASKED, Int8Rows
 from indexer.index.products import Products
 
 REDUCE_ABOVE = 30_000
-REDUCED_DIMENSIONS = 96
-OVERSAMPLING = 16
+REDUCED_DIMENSIONS = 128
+OVERSAMPLING = 8
 FIT_SAMPLE = 20_000  # rows the principal components are computed from
 # top_rows: from SAMPLE_FROM scores on, a threshold from every SAMPLE_STRIDE-th one first.
 SAMPLE_FROM = 4096
