@@ -1,5 +1,5 @@
-"""`toolscout bench scale`'s arithmetic (each round's p50 over the reference size's p50 of the same round), and the
-benchmarks' server that does not start."""
+"""`toolscout bench scale`'s arithmetic (each round's p50 over the reference size's p50 of the same round), the
+benchmarks' server that does not start, and `bench load`'s first search after ready."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.benchmarks.load import ServerNotReady, start_server
+from service.benchmarks.load import ServerNotReady, first_search, start_server, stop_server
 from service.benchmarks.scale import ratios
 
 
@@ -33,3 +33,14 @@ def test_a_benchmark_server_that_cannot_start_is_one_line_of_why(tmp_path: Path)
     message = str(raised.value)
     assert message.startswith("toolscout serve exited with status 3 before it was ready: ")
     assert "Not a directory" in message and "Traceback" not in message
+
+
+def test_the_first_search_after_ready_is_compared_with_the_searches_after_it(tmp_path: Path) -> None:
+    process, url = start_server(30, tmp_path)
+    try:
+        queries = ["read a file", "send an email", "search the web", "what time is it", "list my repositories"]
+        first = first_search(url, queries, following=4)
+    finally:
+        stop_server(process)
+    assert first["first_ms"] > 0 and first["following_p50_ms"] > 0
+    assert first["ratio"] == pytest.approx(first["first_ms"] / first["following_p50_ms"], rel=0.02)
