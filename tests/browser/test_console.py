@@ -1,10 +1,14 @@
 """The console in Debian's Chromium (Playwright, headless) against a real `toolscout serve`: each page loads,
 its charts and tables show the numbers the API and the seeded log hold, a search runs in the playground, a
-call goes through the generated form, and an approval is granted. Screenshots go to docs/console/."""
+call goes through the generated form, and an approval is granted. Screenshots and timings go to a temporary
+folder, or to TOOLSCOUT_SCREENSHOTS_DIR when set (`TOOLSCOUT_SCREENSHOTS_DIR=docs/console` refreshes the README's):
+a test run leaves the tracked files as they were."""
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +21,7 @@ from tests.conftest import missing_extra
 playwright_sync = pytest.importorskip("playwright.sync_api")
 pytestmark = [pytest.mark.browser, pytest.mark.upstream, pytest.mark.model]
 
-SHOTS = REPO / "docs" / "console"
+SHOTS = Path(os.environ.get("TOOLSCOUT_SCREENSHOTS_DIR") or Path(tempfile.gettempdir()) / "toolscout-console")
 STATIC = REPO / "service" / "console" / "static"
 TIMINGS: dict[str, dict[str, float]] = {}
 
