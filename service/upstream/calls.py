@@ -92,7 +92,9 @@ class ToolCalls:
                     # The closed pipe is usually the first sign of a dead child; let the exit watcher name it.
                     with anyio.move_on_after(0.5):
                         await self._lost.wait()
-                reason = self._lost_reason or "the connection closed"
+                # The HTTP transport closes one request's stream with its reason (an SSE event over the limit).
+                said = exc.message if exc.message and exc.message != "Connection closed" else None
+                reason = self._lost_reason or said or "the connection closed"
                 self._mark_lost(reason)
                 raise UpstreamError(
                     f"MCP server {self.id!r} failed during {name}: {reason}; it is being restarted",

@@ -33,7 +33,7 @@ from service.upstream.checked_http import checked_http_client
 from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
 from service.upstream.health import Backoff, ServerHealth, describe, exit_reason
-from service.upstream.transport import ChildProcess, http_transport, stdio_transport
+from service.upstream.transport import DEFAULT_MAX_MESSAGE_BYTES, ChildProcess, http_transport, stdio_transport
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +62,10 @@ class UpstreamConnection(ToolCalls):
         heartbeat_seconds: float = 30.0,
         children: ChildRegistry | None = None,
         allowed_hosts: Sequence[str] = (),
+        max_message_bytes: int | None = None,
     ) -> None:
         self.spec = spec
+        self._max_message_bytes = max_message_bytes  # execution.max_message_bytes
         self._allowed_hosts = allowed_hosts  # execution.upstream_allowed_hosts, for servers added over the API
         self._children_registry = children
         self.health = ServerHealth()
@@ -153,6 +155,8 @@ class UpstreamConnection(ToolCalls):
                 self.health.pid = None
             if self._stopping:
                 break
+            if error and self._lost_reason and self._lost_reason not in error:
+                error = f"{error}: {self._lost_reason}"  # e.g. the read stream closed on an oversized message
             error = error or self._lost_reason or "the session ended"
             if self.spec.transport == "stdio" and self._child.returncode is not None:
                 if "exited with code" not in error:
@@ -180,7 +184,7 @@ class UpstreamConnection(ToolCalls):
                 http = checked_http_client(spec.headers, self._allowed_hosts, self.id)
             else:
                 http = create_mcp_http_client(headers=spec.headers or None)
-            return http_transport(spec.url, http)
+            return http_transport(spec.url, http, self._max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES)
         assert spec.command is not None
         self._child = ChildProcess()
         return stdio_transport(
@@ -189,9 +193,10 @@ class UpstreamConnection(ToolCalls):
             spec.env,
             spec.cwd,
             self._child,
-            lambda code: self._mark_lost(exit_reason(code)),
+            self._mark_lost,
             self.id,
             self._children_registry,
+            self._max_message_bytes,
         )
 
     async def _run_session(self) -> None:

@@ -233,6 +233,7 @@ async def test_a_server_flooding_its_pipes_without_newlines_costs_linear_time_an
         tmp_path, permissions=None, execution={"servers_file": servers_file(tmp_path, {"f": entry})}
     )
     settings.execution.startup_wait_seconds = 60
+    settings.execution.max_message_bytes = 64_000_000  # the junk line is under the bound of one message
     started = time.perf_counter()
     async with running(settings) as (app, http):
         answer = await http.post("/execute", json={"name": "f__echo", "arguments": {"text": "hi"}})
