@@ -63,9 +63,11 @@ class UpstreamConnection(ToolCalls):
         children: ChildRegistry | None = None,
         allowed_hosts: Sequence[str] = (),
         max_message_bytes: int | None = None,
+        max_tools_list_bytes: int | None = None,
     ) -> None:
         self.spec = spec
         self._max_message_bytes = max_message_bytes  # execution.max_message_bytes
+        self._max_tools_list_bytes = max_tools_list_bytes  # execution.max_tools_list_bytes
         self._allowed_hosts = allowed_hosts  # execution.upstream_allowed_hosts, for servers added over the API
         self._children_registry = children
         self.health = ServerHealth()
@@ -247,13 +249,25 @@ class UpstreamConnection(ToolCalls):
     # ---------------------------------------------------------------------------------- the catalog
 
     async def _list_tools(self, client: Client) -> list[dict[str, Any]]:
-        """Every tool the server lists, following pagination (a repeated cursor ends the walk)."""
+        """Every tool the server lists, following pagination (a repeated cursor ends the walk); past
+        `max_tools_list_bytes` of tools (their JSON) in all, an UpstreamError: each page is bounded by the transport,
+        but the walk kept every page of up to MAX_TOOL_PAGES."""
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         seen: set[str] = set()
+        size, limit = 0, self._max_tools_list_bytes
         for _ in range(MAX_TOOL_PAGES):
             page = await client.list_tools(cursor=cursor)
-            tools += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools]
+            for tool in page.tools:
+                if limit is not None:
+                    size += len(tool.model_dump_json(by_alias=True, exclude_none=True))
+                    if size > limit:
+                        raise UpstreamError(
+                            f"MCP server {self.id!r} lists more than {limit} bytes of tools "
+                            "(execution.max_tools_list_bytes)",
+                            server=self.id,
+                        )
+                tools.append(tool.model_dump(by_alias=True, mode="json", exclude_none=True))
             cursor = page.next_cursor
             if not cursor or cursor in seen:
                 break

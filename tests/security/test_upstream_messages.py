@@ -249,3 +249,51 @@ async def test_an_http_upstream_result_over_a_megabyte_in_one_event_arrives_and_
             assert "4000000 byte limit" in assert_problem(over, 502)["detail"]
     finally:
         server.kill()
+
+
+# Pages of one tool each, every page under the bound of one message, 120 MB in all.
+PAGED_SERVER = """
+import json, sys
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\\n"); sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "pages", "version": "1"}}})
+    elif method == "tools/list":
+        page = int((msg.get("params") or {}).get("cursor") or 0)
+        tool = {"name": f"t{page}", "description": "d" * 3_000_000, "inputSchema": {"type": "object"}}
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool], "nextCursor": str(page + 1) if page < 39 else None}})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+"""
+
+
+async def test_a_tool_list_of_many_pages_is_bounded_in_all(tmp_path: Path) -> None:
+    script = tmp_path / "paged_server.py"
+    script.write_text(PAGED_SERVER)
+    entry = {"command": sys.executable, "args": [str(script)]}
+    execution = {
+        "servers_file": servers_file(tmp_path, {"pages": entry, "probe": probe_entry()}),
+        "startup_wait_seconds": 60,
+        "max_message_bytes": LIMIT,
+        "max_tools_list_bytes": 10_000_000,
+        "timeout_seconds": 3,  # how long the refresh waits for the server to connect
+    }
+    tracemalloc.start()
+    try:
+        async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (_app, http):
+            _, peak = tracemalloc.get_traced_memory()
+            view = (await http.get("/servers/pages")).json()
+            assert view["state"] in ("backoff", "connecting") and view["tools"] == 0, view  # it retries
+            assert "more than 10000000 bytes of tools" in view["health"]["last_error"], view["health"]
+            refresh = await http.post("/servers/pages/refresh")
+            assert "more than 10000000 bytes of tools" in assert_problem(refresh, 502)["detail"]
+            echo = await http.post("/execute", json={"name": "probe__echo", "arguments": {"text": "a"}})
+            assert echo.status_code == 200
+    finally:
+        tracemalloc.stop()
+    # Before: the walk kept every page (1000 at most): 40 pages of 3 MB held 120 MB and more, 1,000 would hold 3 GB.
+    assert peak < 60 * 2**20, peak // 2**20
