@@ -265,7 +265,8 @@ for line in sys.stdin:
     elif method == "tools/list":
         page = int((msg.get("params") or {}).get("cursor") or 0)
         tool = {"name": f"t{page}", "description": "d" * 3_000_000, "inputSchema": {"type": "object"}}
-        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool], "nextCursor": str(page + 1) if page < 39 else None}})
+        more = str(page + 1) if page < 39 else None
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool], "nextCursor": more}})
     elif method == "ping":
         send({"jsonrpc": "2.0", "id": mid, "result": {}})
 """
