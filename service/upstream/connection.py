@@ -44,6 +44,9 @@ PING_TIMEOUT_SECONDS = 10.0
 MAX_TOOL_PAGES = 1000
 STABLE_AFTER_SECONDS = 10.0
 LIST_CHANGED_DEBOUNCE_SECONDS = 0.05
+# Re-listings after list_changed start at most once a second, and pause 9 times as long as the last one took.
+LIST_CHANGED_MIN_INTERVAL_SECONDS = 1.0
+LIST_CHANGED_PAUSE_FACTOR = 9.0
 
 ToolsCallback = Callable[[ServerSpec, list[dict[str, Any]]], Awaitable[Any]]
 PrepareCallback = Callable[[ServerSpec], Awaitable[ServerSpec]]
@@ -312,6 +315,7 @@ class UpstreamConnection(ToolCalls):
             await self._resync.wait()
             await anyio.sleep(LIST_CHANGED_DEBOUNCE_SECONDS)
             self._resync.clear()
+            started = time.monotonic()
             try:
                 tools = await self._list_tools(client)
             except MCPError as exc:
@@ -320,6 +324,10 @@ class UpstreamConnection(ToolCalls):
                     self._mark_lost("the connection closed")
                 continue
             await self._sync_tools(tools)
+            # A server announcing changes without end (every 10 ms: 10 syncs a second, each re-embedding what
+            # changed) is listed again once the pause is over; what it announced meanwhile waits in _resync.
+            spent = time.monotonic() - started
+            await anyio.sleep(max(LIST_CHANGED_MIN_INTERVAL_SECONDS - spent, LIST_CHANGED_PAUSE_FACTOR * spent))
 
     async def _heartbeat(self, client: Client) -> None:
         while True:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 
 from service.execution.runtime import get_gateway
@@ -58,3 +59,49 @@ async def test_an_error_answer_of_code_32000_fails_only_its_call(tmp_path: Path)
         assert slow.status_code == 200, slow.text
         assert slow.json()["content"] == [{"type": "text", "text": "slow done"}]
         assert health.pid == pid and health.restarts == 0 and health.state == "ready"
+
+
+# A server announcing tools/list_changed every 10 ms, each listing changing all 50 descriptions.
+FLAPPING_SERVER = """
+import json, sys, threading, time
+lock = threading.Lock()
+version = [0]
+def send(obj):
+    with lock:
+        sys.stdout.write(json.dumps(obj) + "\\n"); sys.stdout.flush()
+def flap():
+    while True:
+        time.sleep(0.01)
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
+              "capabilities": {"tools": {"listChanged": True}}, "serverInfo": {"name": "flap", "version": "1"}}})
+    elif method == "notifications/initialized":
+        threading.Thread(target=flap, daemon=True).start()
+    elif method == "tools/list":
+        version[0] += 1
+        tools = [{"name": f"t{i}", "description": f"Tool {i}, version {version[0]}", "inputSchema": {"type": "object"}}
+                 for i in range(50)]
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+"""
+
+
+async def test_a_server_flapping_its_tool_list_is_listed_again_at_most_once_a_second(tmp_path: Path) -> None:
+    script = tmp_path / "flapping_server.py"
+    script.write_text(FLAPPING_SERVER)
+    entry = {"command": sys.executable, "args": [str(script)]}
+    execution = {"servers_file": servers_file(tmp_path, {"flap": entry}), "startup_wait_seconds": 60}
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
+        health = get_gateway(app.state.resources).pool.get("flap").health
+        syncs, cpu = health.syncs, time.process_time()
+        await asyncio.sleep(5)
+        # Was 10 syncs a second (each re-embedding the 50 tools and adding a catalog change), half a core of CPU.
+        assert health.list_changed > 100 and health.syncs - syncs <= 6, (health.list_changed, health.syncs)
+        assert time.process_time() - cpu < 1.5
+        tools = (await http.get("/tools", params={"limit": 100})).json()["tools"]
+        assert len(tools) == 50 and all("version" in tool["description"] for tool in tools)  # still in step
