@@ -96,7 +96,7 @@ class ToolCalls:
                     # The closed pipe is usually the first sign of a dead child; let the exit watcher name it.
                     with anyio.move_on_after(0.5):
                         await self._lost.wait()
-                # The HTTP transport closes one request's stream with its reason (an SSE event over the limit).
+                # The transport's own reason when it gave one (the SDK's closure says only "Connection closed").
                 said = exc.message if exc.message and exc.message != "Connection closed" else None
                 reason = self._lost_reason or said or "the connection closed"
                 self._mark_lost(reason)

@@ -76,7 +76,7 @@ class LineSplitter(Generic[AnyStr]):
 
     def feed(self, chunk: AnyStr) -> list[AnyStr]:
         """The lines this chunk ends, without their newline."""
-        *ended, rest = chunk.split(b"\n" if isinstance(chunk, bytes) else "\n")  # type: ignore[arg-type]
+        *ended, rest = chunk.split(b"\n" if isinstance(chunk, bytes) else "\n")
         lines = []
         for part in ended:
             self._add(part)
@@ -87,7 +87,7 @@ class LineSplitter(Generic[AnyStr]):
 
     def rest(self) -> str:
         """What was read of the line not yet ended (of a text stream)."""
-        return "".join(self._pieces)  # type: ignore[arg-type]
+        return "".join(self._pieces)
 
     def _joined(self, like: AnyStr) -> AnyStr:
         return like[:0].join(self._pieces)
