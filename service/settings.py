@@ -140,6 +140,11 @@ class ExecutionSettings(Section):
     # host (name or address) or its network (CIDR) is listed here; "*" allows every address.
     upstream_allowed_hosts: list[str] = Field(default_factory=list)
     result_ttl_hours: float = 24.0
+    # One JSON-RPC message from an upstream server (a result, a tools/list page; an SSE event or a JSON body over
+    # HTTP) may be this long: a longer one fails the call it answers and the connection is restarted.
+    max_message_bytes: int = Field(default=16_000_000, ge=1_000_000)
+    # A server's whole tools/list (every page, as JSON) may be this long; past it the server is not synced.
+    max_tools_list_bytes: int = Field(default=64_000_000, ge=1_000_000)
     # /execute keeps resolved tools this long (upstream syncs invalidate them at once); 0 turns the cache off.
     tool_cache_seconds: float = 5.0
 

@@ -57,9 +57,13 @@ _LIMITS = {
 
 
 def fit_row(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with every string cut to its column's size."""
+    """The row with every string cut to its column's size, NUL replaced (PostgreSQL text cannot hold it, and an
+    upstream's error message may: its row was refused and set aside in the spill file for good)."""
     fitted = dict(row)
     fitted.setdefault("run_id", None)  # rows spilled before code mode have no run id
+    for key, value in fitted.items():
+        if isinstance(value, str) and "\x00" in value:
+            fitted[key] = value.replace("\x00", "\ufffd")
     for key, limit in _LIMITS.items():
         value = fitted.get(key)
         if isinstance(value, str) and len(value) > limit:
@@ -278,6 +282,7 @@ class ExecutionLog:
         return self._connection
 
     async def _insert_replayed(self, rows: list[dict[str, Any]]) -> None:
+        rows = [fit_row(row) for row in rows]  # a row set aside by an earlier version (NUL) lands now
         try:
             await self._insert(rows)
             self.written += len(rows)

@@ -94,6 +94,8 @@ def build_gateway(resources: Resources) -> Gateway:
         heartbeat_seconds=settings.execution.heartbeat_seconds,
         children=ChildRegistry(settings.data_dir / "children"),
         allowed_hosts=settings.execution.upstream_allowed_hosts,
+        max_message_bytes=settings.execution.max_message_bytes,
+        max_tools_list_bytes=settings.execution.max_tools_list_bytes,
     )
     log = ExecutionLog(
         resources.session, settings.data_dir / "executions-spill.jsonl", settings.execution.log_durability

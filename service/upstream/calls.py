@@ -21,6 +21,8 @@ from service.errors import UpstreamError, UpstreamTimeout
 from service.upstream.config import ServerSpec
 from service.upstream.health import ServerHealth, describe
 
+CLOSED_PING_SECONDS = 5.0  # after a CONNECTION_CLOSED error: does the session still answer?
+
 
 class ToolCalls:
     """The call half of an UpstreamConnection (which provides the session state declared here)."""
@@ -87,12 +89,16 @@ class ToolCalls:
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
                 raise self._timeout(where, limit) from exc
-            if exc.code == CONNECTION_CLOSED:
+            # -32000 is also JSON-RPC's generic server error: only a session that no longer answers is closed (any
+            # caller of a tool answering it restarted the server under everyone's calls in flight).
+            if exc.code == CONNECTION_CLOSED and await self._closed(client):
                 if self.spec.transport == "stdio":
                     # The closed pipe is usually the first sign of a dead child; let the exit watcher name it.
                     with anyio.move_on_after(0.5):
                         await self._lost.wait()
-                reason = self._lost_reason or "the connection closed"
+                # The transport's own reason when it gave one (the SDK's closure says only "Connection closed").
+                said = exc.message if exc.message and exc.message != "Connection closed" else None
+                reason = self._lost_reason or said or "the connection closed"
                 self._mark_lost(reason)
                 raise UpstreamError(
                     f"MCP server {self.id!r} failed during {name}: {reason}; it is being restarted",
@@ -121,6 +127,18 @@ class ToolCalls:
                 server=self.id,
                 restarting=True,
             ) from exc
+
+    async def _closed(self, client: Client) -> bool:
+        """Whether the session is gone: a ping fails at once on a closed one, and an open one answers it."""
+        if self._lost.is_set():
+            return True
+        try:
+            await client.session.send_request(
+                types.PingRequest(), types.EmptyResult, request_read_timeout_seconds=CLOSED_PING_SECONDS
+            )
+        except (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, httpx2.HTTPError):
+            return True
+        return False
 
     def _timeout(self, where: str, timeout: float) -> UpstreamTimeout:
         self.health.timeouts += 1

@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.tools import normalize_server_id
-from service.errors import InvalidRequest, json_pointer
+from service.errors import NUL_REASON, InvalidRequest, json_pointer
 
 logger = logging.getLogger(__name__)
 
@@ -76,14 +76,19 @@ class ServerSpec(BaseModel):
             config["headers"] = {key: _REDACTED for key in self.headers}
         return config
 
+    def strings(self) -> dict[str, str]:
+        """Every string that reaches the process or the request (a name of env or headers with its value), by the
+        JSON pointer of its field."""
+        fields = {"/command": self.command or "", "/cwd": self.cwd or "", "/url": self.url or ""}
+        fields |= {json_pointer(("args", i)): arg for i, arg in enumerate(self.args)}
+        fields |= {json_pointer(("env", key)): key + value for key, value in self.env.items()}
+        fields |= {json_pointer(("headers", key)): key + value for key, value in self.headers.items()}
+        return fields
+
     def variables(self) -> dict[str, list[str]]:
         """The `${VAR}` references of this spec, by the JSON pointer of the field holding them, in every field that
         expansion would touch."""
-        fields = {"/command": self.command or "", "/cwd": self.cwd or "", "/url": self.url or ""}
-        fields |= {json_pointer(("args", i)): arg for i, arg in enumerate(self.args)}
-        fields |= {json_pointer(("env", key)): value for key, value in self.env.items()}
-        fields |= {json_pointer(("headers", key)): value for key, value in self.headers.items()}
-        found = {pointer: [m.group(0) for m in _VARIABLE.finditer(text)] for pointer, text in fields.items()}
+        found = {pointer: [m.group(0) for m in _VARIABLE.finditer(text)] for pointer, text in self.strings().items()}
         return {pointer: references for pointer, references in found.items() if references}
 
     def expanded(self) -> ServerSpec:
@@ -123,18 +128,23 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
 def _string_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(
-        isinstance(v, str | int | float | bool) for v in value.values()
-    ):
+    if not isinstance(value, Mapping) or not all(isinstance(v, str | int | float | bool) for v in value.values()):
         raise _fail(where, "must be an object of string values")
     return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
 
 
-def parse_server_entry(
-    server_id: str, entry: Any, *, source: Source = "file", where: str | None = None
-) -> ServerSpec:
+def parse_server_entry(server_id: str, entry: Any, *, source: Source = "file", where: str | None = None) -> ServerSpec:
     """One `mcpServers` entry as a ServerSpec; InvalidRequest names the bad field with a JSON pointer."""
     where = where if where is not None else f"/mcpServers/{server_id}"
+    spec = _parse_entry(server_id, entry, source, where)
+    # No argv, environment, URL or header holds NUL: every start failed ("embedded null byte", a 502 naming nothing).
+    for pointer, text in spec.strings().items():
+        if "\x00" in text:
+            raise _fail(f"{where}{pointer}", NUL_REASON)
+    return spec
+
+
+def _parse_entry(server_id: str, entry: Any, source: Source, where: str) -> ServerSpec:
     if not isinstance(entry, Mapping):
         raise _fail(where, "must be an object")
     sid = normalize_server_id(server_id)

@@ -33,7 +33,7 @@ from service.upstream.checked_http import checked_http_client
 from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
 from service.upstream.health import Backoff, ServerHealth, describe, exit_reason
-from service.upstream.transport import ChildProcess, http_transport, stdio_transport
+from service.upstream.transport import DEFAULT_MAX_MESSAGE_BYTES, ChildProcess, http_transport, stdio_transport
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,9 @@ PING_TIMEOUT_SECONDS = 10.0
 MAX_TOOL_PAGES = 1000
 STABLE_AFTER_SECONDS = 10.0
 LIST_CHANGED_DEBOUNCE_SECONDS = 0.05
+# Re-listings after list_changed start at most once a second, and pause 9 times as long as the last one took.
+LIST_CHANGED_MIN_INTERVAL_SECONDS = 1.0
+LIST_CHANGED_PAUSE_FACTOR = 9.0
 
 ToolsCallback = Callable[[ServerSpec, list[dict[str, Any]]], Awaitable[Any]]
 PrepareCallback = Callable[[ServerSpec], Awaitable[ServerSpec]]
@@ -62,8 +65,12 @@ class UpstreamConnection(ToolCalls):
         heartbeat_seconds: float = 30.0,
         children: ChildRegistry | None = None,
         allowed_hosts: Sequence[str] = (),
+        max_message_bytes: int | None = None,
+        max_tools_list_bytes: int | None = None,
     ) -> None:
         self.spec = spec
+        self._max_message_bytes = max_message_bytes  # execution.max_message_bytes
+        self._max_tools_list_bytes = max_tools_list_bytes  # execution.max_tools_list_bytes
         self._allowed_hosts = allowed_hosts  # execution.upstream_allowed_hosts, for servers added over the API
         self._children_registry = children
         self.health = ServerHealth()
@@ -153,6 +160,8 @@ class UpstreamConnection(ToolCalls):
                 self.health.pid = None
             if self._stopping:
                 break
+            if error and self._lost_reason and self._lost_reason not in error:
+                error = f"{error}: {self._lost_reason}"  # e.g. the read stream closed on an oversized message
             error = error or self._lost_reason or "the session ended"
             if self.spec.transport == "stdio" and self._child.returncode is not None:
                 if "exited with code" not in error:
@@ -180,7 +189,7 @@ class UpstreamConnection(ToolCalls):
                 http = checked_http_client(spec.headers, self._allowed_hosts, self.id)
             else:
                 http = create_mcp_http_client(headers=spec.headers or None)
-            return http_transport(spec.url, http)
+            return http_transport(spec.url, http, self._max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES)
         assert spec.command is not None
         self._child = ChildProcess()
         return stdio_transport(
@@ -189,9 +198,10 @@ class UpstreamConnection(ToolCalls):
             spec.env,
             spec.cwd,
             self._child,
-            lambda code: self._mark_lost(exit_reason(code)),
+            self._mark_lost,
             self.id,
             self._children_registry,
+            self._max_message_bytes,
         )
 
     async def _run_session(self) -> None:
@@ -242,13 +252,25 @@ class UpstreamConnection(ToolCalls):
     # ---------------------------------------------------------------------------------- the catalog
 
     async def _list_tools(self, client: Client) -> list[dict[str, Any]]:
-        """Every tool the server lists, following pagination (a repeated cursor ends the walk)."""
+        """Every tool the server lists, following pagination (a repeated cursor ends the walk); past
+        `max_tools_list_bytes` of tools (their JSON) in all, an UpstreamError: each page is bounded by the transport,
+        but the walk kept every page of up to MAX_TOOL_PAGES."""
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         seen: set[str] = set()
+        size, limit = 0, self._max_tools_list_bytes
         for _ in range(MAX_TOOL_PAGES):
             page = await client.list_tools(cursor=cursor)
-            tools += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools]
+            for tool in page.tools:
+                if limit is not None:
+                    size += len(tool.model_dump_json(by_alias=True, exclude_none=True))
+                    if size > limit:
+                        raise UpstreamError(
+                            f"MCP server {self.id!r} lists more than {limit} bytes of tools "
+                            "(execution.max_tools_list_bytes)",
+                            server=self.id,
+                        )
+                tools.append(tool.model_dump(by_alias=True, mode="json", exclude_none=True))
             cursor = page.next_cursor
             if not cursor or cursor in seen:
                 break
@@ -293,6 +315,7 @@ class UpstreamConnection(ToolCalls):
             await self._resync.wait()
             await anyio.sleep(LIST_CHANGED_DEBOUNCE_SECONDS)
             self._resync.clear()
+            started = time.monotonic()
             try:
                 tools = await self._list_tools(client)
             except MCPError as exc:
@@ -301,6 +324,10 @@ class UpstreamConnection(ToolCalls):
                     self._mark_lost("the connection closed")
                 continue
             await self._sync_tools(tools)
+            # A server announcing changes without end (every 10 ms: 10 syncs a second, each re-embedding what
+            # changed) is listed again once the pause is over; what it announced meanwhile waits in _resync.
+            spent = time.monotonic() - started
+            await anyio.sleep(max(LIST_CHANGED_MIN_INTERVAL_SECONDS - spent, LIST_CHANGED_PAUSE_FACTOR * spent))
 
     async def _heartbeat(self, client: Client) -> None:
         while True:

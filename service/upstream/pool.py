@@ -24,8 +24,12 @@ class UpstreamPool:
         heartbeat_seconds: float = 30.0,
         children: ChildRegistry | None = None,
         allowed_hosts: Sequence[str] = (),
+        max_message_bytes: int | None = None,
+        max_tools_list_bytes: int | None = None,
     ) -> None:
         self.children = children
+        self._max_message_bytes = max_message_bytes
+        self._max_tools_list_bytes = max_tools_list_bytes
         self._allowed_hosts = allowed_hosts
         self._on_tools = on_tools
         self._prepare = prepare
@@ -61,6 +65,8 @@ class UpstreamPool:
             heartbeat_seconds=self._heartbeat_seconds,
             children=self.children,
             allowed_hosts=self._allowed_hosts,
+            max_message_bytes=self._max_message_bytes,
+            max_tools_list_bytes=self._max_tools_list_bytes,
         )
         self._connections[spec.id] = connection
         connection.start()

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from typing import AnyStr, Generic
 
 import anyio
 import anyio.abc
@@ -29,6 +30,7 @@ from mcp.shared.message import SessionMessage
 
 from service.security.scrub import Scrubber
 from service.upstream.children import ChildRegistry, wrap_command
+from service.upstream.health import exit_reason
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ TERMINATE_GRACE = 2.0
 EXIT_POLL_SECONDS = 0.1
 STDERR_TAIL_LINES = 40
 STDERR_LINE_CHARS = 500  # of each stderr line, kept for /servers and the log
+DEFAULT_MAX_MESSAGE_BYTES = 16_000_000  # execution.max_message_bytes
 
 
 @dataclass
@@ -51,33 +54,48 @@ class ChildProcess:
         return " | ".join(list(self.stderr)[-lines:])
 
 
-class LineSplitter:
-    """The lines of a stream read in chunks, in linear time: the part of a line not yet ended is kept as its
-    chunks, joined once it ends (joining it to each chunk copied the whole line again: a 50 MB line held the event
-    loop for 18 s in all), and only its first `keep` characters when `keep` is set (a stderr progress bar that
-    never writes a newline grew without bound)."""
+class MessageTooLarge(ValueError):
+    """A line longer than the splitter's limit: read no further."""
 
-    def __init__(self, keep: int | None = None) -> None:
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the server sent a message of more than {limit} bytes (execution.max_message_bytes)")
+
+
+class LineSplitter(Generic[AnyStr]):
+    """The lines of a stream read in chunks (str or bytes), in linear time: the part of a line not yet ended is
+    kept as its chunks, joined once it ends (joining it to each chunk copied the whole line again: a 50 MB line held
+    the event loop for 18 s in all), and only its first `keep` items when `keep` is set (a stderr progress bar that
+    never writes a newline grew without bound). A line longer than `limit` raises MessageTooLarge as soon as it
+    passes it, not when (or if) it ends."""
+
+    def __init__(self, keep: int | None = None, limit: int | None = None) -> None:
         self._keep = keep
-        self._pieces: list[str] = []
+        self._limit = limit
+        self._pieces: list[AnyStr] = []
         self._size = 0
 
-    def feed(self, chunk: str) -> list[str]:
+    def feed(self, chunk: AnyStr) -> list[AnyStr]:
         """The lines this chunk ends, without their newline."""
-        *ended, rest = chunk.split("\n")
+        *ended, rest = chunk.split(b"\n" if isinstance(chunk, bytes) else "\n")
         lines = []
         for part in ended:
             self._add(part)
-            lines.append(self.rest())
+            lines.append(self._joined(part))
             self._pieces, self._size = [], 0
         self._add(rest)
         return lines
 
     def rest(self) -> str:
-        """What was read of the line not yet ended."""
+        """What was read of the line not yet ended (of a text stream)."""
         return "".join(self._pieces)
 
-    def _add(self, piece: str) -> None:
+    def _joined(self, like: AnyStr) -> AnyStr:
+        return like[:0].join(self._pieces)
+
+    def _add(self, piece: AnyStr) -> None:
+        if self._limit is not None and self._size + len(piece) > self._limit:
+            self._pieces, self._size = [], 0
+            raise MessageTooLarge(self._limit)
         if self._keep is not None:
             piece = piece[: max(0, self._keep - self._size)]
         if piece:
@@ -92,12 +110,15 @@ async def stdio_transport(
     env: dict[str, str],
     cwd: str | None,
     child: ChildProcess,
-    on_exit: Callable[[int | None], None],
+    on_lost: Callable[[str], None],
     log_name: str,
     children: ChildRegistry | None = None,
+    max_message_bytes: int | None = None,
 ) -> AsyncIterator[TransportStreams]:
     """Spawn the server in its own process group, dying with us (service/upstream/children.py), and exchange
-    newline-delimited JSON-RPC on its pipes."""
+    newline-delimited JSON-RPC on its pipes. `on_lost(reason)` is told when the session is broken: the child
+    exited, or sent a message over `max_message_bytes` (then its stdout is read no further and closed, which fails
+    the requests waiting on it)."""
     full_env = get_default_environment() | env
     argv = wrap_command(command, args, full_env.get("PATH"), cwd)
     process = await anyio.open_process(argv, env=full_env, cwd=cwd, start_new_session=True)
@@ -111,11 +132,12 @@ async def stdio_transport(
 
     async def read_stdout() -> None:
         assert process.stdout is not None
-        splitter = LineSplitter()
+        splitter = LineSplitter[bytes](limit=max_message_bytes)
         try:
             async with read_writer:
-                async for chunk in TextReceiveStream(process.stdout, errors="replace"):
-                    for line in splitter.feed(chunk):
+                async for chunk in process.stdout:
+                    for raw in splitter.feed(chunk):
+                        line = raw.decode(errors="replace")
                         if not line.strip():
                             continue
                         try:
@@ -126,6 +148,9 @@ async def stdio_transport(
                             server_log.warning("not a JSON-RPC message on stdout: %.200s", scrub(line))
                             item = exc
                         await read_writer.send(item)
+        except MessageTooLarge as exc:
+            server_log.warning("%s", exc)
+            on_lost(str(exc))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
 
@@ -164,7 +189,7 @@ async def stdio_transport(
         while process.returncode is None:  # noqa: ASYNC110 - a return code has no event to wait on
             await anyio.sleep(EXIT_POLL_SECONDS)
         child.returncode = process.returncode
-        on_exit(process.returncode)
+        on_lost(exit_reason(process.returncode))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(read_stdout)
@@ -222,12 +247,52 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
+class BodyRefused(httpx2.StreamError):
+    """An HTTP upstream's body not read: longer than the limit, or compressed (its size could not be bounded)."""
+
+
+class _CappedBody(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int | None, encoding: str) -> None:
+        self._inner, self._limit, self._encoding = inner, limit, encoding
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._encoding not in ("", "identity"):
+            # Asked for identity; a compressed body would be inflated whole, chunk by chunk (a gzip bomb: x1000).
+            raise BodyRefused(f"the server sent a body compressed with {self._encoding[:40]!r}, asked for identity")
+        size = 0
+        async for chunk in self._inner:
+            size += len(chunk)
+            if self._limit is not None and size > self._limit:
+                raise BodyRefused(f"the server sent a message of more than {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def cap_bodies(http: httpx2.AsyncClient, limit: int) -> httpx2.AsyncClient:
+    """The client asks for uncompressed bodies, refuses compressed ones and reads a JSON body (one message) only up
+    to `limit` bytes; the SDK bounds each event of an SSE stream (`max_sse_event_size`), whose length is unbounded."""
+    http.headers["Accept-Encoding"] = "identity"
+
+    async def cap(response: httpx2.Response) -> None:
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        json_body = response.headers.get("content-type", "").lower().startswith("application/json")
+        if isinstance(response.stream, httpx2.AsyncByteStream):
+            response.stream = _CappedBody(response.stream, limit if json_body else None, encoding)
+
+    http.event_hooks["response"].append(cap)
+    return http
+
+
 @asynccontextmanager
-async def http_transport(url: str, http: httpx2.AsyncClient) -> AsyncIterator[TransportStreams]:
-    """Streamable HTTP over this client (closed with the transport)."""
-    async with http:
-        async with streamable_http_client(url, http_client=http) as streams:
+async def http_transport(
+    url: str, http: httpx2.AsyncClient, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> AsyncIterator[TransportStreams]:
+    """Streamable HTTP over this client (closed with the transport), no message over `max_message_bytes`."""
+    async with cap_bodies(http, max_message_bytes):
+        async with streamable_http_client(url, http_client=http, max_sse_event_size=max_message_bytes) as streams:
             yield streams
 
 
-__all__ = ["ChildProcess", "stdio_transport", "http_transport"]
+__all__ = ["ChildProcess", "LineSplitter", "MessageTooLarge", "stdio_transport", "http_transport"]

@@ -3,9 +3,20 @@ paged back exactly."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
+from service.execution import results
+from service.execution.results import count_tokens, encoding, token_offsets
 from tests.security.conftest import make_settings, probe_entry, running, servers_file
 
 TEXT = "héllo wörld 日本語 😀👍🏽"  # characters of 2, 3 and 4 bytes; emoji tokens start inside characters
@@ -40,3 +51,79 @@ async def test_a_large_result_is_measured_and_paged_in_bounded_memory(tmp_path: 
         assert len(pages) == -(-result["total_tokens"] // 100_000)
         assert "".join(pages) == " ".join([TEXT] * times)
         assert result["content"][0]["text"] == pages[0][: len(result["content"][0]["text"])]
+
+
+def test_a_long_run_of_one_character_class_costs_what_prose_costs() -> None:
+    # One run of letters (or spaces, or symbols) is one piece to tiktoken's BPE: 54 bytes and 0.65 us a character.
+    # An upstream (or a file a caller wrote and reads back) answering 8 MB of "x" took the service 400 MB more.
+    probe = (
+        "import resource, sys\n"
+        "from service.execution.results import count_tokens, load_tokenizer, token_offsets\n"
+        "load_tokenizer()\n"
+        "text = sys.argv[1] * 8_000_000\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "offsets = token_offsets(text)\n"
+        "assert len(offsets) - 1 == count_tokens(text) and offsets[-1] == len(text)\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    for character in ("x", " ", "="):
+        grown = subprocess.run(
+            [sys.executable, "-c", probe, character],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": root},
+            cwd=root,
+        )
+        assert int(grown.stdout) < 120, (character, grown.stdout)  # MiB; was 400-430
+
+
+def test_segmented_counting_is_exact_on_mixed_text() -> None:
+    random.seed(7)
+    words = [
+        "hello",
+        "world,",
+        "fox.",
+        "Ünïcode",
+        "日本語",
+        "😀👍🏽",
+        "12345",
+        "don't",
+        "\n",
+        "\n\n",
+        "  ",
+        "\t",
+        "==",
+        "a_b",
+    ]
+    for _ in range(5):
+        text = "".join(random.choice(words) + random.choice([" ", "", "\n", "  "]) for _ in range(60_000))
+        assert count_tokens(text) == len(encoding().encode(text, disallowed_special=()))
+        offsets = token_offsets(text)
+        assert len(offsets) - 1 == count_tokens(text) and offsets[-1] == len(text)
+
+
+async def test_long_texts_are_measured_two_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each long text's token work holds memory in proportion to it (16 MB of prose: ~290 MiB for its offsets), and
+    # anyio runs up to 40 threads: as many parallel calls with long results held as many at once.
+    running_now, most = 0, 0
+    lock = threading.Lock()
+    cut_text = results.cut_text
+
+    def counted(text: str, budget: int) -> results.Cut:
+        nonlocal running_now, most
+        with lock:
+            running_now += 1
+            most = max(most, running_now)
+        time.sleep(0.2)
+        try:
+            return cut_text(text, budget)
+        finally:
+            with lock:
+                running_now -= 1
+
+    monkeypatch.setattr(results, "cut_text", counted)
+    cuts = await asyncio.gather(*(results.measure("word " * 20_000, 100) for _ in range(6)))
+    assert all(cut.truncated and cut.head_tokens == 100 for cut in cuts)
+    assert most == results.TOKEN_WORKERS == 2

@@ -233,6 +233,7 @@ async def test_a_server_flooding_its_pipes_without_newlines_costs_linear_time_an
         tmp_path, permissions=None, execution={"servers_file": servers_file(tmp_path, {"f": entry})}
     )
     settings.execution.startup_wait_seconds = 60
+    settings.execution.max_message_bytes = 64_000_000  # the junk line is under the bound of one message
     started = time.perf_counter()
     async with running(settings) as (app, http):
         answer = await http.post("/execute", json={"name": "f__echo", "arguments": {"text": "hi"}})
@@ -241,3 +242,28 @@ async def test_a_server_flooding_its_pipes_without_newlines_costs_linear_time_an
         assert time.perf_counter() - started < 8
         stderr = get_gateway(app.state.resources).pool.get("f")._child.stderr  # noqa: SLF001 - what /servers tails
         assert [len(line) for line in stderr if line.startswith("progress")] == [500]
+
+
+@pytest.mark.parametrize(
+    ("entry", "pointer"),
+    [
+        ({"args": ["-c", "pass\x00"]}, "/args/1"),
+        ({"env": {"TOKEN": "a\x00b"}}, "/env/TOKEN"),
+        ({"env": {"TO\x00KEN": "a"}}, "/env/TO\x00KEN"),
+        ({"cwd": "/tmp\x00"}, "/cwd"),
+    ],
+)
+async def test_nul_in_a_server_entry_is_a_422_naming_the_field(
+    tmp_path: Path, entry: dict[str, Any], pointer: str
+) -> None:
+    # A process's argv and environment cannot hold NUL: each start failed with "ValueError: embedded null byte", a
+    # 502 that named no field.
+    allowed = {"allow_api_stdio": True, "api_stdio_commands": [sys.executable], "startup_wait_seconds": 10}
+    async with running(make_settings(tmp_path, permissions=None, execution=allowed)) as (app, http):
+        body = {"id": "nul", "command": sys.executable, "args": ["-c", "pass"], **entry}
+        problem = assert_problem(await http.post("/servers", json=body), 422)
+        assert problem["errors"][0]["pointer"] == pointer and "NUL" in problem["errors"][0]["reason"], problem
+        headers = {"id": "web", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Key": "a\x00b"}}
+        problem = assert_problem(await http.post("/servers", json=headers), 422)
+        assert problem["errors"][0]["pointer"] == "/headers/X-Key", problem
+        assert await count_rows(app, Server) == 0

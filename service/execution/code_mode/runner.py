@@ -22,6 +22,7 @@ from sqlalchemy import select
 
 from service.db.models import Approval
 from service.errors import (
+    NUL_REASON,
     ApprovalRequired,
     BadRequest,
     InvalidArguments,
@@ -288,6 +289,8 @@ class CodeMode:
 
     async def _tool(self, run: ScriptRun, record: CallRecord, arguments: dict[str, Any]) -> tuple[Any, bool]:
         await self._charge(run.caller)
+        if "\x00" in record.name:  # refused as POST /execute refuses it (no tool has one; SQL text cannot)
+            raise InvalidArguments(f"A tool name {NUL_REASON}", errors=[{"pointer": "/name", "reason": NUL_REASON}])
         waiting = run.approvals.get((record.name, arguments_digest(arguments))) or []
         approval_id = waiting.pop(0) if waiting else None
         executor = get_gateway(self.resources).executor
@@ -305,6 +308,8 @@ class CodeMode:
         query, k = arguments.get("query"), arguments.get("k")
         if not isinstance(query, str) or not query.strip():
             raise InvalidArguments("search_tools(query, k) needs a query string", errors=[{"pointer": "/query"}])
+        if "\x00" in query:
+            raise InvalidArguments(f"The query {NUL_REASON}", errors=[{"pointer": "/query", "reason": NUL_REASON}])
         default_k = self.resources.settings.search.default_k
         k = min(50, max(1, int(k))) if isinstance(k, int | float) and not isinstance(k, bool) else default_k
         search_id, outcome = await search_tools(self.resources, run.caller, query, k=k)

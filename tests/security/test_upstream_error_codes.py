@@ -1,0 +1,107 @@
+"""An upstream server's own error answer is that call's failure, whatever its code: -32000, the JSON-RPC code of a
+generic server error, is also the SDK's code for a closed connection, and any caller who could call a tool answering
+it restarted the server under everyone's calls in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from service.execution.runtime import get_gateway
+from tests.security.conftest import assert_problem, make_settings, running, servers_file
+
+# A hand-written stdio server: `err` answers a JSON-RPC error -32000; `slow` answers after a second, on a thread.
+SERVER = """
+import json, sys, threading, time
+lock = threading.Lock()
+def send(obj):
+    with lock:
+        sys.stdout.write(json.dumps(obj) + "\\n"); sys.stdout.flush()
+def slow(mid):
+    time.sleep(1.0)
+    send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "slow done"}]}})
+tools = [{"name": n, "description": "A tool called " + n, "inputSchema": {"type": "object"}} for n in ("err", "slow")]
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "codes", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
+    elif method == "tools/call" and msg["params"]["name"] == "err":
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32000, "message": "quota exceeded"}})
+    elif method == "tools/call":
+        threading.Thread(target=slow, args=(mid,)).start()
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+"""
+
+
+async def test_an_error_answer_of_code_32000_fails_only_its_call(tmp_path: Path) -> None:
+    script = tmp_path / "codes_server.py"
+    script.write_text(SERVER)
+    entry = {"command": sys.executable, "args": [str(script)]}
+    execution = {"servers_file": servers_file(tmp_path, {"codes": entry}), "startup_wait_seconds": 60}
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
+        health = get_gateway(app.state.resources).pool.get("codes").health
+        pid = health.pid
+        in_flight = asyncio.create_task(http.post("/execute", json={"name": "codes__slow", "arguments": {}}))
+        await asyncio.sleep(0.3)
+        failed = await http.post("/execute", json={"name": "codes__err", "arguments": {}})
+        problem = assert_problem(failed, 502)
+        # Was "failed during err: the connection closed; it is being restarted", and the slow call a 502 too.
+        assert problem["detail"] == "MCP server 'codes' answered err with error -32000: quota exceeded", problem
+        assert "restarting" not in problem
+        slow = await in_flight
+        assert slow.status_code == 200, slow.text
+        assert slow.json()["content"] == [{"type": "text", "text": "slow done"}]
+        assert health.pid == pid and health.restarts == 0 and health.state == "ready"
+
+
+# A server announcing tools/list_changed every 10 ms, each listing changing all 50 descriptions.
+FLAPPING_SERVER = """
+import json, sys, threading, time
+lock = threading.Lock()
+version = [0]
+def send(obj):
+    with lock:
+        sys.stdout.write(json.dumps(obj) + "\\n"); sys.stdout.flush()
+def flap():
+    while True:
+        time.sleep(0.01)
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
+              "capabilities": {"tools": {"listChanged": True}}, "serverInfo": {"name": "flap", "version": "1"}}})
+    elif method == "notifications/initialized":
+        threading.Thread(target=flap, daemon=True).start()
+    elif method == "tools/list":
+        version[0] += 1
+        tools = [{"name": f"t{i}", "description": f"Tool {i}, version {version[0]}", "inputSchema": {"type": "object"}}
+                 for i in range(50)]
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+"""
+
+
+async def test_a_server_flapping_its_tool_list_is_listed_again_at_most_once_a_second(tmp_path: Path) -> None:
+    script = tmp_path / "flapping_server.py"
+    script.write_text(FLAPPING_SERVER)
+    entry = {"command": sys.executable, "args": [str(script)]}
+    execution = {"servers_file": servers_file(tmp_path, {"flap": entry}), "startup_wait_seconds": 60}
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
+        health = get_gateway(app.state.resources).pool.get("flap").health
+        syncs, cpu = health.syncs, time.process_time()
+        await asyncio.sleep(5)
+        # Was 10 syncs a second (each re-embedding the 50 tools and adding a catalog change), half a core of CPU.
+        assert health.list_changed > 100 and health.syncs - syncs <= 6, (health.list_changed, health.syncs)
+        assert time.process_time() - cpu < 1.5
+        tools = (await http.get("/tools", params={"limit": 100})).json()["tools"]
+        assert len(tools) == 50 and all("version" in tool["description"] for tool in tools)  # still in step
