@@ -285,6 +285,9 @@ class ClusterSettings(Section):
     fallback_poll_seconds: float = 1.0
     full_catchup_seconds: float = 60.0
     gap_horizon_seconds: float = 30.0  # a hole in the change sequence older than this was a rolled-back write
+    # Catalog changes older than this are deleted every hour (the latest stays); 0 keeps them all. A replica that
+    # had not followed that far compares the whole catalog instead.
+    change_retention_hours: float = 168.0
     lock_retry_seconds: float = 5.0  # how often a replica tries to become the writer of a server's catalog
     redis_timeout_seconds: float = 1.0
 

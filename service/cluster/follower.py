@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from service.catalog.events import publish_tools_changed
 from service.catalog.reconcile import catalog_differences, follow_tools
-from service.cluster.changes import SERVER_ADDED, SERVER_REMOVED, changes_after
+from service.cluster.changes import SERVER_ADDED, SERVER_REMOVED, changes_after, first_seq
 from service.cluster.state import cluster_state
-from service.db.models import CatalogChange
+from service.db.models import CatalogChange, as_utc, utcnow
 from service.policy.service import refresh_catalog
 
 if TYPE_CHECKING:
@@ -88,6 +88,8 @@ class CatalogFollower:
         """Apply the committed changes not applied yet; returns how many."""
         async with self.resources.session() as session:
             rows = list(await changes_after(session, self.watermark))
+            if rows and rows[0].seq > self.watermark + 1 and await first_seq(session) == rows[0].seq:
+                self._skip_pruned(rows[0])
         new = [row for row in rows if row.seq not in self._done]
         foreign = [row for row in new if row.origin != cluster_state(self.resources).replica_id]
         if foreign:
@@ -95,6 +97,23 @@ class CatalogFollower:
         self._done.update(row.seq for row in new)
         self._advance()
         return len(foreign)
+
+    def _skip_pruned(self, first: CatalogChange) -> None:
+        """No change at or below the watermark is kept, and the first one kept is older than the gap horizon: the
+        ones between were pruned (`cluster.change_retention_hours`: this replica fell that far behind) or rolled
+        back long ago. Go on from the first one kept, and compare the whole catalog for what the pruned ones did,
+        instead of waiting a horizon for each missing number."""
+        if (utcnow() - as_utc(first.created_at)).total_seconds() < self.settings.gap_horizon_seconds:
+            return
+        logger.warning(
+            "catalog changes %d-%d were pruned before this replica followed them: comparing the whole catalog",
+            self.watermark + 1,
+            first.seq - 1,
+        )
+        self.watermark = first.seq - 1
+        self._done = {seq for seq in self._done if seq > self.watermark}
+        self._holes = {seq: since for seq, since in self._holes.items() if seq > self.watermark}
+        self._full = True
 
     def _advance(self) -> None:
         top = max(self._done, default=self.watermark)

@@ -6,15 +6,25 @@ announcement of the key resolver (policy/keys.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from datetime import timedelta
 from typing import Any
 
 from service.catalog.server_vectors import refresh_servers
+from service.cluster.changes import prune_changes
 from service.cluster.follower import CatalogFollower
 from service.cluster.ratelimit import RedisTokenBucketLimiter
 from service.cluster.state import CATALOG_EVENT, KEYS_EVENT, announce, cluster_state
 from service.cluster.writers import ServerWriters
+from service.db.models import utcnow
 from service.policy.keys import key_resolver
 from service.resources import Resources
+
+logger = logging.getLogger(__name__)
+
+PRUNE_TASK = "prune-changes"
+PRUNE_INTERVAL_SECONDS = 3600.0
 
 
 async def start_cluster(resources: Resources) -> None:
@@ -22,6 +32,8 @@ async def start_cluster(resources: Resources) -> None:
     cluster = cluster_state(resources)
     assert resources.engine is not None
     cluster.writers = ServerWriters(resources.engine)
+    if resources.settings.cluster.change_retention_hours > 0:
+        resources.supervisor.start(PRUNE_TASK, lambda: _prune_changes(resources))
     bus = cluster.bus
     if bus is None:
         return
@@ -60,7 +72,8 @@ async def start_cluster(resources: Resources) -> None:
 
 
 async def stop_cluster(resources: Resources) -> None:
-    """Shutdown hook: stop following, release the writer locks, close Redis."""
+    """Shutdown hook: stop pruning and following, release the writer locks, close Redis."""
+    await resources.supervisor.stop(PRUNE_TASK)
     cluster = cluster_state(resources)
     if cluster.follower is not None:
         await cluster.follower.close()
@@ -68,3 +81,15 @@ async def stop_cluster(resources: Resources) -> None:
         await cluster.writers.close()
     if cluster.bus is not None:
         await cluster.bus.close()
+
+
+async def _prune_changes(resources: Resources) -> None:
+    """Every hour, the catalog changes older than `cluster.change_retention_hours` go (they are written with every
+    registration, refresh and removal, and only replicas following recent ones read them)."""
+    hours = resources.settings.cluster.change_retention_hours
+    while True:  # errors go to the supervisor (restart with backoff)
+        async with resources.session() as session:
+            deleted = await prune_changes(session, utcnow() - timedelta(hours=hours))
+        if deleted:
+            logger.info("pruned %d catalog changes older than %g h", deleted, hours)
+        await asyncio.sleep(PRUNE_INTERVAL_SECONDS)
