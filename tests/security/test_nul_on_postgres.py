@@ -4,7 +4,6 @@ sends with one must neither 500 nor leave a log row the database refuses (tested
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,36 +12,29 @@ from sqlalchemy import select
 from service.db.models import Execution, Search
 from service.execution.runtime import get_gateway
 from tests.security.conftest import make_settings, running, servers_file
+from tests.security.scripted_servers import scripted_entry
 
 # A hand-written stdio server whose answers hold NUL: a result over the token budget (stored, then paged), and a
 # JSON-RPC error message.
 NUL_SERVER = """
-import json, sys
-def send(obj):
-    sys.stdout.write(json.dumps(obj) + "\\n"); sys.stdout.flush()
 tools = [{"name": n, "description": "A tool called " + n, "inputSchema": {"type": "object"}} for n in ("big", "err")]
 for line in sys.stdin:
     msg = json.loads(line)
     method, mid = msg.get("method"), msg.get("id")
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
-              "capabilities": {"tools": {}}, "serverInfo": {"name": "nul", "version": "1"}}})
+    if answered(msg, "nul"):
+        pass
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
     elif method == "tools/call" and msg["params"]["name"] == "err":
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32603, "message": "bad\\u0000thing"}})
     elif method == "tools/call":
         send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": TEXT}]}})
-    elif method == "ping":
-        send({"jsonrpc": "2.0", "id": mid, "result": {}})
 """
 TEXT = "word\x00 é\x00\x00 " * 3000  # 12,000 tokens, over the budget of 4,000
 
 
 def nul_settings(tmp_path: Path, postgres_url: str) -> Any:
-    script = tmp_path / "nul_server.py"
-    script.write_text(f"TEXT = {TEXT!r}\n{NUL_SERVER}")
-    entry = {"command": sys.executable, "args": [str(script)]}
+    entry = scripted_entry(tmp_path, "nul", f"TEXT = {TEXT!r}\n{NUL_SERVER}")
     settings = make_settings(
         tmp_path,
         permissions=None,

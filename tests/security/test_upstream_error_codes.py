@@ -5,20 +5,15 @@ it restarted the server under everyone's calls in flight."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from pathlib import Path
 
 from service.execution.runtime import get_gateway
 from tests.security.conftest import assert_problem, make_settings, running, servers_file
+from tests.security.scripted_servers import scripted_entry
 
 # A hand-written stdio server: `err` answers a JSON-RPC error -32000; `slow` answers after a second, on a thread.
 SERVER = """
-import json, sys, threading, time
-lock = threading.Lock()
-def send(obj):
-    with lock:
-        sys.stdout.write(json.dumps(obj) + "\\n"); sys.stdout.flush()
 def slow(mid):
     time.sleep(1.0)
     send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "slow done"}]}})
@@ -26,24 +21,19 @@ tools = [{"name": n, "description": "A tool called " + n, "inputSchema": {"type"
 for line in sys.stdin:
     msg = json.loads(line)
     method, mid = msg.get("method"), msg.get("id")
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
-              "capabilities": {"tools": {}}, "serverInfo": {"name": "codes", "version": "1"}}})
+    if answered(msg, "codes"):
+        pass
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
     elif method == "tools/call" and msg["params"]["name"] == "err":
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32000, "message": "quota exceeded"}})
     elif method == "tools/call":
         threading.Thread(target=slow, args=(mid,)).start()
-    elif method == "ping":
-        send({"jsonrpc": "2.0", "id": mid, "result": {}})
 """
 
 
 async def test_an_error_answer_of_code_32000_fails_only_its_call(tmp_path: Path) -> None:
-    script = tmp_path / "codes_server.py"
-    script.write_text(SERVER)
-    entry = {"command": sys.executable, "args": [str(script)]}
+    entry = scripted_entry(tmp_path, "codes", SERVER)
     execution = {"servers_file": servers_file(tmp_path, {"codes": entry}), "startup_wait_seconds": 60}
     async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
         health = get_gateway(app.state.resources).pool.get("codes").health
@@ -63,12 +53,7 @@ async def test_an_error_answer_of_code_32000_fails_only_its_call(tmp_path: Path)
 
 # A server announcing tools/list_changed every 10 ms, each listing changing all 50 descriptions.
 FLAPPING_SERVER = """
-import json, sys, threading, time
-lock = threading.Lock()
 version = [0]
-def send(obj):
-    with lock:
-        sys.stdout.write(json.dumps(obj) + "\\n"); sys.stdout.flush()
 def flap():
     while True:
         time.sleep(0.01)
@@ -76,9 +61,8 @@ def flap():
 for line in sys.stdin:
     msg = json.loads(line)
     method, mid = msg.get("method"), msg.get("id")
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
-              "capabilities": {"tools": {"listChanged": True}}, "serverInfo": {"name": "flap", "version": "1"}}})
+    if answered(msg, "flap", {"tools": {"listChanged": True}}):
+        pass
     elif method == "notifications/initialized":
         threading.Thread(target=flap, daemon=True).start()
     elif method == "tools/list":
@@ -86,15 +70,11 @@ for line in sys.stdin:
         tools = [{"name": f"t{i}", "description": f"Tool {i}, version {version[0]}", "inputSchema": {"type": "object"}}
                  for i in range(50)]
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
-    elif method == "ping":
-        send({"jsonrpc": "2.0", "id": mid, "result": {}})
 """
 
 
 async def test_a_server_flapping_its_tool_list_is_listed_again_at_most_once_a_second(tmp_path: Path) -> None:
-    script = tmp_path / "flapping_server.py"
-    script.write_text(FLAPPING_SERVER)
-    entry = {"command": sys.executable, "args": [str(script)]}
+    entry = scripted_entry(tmp_path, "flap", FLAPPING_SERVER)
     execution = {"servers_file": servers_file(tmp_path, {"flap": entry}), "startup_wait_seconds": 60}
     async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
         health = get_gateway(app.state.resources).pool.get("flap").health

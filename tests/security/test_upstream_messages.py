@@ -17,17 +17,14 @@ import pytest
 
 from service.execution.runtime import get_gateway
 from tests.security.conftest import assert_problem, free_port, make_settings, probe_entry, running, servers_file
+from tests.security.scripted_servers import scripted_entry
 from tests.upstream.upstream_support import HttpServer
 
 # A hand-written stdio server: `huge` answers one message of HUGE_MB megabytes on one line, written a megabyte at
 # a time (the server itself never holds it); with `biglist` its tools/list is that message.
 RAW_SERVER = """
-import json, sys
 mode, mb = sys.argv[1], int(sys.argv[2])
 out = sys.stdout
-
-def send(obj):
-    out.write(json.dumps(obj) + "\\n"); out.flush()
 
 def huge(msg_id, result):
     before, after = json.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}).split("@@")
@@ -42,9 +39,8 @@ tools = [{"name": "huge", "description": "Answers one enormous message.", "input
 for line in sys.stdin:
     msg = json.loads(line)
     method, mid = msg.get("method"), msg.get("id")
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
-              "capabilities": {"tools": {}}, "serverInfo": {"name": "raw", "version": "1"}}})
+    if answered(msg, "raw"):
+        pass
     elif method == "tools/list" and mode == "biglist":
         huge(mid, {"tools": [{"name": "t", "description": "@@", "inputSchema": {"type": "object"}}]})
     elif method == "tools/list":
@@ -54,17 +50,13 @@ for line in sys.stdin:
     elif method == "tools/call":
         text = msg["params"]["arguments"].get("text", "")
         send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
-    elif method == "ping":
-        send({"jsonrpc": "2.0", "id": mid, "result": {}})
 """
 LIMIT = 4_000_000
 HUGE_MB = 40
 
 
 def raw_entry(tmp_path: Path, mode: str) -> dict[str, Any]:
-    script = tmp_path / "raw_server.py"
-    script.write_text(RAW_SERVER)
-    return {"command": sys.executable, "args": [str(script), mode, str(HUGE_MB)]}
+    return scripted_entry(tmp_path, "raw", RAW_SERVER, mode, str(HUGE_MB))
 
 
 async def test_an_oversized_result_fails_its_call_in_bounded_memory_and_the_server_is_recycled(
@@ -253,29 +245,21 @@ async def test_an_http_upstream_result_over_a_megabyte_in_one_event_arrives_and_
 
 # Pages of one tool each, every page under the bound of one message, 120 MB in all.
 PAGED_SERVER = """
-import json, sys
-def send(obj):
-    sys.stdout.write(json.dumps(obj) + "\\n"); sys.stdout.flush()
 for line in sys.stdin:
     msg = json.loads(line)
     method, mid = msg.get("method"), msg.get("id")
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
-              "capabilities": {"tools": {}}, "serverInfo": {"name": "pages", "version": "1"}}})
+    if answered(msg, "pages"):
+        pass
     elif method == "tools/list":
         page = int((msg.get("params") or {}).get("cursor") or 0)
         tool = {"name": f"t{page}", "description": "d" * 3_000_000, "inputSchema": {"type": "object"}}
         more = str(page + 1) if page < 39 else None
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool], "nextCursor": more}})
-    elif method == "ping":
-        send({"jsonrpc": "2.0", "id": mid, "result": {}})
 """
 
 
 async def test_a_tool_list_of_many_pages_is_bounded_in_all(tmp_path: Path) -> None:
-    script = tmp_path / "paged_server.py"
-    script.write_text(PAGED_SERVER)
-    entry = {"command": sys.executable, "args": [str(script)]}
+    entry = scripted_entry(tmp_path, "pages", PAGED_SERVER)
     execution = {
         "servers_file": servers_file(tmp_path, {"pages": entry, "probe": probe_entry()}),
         "startup_wait_seconds": 60,
