@@ -1,5 +1,6 @@
 """Hand-written stdio MCP servers for the upstream tests: a few lines of JSON-RPC each, after a shared head that
-sends one message a line and gives the answers every server owes the SDK (`initialize`, `ping`)."""
+sends one message a line and gives the answers every server owes the SDK (`initialize`, `ping`); a body defines
+`handle(method, id, message)` for the rest and ends with `serve(name, handle)`."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def answered(msg, name, capabilities=None):
     else:
         return False
     return True
+def serve(name, handle, capabilities=None):
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if not answered(msg, name, capabilities):
+            handle(msg.get("method"), msg.get("id"), msg)
 """
 
 

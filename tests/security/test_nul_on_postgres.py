@@ -18,17 +18,14 @@ from tests.security.scripted_servers import scripted_entry
 # JSON-RPC error message.
 NUL_SERVER = """
 tools = [{"name": n, "description": "A tool called " + n, "inputSchema": {"type": "object"}} for n in ("big", "err")]
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, mid = msg.get("method"), msg.get("id")
-    if answered(msg, "nul"):
-        pass
-    elif method == "tools/list":
+def handle(method, mid, msg):
+    if method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
     elif method == "tools/call" and msg["params"]["name"] == "err":
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32603, "message": "bad\\u0000thing"}})
     elif method == "tools/call":
         send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": TEXT}]}})
+serve("nul", handle)
 """
 TEXT = "word\x00 é\x00\x00 " * 3000  # 12,000 tokens, over the budget of 4,000
 

@@ -18,17 +18,14 @@ def slow(mid):
     time.sleep(1.0)
     send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "slow done"}]}})
 tools = [{"name": n, "description": "A tool called " + n, "inputSchema": {"type": "object"}} for n in ("err", "slow")]
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, mid = msg.get("method"), msg.get("id")
-    if answered(msg, "codes"):
-        pass
-    elif method == "tools/list":
+def handle(method, mid, msg):
+    if method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
     elif method == "tools/call" and msg["params"]["name"] == "err":
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32000, "message": "quota exceeded"}})
     elif method == "tools/call":
         threading.Thread(target=slow, args=(mid,)).start()
+serve("codes", handle)
 """
 
 
@@ -58,18 +55,15 @@ def flap():
     while True:
         time.sleep(0.01)
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, mid = msg.get("method"), msg.get("id")
-    if answered(msg, "flap", {"tools": {"listChanged": True}}):
-        pass
-    elif method == "notifications/initialized":
+def handle(method, mid, msg):
+    if method == "notifications/initialized":
         threading.Thread(target=flap, daemon=True).start()
     elif method == "tools/list":
         version[0] += 1
         tools = [{"name": f"t{i}", "description": f"Tool {i}, version {version[0]}", "inputSchema": {"type": "object"}}
                  for i in range(50)]
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
+serve("flap", handle, {"tools": {"listChanged": True}})
 """
 
 

@@ -36,12 +36,8 @@ def huge(msg_id, result):
 schema = {"type": "object", "properties": {"text": {"type": "string"}}}
 tools = [{"name": "huge", "description": "Answers one enormous message.", "inputSchema": schema},
          {"name": "echo", "description": "Echo the text back.", "inputSchema": schema}]
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, mid = msg.get("method"), msg.get("id")
-    if answered(msg, "raw"):
-        pass
-    elif method == "tools/list" and mode == "biglist":
+def handle(method, mid, msg):
+    if method == "tools/list" and mode == "biglist":
         huge(mid, {"tools": [{"name": "t", "description": "@@", "inputSchema": {"type": "object"}}]})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
@@ -50,6 +46,7 @@ for line in sys.stdin:
     elif method == "tools/call":
         text = msg["params"]["arguments"].get("text", "")
         send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
+serve("raw", handle)
 """
 LIMIT = 4_000_000
 HUGE_MB = 40
@@ -245,16 +242,13 @@ async def test_an_http_upstream_result_over_a_megabyte_in_one_event_arrives_and_
 
 # Pages of one tool each, every page under the bound of one message, 120 MB in all.
 PAGED_SERVER = """
-for line in sys.stdin:
-    msg = json.loads(line)
-    method, mid = msg.get("method"), msg.get("id")
-    if answered(msg, "pages"):
-        pass
-    elif method == "tools/list":
+def handle(method, mid, msg):
+    if method == "tools/list":
         page = int((msg.get("params") or {}).get("cursor") or 0)
         tool = {"name": f"t{page}", "description": "d" * 3_000_000, "inputSchema": {"type": "object"}}
         more = str(page + 1) if page < 39 else None
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool], "nextCursor": more}})
+serve("pages", handle)
 """
 
 
