@@ -124,11 +124,23 @@ class KeyResolver:
         self.failures = FailedAuthLimiter(policy.auth_failures_free, policy.auth_failure_max_delay_seconds)
         self._cache: OrderedDict[str, tuple[Caller | None, float]] = OrderedDict()
         self._keys_exist: tuple[bool, float] | None = None
+        self.generation = 0  # counts invalidations: a holder of a long-lived answer checks its key again after one
 
     def invalidate(self) -> None:
         """Forget cached keys (after a key is created or revoked in this process)."""
         self._cache.clear()
         self._keys_exist = None
+        self.generation += 1
+
+    async def still_active(self, caller: Caller) -> bool:
+        """Whether the key a caller was resolved from is still unrevoked (the open caller has none: always)."""
+        if caller.key_id is None:
+            return True
+        async with self.resources.session() as session:
+            found = await session.scalar(
+                select(ApiKey.id).where(ApiKey.id == caller.key_id, ApiKey.revoked_at.is_(None))
+            )
+        return found is not None
 
     async def changed(self) -> None:
         """A key was created or revoked here: forget cached keys in this process and, through `on_change`, on

@@ -1,0 +1,48 @@
+"""A key revoked while it holds something long-lived: the revocation ends it, as it ends every later request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx
+
+from tests.security.conftest import bearer, serving
+
+
+async def key_id_of(http: httpx.AsyncClient, admin: str, caller: str) -> str:
+    listing = (await http.get("/keys", headers=bearer(admin))).json()["keys"]
+    return next(k["id"] for k in listing if k["caller"] == caller)
+
+
+async def test_revoking_a_key_ends_its_event_stream(world: dict[str, Any]) -> None:
+    """A dev key's /events stream went on after DELETE /keys: 3 of 3 changes of tools the revoked key had used were
+    still delivered, while every other request of that key was a 401."""
+    app, admin, dev = world["app"], world["admin"], world["dev"]
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        received: list[str] = []
+        connected, ended = anyio.Event(), anyio.Event()
+
+        async def follow() -> None:
+            async with http.stream("GET", "/events", headers=bearer(dev)) as stream:
+                async for line in stream.aiter_lines():
+                    received.append(line)
+                    if line == ": connected":
+                        connected.set()
+            ended.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            with anyio.fail_after(20):
+                await connected.wait()
+            revoked = await http.delete(f"/keys/{await key_id_of(http, admin, 'dev-agent')}", headers=bearer(admin))
+            assert revoked.status_code == 200, revoked.text
+            assert (await http.get("/tools", headers=bearer(dev))).status_code == 401
+            for n in range(3):
+                tool = {"server": "public", "name": f"fresh_{n}", "description": "A new public tool"}
+                assert (await http.post("/tools", json={"tools": [tool]}, headers=bearer(admin))).status_code == 200
+            with anyio.move_on_after(5):
+                await ended.wait()
+            tg.cancel_scope.cancel()
+    assert [line for line in received if line.startswith("data:")] == []
+    assert ended.is_set()
