@@ -124,22 +124,34 @@ class KeyResolver:
         self.failures = FailedAuthLimiter(policy.auth_failures_free, policy.auth_failure_max_delay_seconds)
         self._cache: OrderedDict[str, tuple[Caller | None, float]] = OrderedDict()
         self._keys_exist: tuple[bool, float] | None = None
+        self._active: OrderedDict[str, tuple[bool, float]] = OrderedDict()  # key id -> unrevoked, until
         self.generation = 0  # counts invalidations: a holder of a long-lived answer checks its key again after one
 
     def invalidate(self) -> None:
         """Forget cached keys (after a key is created or revoked in this process)."""
         self._cache.clear()
+        self._active.clear()
         self._keys_exist = None
         self.generation += 1
 
     async def still_active(self, caller: Caller) -> bool:
-        """Whether the key a caller was resolved from is still unrevoked (the open caller has none: always)."""
+        """Whether the key a caller was resolved from is still unrevoked (the open caller has none: always);
+        cached like presented keys, so the streams of one key cost one query per `key_cache_seconds`."""
         if caller.key_id is None:
             return True
+        now = time.monotonic()
+        cached = self._active.get(caller.key_id)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        generation = self.generation
         async with self.resources.session() as session:
             found = await session.scalar(
                 select(ApiKey.id).where(ApiKey.id == caller.key_id, ApiKey.revoked_at.is_(None))
             )
+        if generation == self.generation:  # no key changed meanwhile: the answer may be kept
+            self._active[caller.key_id] = (found is not None, now + self.ttl)
+            while len(self._active) > 10_000:
+                self._active.popitem(last=False)
         return found is not None
 
     async def changed(self) -> None:

@@ -46,3 +46,43 @@ async def test_revoking_a_key_ends_its_event_stream(world: dict[str, Any]) -> No
             tg.cancel_scope.cancel()
     assert [line for line in received if line.startswith("data:")] == []
     assert ended.is_set()
+
+
+async def test_a_key_revoked_by_another_process_ends_its_stream_within_the_key_cache_time(
+    world: dict[str, Any],
+) -> None:
+    """`toolscout keys revoke` writes the database only: no replica hears of it, so the stream's key is looked up
+    again once `policy.key_cache_seconds` has passed, as a cached key is on every other route."""
+    from service.policy.keys import key_resolver, revoke_key
+
+    app, admin, dev = world["app"], world["admin"], world["dev"]
+    resources = app.state.resources
+    key_resolver(resources).ttl = 0.2
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        key_id = await key_id_of(http, admin, "dev-agent")
+        received: list[str] = []
+        connected, ended = anyio.Event(), anyio.Event()
+
+        async def follow() -> None:
+            async with http.stream("GET", "/events", headers=bearer(dev)) as stream:
+                async for line in stream.aiter_lines():
+                    received.append(line)
+                    if line == ": connected":
+                        connected.set()
+            ended.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            with anyio.fail_after(20):
+                await connected.wait()
+            async with resources.session() as session:  # the CLI's way: no invalidation in this process
+                await revoke_key(session, key_id)
+                await session.commit()
+            await anyio.sleep(0.5)
+            tool = {"server": "public", "name": "fresh", "description": "A new public tool"}
+            assert (await http.post("/tools", json={"tools": [tool]}, headers=bearer(admin))).status_code == 200
+            with anyio.move_on_after(5):
+                await ended.wait()
+            tg.cancel_scope.cancel()
+    assert [line for line in received if line.startswith("data:")] == []
+    assert ended.is_set()
