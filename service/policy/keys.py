@@ -134,6 +134,20 @@ class KeyResolver:
         self._keys_exist = None
         self.generation += 1
 
+    def _seen_active(self, caller: Caller | None, until: float) -> None:
+        """A key just resolved is unrevoked for as long as its cached resolution (`still_active` asks no query)."""
+        if caller is not None and caller.key_id is not None:
+            self._active[caller.key_id] = (True, until)
+            self._active.move_to_end(caller.key_id)
+            while len(self._active) > 10_000:
+                self._active.popitem(last=False)
+
+    async def require_active(self, caller: Caller) -> None:
+        """401 when the key a caller was resolved from has been revoked since: work that outlives its request
+        (a script's calls, a batch's) stops with the key."""
+        if not await self.still_active(caller):
+            raise Unauthorized("The API key was revoked while this request ran")
+
     async def still_active(self, caller: Caller) -> bool:
         """Whether the key a caller was resolved from is still unrevoked (the open caller has none: always);
         cached like presented keys, so the streams of one key cost one query per `key_cache_seconds`."""
@@ -176,6 +190,7 @@ class KeyResolver:
         now = time.monotonic()
         cached = self._cache.get(digest)
         if cached is not None and cached[1] > now:
+            self._seen_active(cached[0], cached[1])
             return cached[0]
         async with self.resources.session() as session:
             row = (
@@ -183,6 +198,7 @@ class KeyResolver:
             ).first()
         caller = Caller(row.caller, frozenset(row.roles or ()), row.id) if row is not None else None
         self._cache[digest] = (caller, now + self.ttl)
+        self._seen_active(caller, now + self.ttl)
         while len(self._cache) > 10_000:
             self._cache.popitem(last=False)
         return caller
