@@ -246,7 +246,12 @@ class Executor:
             )
         timeout = connection.spec.timeout_seconds or self.resources.settings.execution.timeout_seconds
         with span("upstream.call", server=tool.server_id, tool=tool.name):
-            result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
+            try:
+                result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
+            except UpstreamError as exc:
+                if exc.caller_detail is not None and not caller.is_admin:
+                    exc.detail = exc.caller_detail
+                raise
         content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
         structured = result.structured_content
         text = render_text(content, structured)
