@@ -36,9 +36,19 @@ def _stemmer() -> snowballstemmer.stemmer:
     return snowballstemmer.stemmer("english")
 
 
+# Words longer than this are stemmed and split each time, not cached: the caches are bounded in entries, not in
+# characters, and a request's words are the caller's (50,000 searches of one new 8,000-character word each would
+# have held ~1 GB in them). Names are at most 64 characters: every word of a catalog is still cached.
+CACHED_WORD_CHARS = 64
+
+
 @lru_cache(maxsize=200_000)
-def _stem(word: str) -> str:
+def _cached_stem(word: str) -> str:
     return str(_stemmer().stemWord(word))
+
+
+def _stem(word: str) -> str:
+    return _cached_stem(word) if len(word) <= CACHED_WORD_CHARS else str(_stemmer().stemWord(word))
 
 
 def _cjk_terms(run: str) -> list[str]:
@@ -50,14 +60,12 @@ def tokenize(text: str) -> list[str]:
     """Lower-cased, identifier-split, stop-word-free, stemmed terms (CJK runs become uni- and bigrams)."""
     terms: list[str] = []
     for raw in _WORD.findall(text):
-        terms.extend(_word_terms(raw))
+        terms.extend(_word_terms(raw) if len(raw) <= CACHED_WORD_CHARS else _split_terms(raw))
     return terms
 
 
-@lru_cache(maxsize=50_000)
-def _word_terms(raw: str) -> tuple[str, ...]:
-    """The terms of one word of a text: words recur across requests and documents, and splitting and stemming
-    them again cost a search 0.1-0.2 ms of event-loop time."""
+def _split_terms(raw: str) -> tuple[str, ...]:
+    """The terms of one word of a text."""
     if _CJK.search(raw):
         return tuple(_cjk_terms(raw))
     return tuple(
@@ -65,6 +73,11 @@ def _word_terms(raw: str) -> tuple[str, ...]:
         for word in split_identifier(raw).split()
         if len(word) >= 2 and word not in STOPWORDS
     )
+
+
+# Words recur across requests and documents, and splitting and stemming them again cost a search 0.1-0.2 ms of
+# event-loop time.
+_word_terms = lru_cache(maxsize=50_000)(_split_terms)
 
 
 def term_index(term: str) -> int:

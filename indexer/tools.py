@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -194,10 +196,30 @@ def _check_schema(schema: Any) -> str | None:
     return _check_schema_text(canonical)
 
 
-@lru_cache(maxsize=65_536)
+# Verdicts by the SHA-256 of the schema's canonical text: keyed by the text itself, 65,536 schemas of up to 128 KB
+# (an upstream server lists what it likes, again at each tools/list_changed) could hold 8 GB.
+_SCHEMA_VERDICTS: OrderedDict[bytes, str | None] = OrderedDict()
+_SCHEMA_VERDICTS_SIZE = 65_536
+_SCHEMA_VERDICTS_LOCK = threading.Lock()
+
+
 def _check_schema_text(canonical: str) -> str | None:
     """Metaschema validation (JSON Schema 2020-12), each distinct schema once per process. jsonschema-rs checks a
     schema in ~3 us where the pure-Python validator took ~1.5 ms (15 s of a 10k-tool registration)."""
+    key = hashlib.sha256(canonical.encode(errors="surrogatepass")).digest()
+    with _SCHEMA_VERDICTS_LOCK:
+        if key in _SCHEMA_VERDICTS:
+            _SCHEMA_VERDICTS.move_to_end(key)
+            return _SCHEMA_VERDICTS[key]
+    verdict = _schema_verdict(canonical)
+    with _SCHEMA_VERDICTS_LOCK:
+        _SCHEMA_VERDICTS[key] = verdict
+        while len(_SCHEMA_VERDICTS) > _SCHEMA_VERDICTS_SIZE:
+            _SCHEMA_VERDICTS.popitem(last=False)
+    return verdict
+
+
+def _schema_verdict(canonical: str) -> str | None:
     schema = json.loads(canonical)
     dialect = schema.pop("$schema", None)
     # jsonschema-rs would fetch an unknown `$schema` URL over the network: the dialect is checked as a string

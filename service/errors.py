@@ -134,6 +134,7 @@ class RateLimited(ToolscoutError):
 
 class UpstreamError(ToolscoutError):
     status, slug, title = 502, "upstream-error", "Upstream MCP server failed"
+    caller_detail: str | None = None  # the detail for callers who may not read the server's health (non-admins)
 
 
 class Unavailable(ToolscoutError):

@@ -140,6 +140,8 @@ class ExecutionSettings(Section):
     # host (name or address) or its network (CIDR) is listed here; "*" allows every address.
     upstream_allowed_hosts: list[str] = Field(default_factory=list)
     result_ttl_hours: float = 24.0
+    # Results cut to the budget that one caller keeps stored at once; saving another deletes its oldest.
+    max_stored_results_per_caller: int = Field(default=100, ge=1)
     # One JSON-RPC message from an upstream server (a result, a tools/list page; an SSE event or a JSON body over
     # HTTP) may be this long: a longer one fails the call it answers and the connection is restarted.
     max_message_bytes: int = Field(default=16_000_000, ge=1_000_000)

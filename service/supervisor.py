@@ -33,14 +33,20 @@ class TaskStatus:
     next_attempt_in: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON shape shown by /readyz."""
+        """The JSON shape shown by /readyz, which answers anyone: the error's kind, not its text (a database
+        error quotes the server's address, the database's name, SQL and its parameters; the log has it all)."""
         return {
             "state": self.state,
             "restarts": self.restarts,
-            "last_error": self.last_error,
+            "last_error": error_kind(self.last_error),
             "last_error_at": self.last_error_at.isoformat() if self.last_error_at else None,
             "next_attempt_in": self.next_attempt_in,
         }
+
+
+def error_kind(message: str | None) -> str | None:
+    """The exception class of a `Class: text` error line."""
+    return None if message is None else message.partition(":")[0]
 
 
 class Supervisor:

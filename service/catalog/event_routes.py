@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,10 +17,12 @@ from service.catalog.events import CatalogEvent, EventHub, event_hub
 from service.deps import CallerDep, ResourcesDep
 from service.errors import RateLimited
 from service.policy.callers import Caller
+from service.policy.keys import key_resolver
 from service.policy.service import caller_rules, policy_state, visible_names
 from service.resources import Resources
 
 router = APIRouter(tags=["events"])
+logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 15.0  # a comment line now and then keeps proxies from closing an idle stream
 RETRY_MILLISECONDS = 2000
@@ -51,6 +55,28 @@ def may_see(resources: Resources, caller: Caller, event: CatalogEvent) -> bool:
     return any(servers.get(name) == server for name in visible)
 
 
+class KeyWatch:
+    """Whether a stream's key still stands. A stream outlives the request that opened it: its key is looked up
+    again after any key change this process hears of (its own revocations and, over Redis, other replicas') and
+    at least every `policy.key_cache_seconds`, as often as a cached key is on other routes."""
+
+    def __init__(self, resources: Resources, caller: Caller) -> None:
+        self.resources, self.caller = resources, caller
+        self.generation, self.next_check = key_resolver(resources).generation, time.monotonic()
+
+    async def revoked(self) -> bool:
+        resolver = key_resolver(self.resources)
+        now = time.monotonic()
+        if self.caller.key_id is None or (resolver.generation == self.generation and now < self.next_check):
+            return False
+        self.generation, self.next_check = resolver.generation, now + resolver.ttl
+        try:
+            return not await resolver.still_active(self.caller)
+        except Exception:  # noqa: BLE001 - the database is away: end the stream, the reconnection is checked
+            logger.warning("could not check an event stream's key; ending the stream", exc_info=True)
+            return True
+
+
 class HeldStream(StreamingResponse):
     """A stream that gives its owner's place back however it ends (a client gone before the first byte too)."""
 
@@ -78,6 +104,8 @@ async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingRespons
             limit="policy.max_event_streams_per_key",
         )
 
+    watch = KeyWatch(resources, caller)
+
     async def stream() -> AsyncIterator[str]:
         async with hub.subscribe() as received:
             yield f"retry: {RETRY_MILLISECONDS}\n: connected\n\n"
@@ -88,6 +116,8 @@ async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingRespons
                         event = await received.receive()
                 except anyio.EndOfStream:
                     return  # dropped for falling behind: the client reconnects and refetches
+                if await watch.revoked():
+                    return  # the key was revoked: its next request, a reconnection, is a 401
                 if event is None:
                     yield ": heartbeat\n\n"
                 elif may_see(resources, caller, event):

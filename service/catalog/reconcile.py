@@ -62,13 +62,18 @@ async def _active_names(resources: Resources, names: list[str]) -> set[str]:
     return found
 
 
-async def follow_tools(resources: Resources, names: list[str]) -> set[str]:
+async def follow_tools(resources: Resources, names: list[str]) -> dict[str, set[str]]:
     """Set the directory and the index to the catalog's current rows of these tools (another replica changed
-    them); returns the servers of the tools touched. Vectors come from the catalog: nothing is embedded again."""
+    them); returns the tools touched by server. Vectors come from the catalog: nothing is embedded again."""
     index = resources.index
     assert index is not None and resources.retriever is not None
     if not names:
-        return set()
+        return {}
+    directory = resources.retriever.directory
+    touched: dict[str, set[str]] = {}
+    for name in names:  # a tool whose row is gone is known by the directory only, before it forgets it
+        if (server := directory.server(name)) is not None:
+            touched.setdefault(server, set()).add(name)
     async with resources.index_lock:
         rows: list[Tool] = []
         async with resources.session() as session:
@@ -89,7 +94,9 @@ async def follow_tools(resources: Resources, names: list[str]) -> set[str]:
         active = {t.qualified_name for t in tools}
         gone = [name for name in names if name not in active]
         await unindex(resources, gone)
-    return {t.server for t in tools} | {r.server_id for r in rows}
+    for row in rows:
+        touched.setdefault(row.server_id, set()).add(row.qualified_name)
+    return touched
 
 
 async def catalog_differences(resources: Resources) -> list[str]:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from service.catalog.events import publish_tools_changed
@@ -134,23 +134,31 @@ class CatalogFollower:
             if row.kind == SERVER_REMOVED and row.server_id:
                 for hook in self.on_server_removed:
                     await hook(row.server_id)
-        servers = await follow_tools(resources, names)
+        changed: dict[str, set[str] | None] = dict(await follow_tools(resources, names))
         for row in rows:
             if row.kind == SERVER_ADDED and row.server_id:
                 for hook in self.on_server_added:
                     await hook(row.server_id)
-        servers |= {row.server_id for row in rows if row.server_id}
-        await self._changed(servers)
+        for row in rows:
+            if not row.server_id:
+                continue
+            if row.kind == SERVER_REMOVED:
+                changed[row.server_id] = None  # as the replica that removed it tells it: of the server
+            elif (known := changed.setdefault(row.server_id, set())) is not None:
+                known.update(row.names)
+        await self._changed(changed)
         self.applied += len(rows)
         self.last_applied_at = time.time()
         logger.info("followed %d catalog changes of other replicas (%d tools)", len(rows), len(names))
 
-    async def _changed(self, servers: set[str]) -> None:
+    async def _changed(self, changed: Mapping[str, set[str] | None]) -> None:
+        """Tell this replica's hooks and /events subscribers which servers' tools changed, with the tools when
+        known: only a caller that may use one of them hears of it, as on the replica that made the change."""
         await refresh_catalog(self.resources)
-        for server in sorted(servers):
+        for server in sorted(changed):
             for hook in self.on_tools_changed:
                 await hook(server)
-            publish_tools_changed(self.resources, server)  # /events subscribers of this replica re-list
+            publish_tools_changed(self.resources, server, changed[server])  # /events subscribers re-list
 
     async def full_catch_up(self) -> None:
         """Compare the whole catalog with this replica's directory and index; fix what differs."""

@@ -61,5 +61,6 @@ def readiness(cluster: Cluster) -> str:
         return "not configured"
     if cluster.bus.healthy:
         return "ok"
-    reason = cluster.bus.last_error or "not connected yet"
+    # The kind of error only: /readyz answers anyone, and the text names Redis's address (the log has it).
+    reason = (cluster.bus.last_error or "not connected yet").partition(":")[0]
     return f"degraded: {reason} (limits per replica, catalog followed by polling)"

@@ -24,6 +24,7 @@ from service.errors import (
     PermissionDenied,
     RateLimited,
     ToolscoutError,
+    Unauthorized,
     UpstreamError,
     UpstreamTimeout,
     unexpected_error,
@@ -34,6 +35,7 @@ from service.execution.results import ResultStore, count_tokens_async, measure, 
 from service.observability import observe_execution, span
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
+from service.policy.keys import key_resolver
 from service.policy.service import authorize_call, may_use, policy_state, visible_names
 from service.resources import Resources
 from service.upstream.pool import UpstreamPool
@@ -49,7 +51,7 @@ def status_of(error: BaseException) -> str:
         return "denied"
     if isinstance(error, NotFound):
         return "not_found"
-    if isinstance(error, PermissionDenied | RateLimited):
+    if isinstance(error, PermissionDenied | RateLimited | Unauthorized):
         return "denied"
     if isinstance(error, UpstreamTimeout):
         return "timeout"
@@ -212,6 +214,9 @@ class Executor:
         execution_id: str,
         row: dict[str, Any],
     ) -> ExecutionResult:
+        # Calls may outlive the request that resolved their key (a batch's wait their turn, a script's run for up
+        # to a minute): none starts once it is revoked. The key's resolution is cached: no query on /execute.
+        await key_resolver(self.resources).require_active(caller)
         # The session connects only if used: a cached tool and a policy decided in memory cost no query.
         async with self.resources.session() as session:
             visible = visible_names(self.resources, caller)
@@ -241,7 +246,12 @@ class Executor:
             )
         timeout = connection.spec.timeout_seconds or self.resources.settings.execution.timeout_seconds
         with span("upstream.call", server=tool.server_id, tool=tool.name):
-            result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
+            try:
+                result = await connection.call_tool(tool.name, arguments, timeout_seconds=timeout)
+            except UpstreamError as exc:
+                if exc.caller_detail is not None and not caller.is_admin:
+                    exc.detail = exc.caller_detail
+                raise
         content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
         structured = result.structured_content
         text = render_text(content, structured)

@@ -22,7 +22,7 @@ from weakref import WeakKeyDictionary
 
 import anyio
 import numpy as np
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 
 from service.db.models import StoredResult, utcnow
 from service.errors import NotFound
@@ -259,10 +259,26 @@ class ResultStore:
     async def save(self, caller: str, tool: str, text: str, total_tokens: int) -> str:
         """Store a full result; returns its id."""
         result_id = str(uuid.uuid4())
+        quota = self.resources.settings.execution.max_stored_results_per_caller
         async with self.resources.session() as session:
             text = _storable(text) if len(text) < INLINE_CHARS else await _off_loop(_storable, text)
             session.add(StoredResult(id=result_id, caller=caller, tool=tool, text=text, total_tokens=total_tokens))
+            await session.flush()
+            # One caller keeps at most `quota` (its oldest leave first): a script returned a MB a run, 600 runs a
+            # minute under the default rate limit, every one kept for result_ttl_hours.
+            older = (
+                await session.scalars(
+                    select(StoredResult.id)
+                    .where(StoredResult.caller == caller, StoredResult.id != result_id)
+                    .order_by(StoredResult.created_at.desc(), StoredResult.id.desc())
+                    .offset(quota - 1)
+                )
+            ).all()
+            if older:
+                await session.execute(delete(StoredResult).where(StoredResult.id.in_(older)))
             await session.commit()
+        for gone in older:
+            self._offsets.pop(gone, None)
         return result_id
 
     async def page(self, caller: Caller, result_id: str, offset: int, limit: int) -> ResultPage:

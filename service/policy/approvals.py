@@ -31,13 +31,31 @@ def arguments_digest(arguments: dict[str, Any] | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+# What an approval lists of the argument names (the digest binds all of them and their values): 110,000 names a
+# call, 20 pending calls of one caller, put 43 MB into the approvers' list.
+LISTED_ARGUMENTS = 100
+LISTED_NAME_CHARS = 96
+MORE = "…"
+
+
+def _listed_name(name: str) -> str:
+    if len(name) <= LISTED_NAME_CHARS:
+        return name
+    return f"{name[:LISTED_NAME_CHARS]}{MORE}{hashlib.sha256(name.encode(errors='replace')).hexdigest()[:8]}"
+
+
 def stored_arguments(resources: Resources, arguments: dict[str, Any] | None) -> dict[str, Any] | None:
     """What an approval keeps of the arguments: the values only when `execution.log_raw_arguments` is on.
 
-    Otherwise the approver sees which arguments the call has; the digest binds the approval to their values."""
+    Otherwise the approver sees which arguments the call has (the first LISTED_ARGUMENTS names, a long one cut and
+    told apart by a hash); the digest binds the approval to all of them and their values."""
     if arguments is None or resources.settings.execution.log_raw_arguments:
         return arguments
-    return {key: REDACTED for key in sorted(arguments)}
+    names = sorted(arguments)
+    listed: dict[str, Any] = {_listed_name(key): REDACTED for key in names[:LISTED_ARGUMENTS]}
+    if len(names) > LISTED_ARGUMENTS:
+        listed[MORE] = f"{len(names) - LISTED_ARGUMENTS} more arguments"
+    return listed
 
 
 def status_of(row: Approval, now: datetime | None = None) -> str:

@@ -124,11 +124,49 @@ class KeyResolver:
         self.failures = FailedAuthLimiter(policy.auth_failures_free, policy.auth_failure_max_delay_seconds)
         self._cache: OrderedDict[str, tuple[Caller | None, float]] = OrderedDict()
         self._keys_exist: tuple[bool, float] | None = None
+        self._active: OrderedDict[str, tuple[bool, float]] = OrderedDict()  # key id -> unrevoked, until
+        self.generation = 0  # counts invalidations: a holder of a long-lived answer checks its key again after one
 
     def invalidate(self) -> None:
         """Forget cached keys (after a key is created or revoked in this process)."""
         self._cache.clear()
+        self._active.clear()
         self._keys_exist = None
+        self.generation += 1
+
+    def _seen_active(self, caller: Caller | None, until: float) -> None:
+        """A key just resolved is unrevoked for as long as its cached resolution (`still_active` asks no query)."""
+        if caller is not None and caller.key_id is not None:
+            self._active[caller.key_id] = (True, until)
+            self._active.move_to_end(caller.key_id)
+            while len(self._active) > 10_000:
+                self._active.popitem(last=False)
+
+    async def require_active(self, caller: Caller) -> None:
+        """401 when the key a caller was resolved from has been revoked since: work that outlives its request
+        (a script's calls, a batch's) stops with the key."""
+        if not await self.still_active(caller):
+            raise Unauthorized("The API key was revoked while this request ran")
+
+    async def still_active(self, caller: Caller) -> bool:
+        """Whether the key a caller was resolved from is still unrevoked (the open caller has none: always);
+        cached like presented keys, so the streams of one key cost one query per `key_cache_seconds`."""
+        if caller.key_id is None:
+            return True
+        now = time.monotonic()
+        cached = self._active.get(caller.key_id)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        generation = self.generation
+        async with self.resources.session() as session:
+            found = await session.scalar(
+                select(ApiKey.id).where(ApiKey.id == caller.key_id, ApiKey.revoked_at.is_(None))
+            )
+        if generation == self.generation:  # no key changed meanwhile: the answer may be kept
+            self._active[caller.key_id] = (found is not None, now + self.ttl)
+            while len(self._active) > 10_000:
+                self._active.popitem(last=False)
+        return found is not None
 
     async def changed(self) -> None:
         """A key was created or revoked here: forget cached keys in this process and, through `on_change`, on
@@ -152,6 +190,7 @@ class KeyResolver:
         now = time.monotonic()
         cached = self._cache.get(digest)
         if cached is not None and cached[1] > now:
+            self._seen_active(cached[0], cached[1])
             return cached[0]
         async with self.resources.session() as session:
             row = (
@@ -159,6 +198,7 @@ class KeyResolver:
             ).first()
         caller = Caller(row.caller, frozenset(row.roles or ()), row.id) if row is not None else None
         self._cache[digest] = (caller, now + self.ttl)
+        self._seen_active(caller, now + self.ttl)
         while len(self._cache) > 10_000:
             self._cache.popitem(last=False)
         return caller

@@ -44,12 +44,13 @@ class ToolCalls:
         async def wait_ready(self, wait_seconds: float) -> bool: ...
 
     def _not_connected(self) -> UpstreamError:
+        said = f"MCP server {self.id!r} is not connected ({self.health.state})"
         reason = f"; last error: {self.health.last_error}" if self.health.last_error else ""
-        return UpstreamError(
-            f"MCP server {self.id!r} is not connected ({self.health.state}){reason}",
-            server=self.id,
-            state=self.health.state,
-        )
+        error = UpstreamError(said + reason, server=self.id, state=self.health.state)
+        # The last error holds the child's stderr and exit, or the address it was refused: what GET /servers shows
+        # admins only. The executor tells other callers this instead.
+        error.caller_detail = said + "; an admin sees why in GET /servers"
+        return error
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, timeout_seconds: float) -> types.CallToolResult:
         """Call a tool on the session; the upstream call is cancelled when `timeout_seconds` run out."""

@@ -76,3 +76,22 @@ async def test_a_caller_cannot_flood_the_approvers_queue(tmp_path: Path) -> None
         other = await cli_key(app, "other-agent", ["dev"])  # another caller's queue is its own
         body = {"name": "util__purge_cache", "arguments": {"service": "s9"}}
         assert (await http.post("/execute", json=body, headers=bearer(other))).status_code == 403
+
+
+async def test_an_approval_keeps_a_bounded_list_of_argument_names(world: dict[str, Any]) -> None:
+    """Measured before: 20 destructive calls of one dev key with 110,000 argument names each (1.9 MB bodies) put
+    43 MB into the approvers' GET /approvals (1.5 s), every name kept; the digest still binds all of them."""
+    http, dev, approver = world["http"], world["dev"], world["approver"]
+    arguments = {f"{'n' * 300}{i:05d}": i for i in range(5_000)}
+    asked = await http.post("/execute", json={"name": "util__purge_cache", "arguments": arguments}, headers=bearer(dev))
+    assert asked.status_code == 403, asked.text[:300]
+    kept = asked.json()["approval"]["arguments"]
+    assert len(kept) == 101 and max(len(name) for name in kept) <= 128
+    assert kept["…"] == "4900 more arguments"
+    listed = await http.get("/approvals", headers=bearer(approver))
+    assert len(listed.content) < 20_000
+    granted = await http.post("/approvals", json={"approval_id": asked.json()["approval_id"]}, headers=bearer(approver))
+    assert granted.status_code == 200
+    fewer = dict(list(arguments.items())[:100])  # the names shown are not what the approval binds: the digest is
+    call = {"name": "util__purge_cache", "arguments": fewer, "approval_id": asked.json()["approval_id"]}
+    assert_problem(await http.post("/execute", json=call, headers=bearer(dev)), 403)

@@ -159,3 +159,48 @@ async def test_a_name_longer_than_any_tool_is_neither_matched_nor_echoed_in_full
     answer = await http.get(f"/tools/{long_name}", headers=bearer(dev))
     assert answer.status_code == 404 and len(answer.content) < 2_000, {k: len(str(v)) for k, v in answer.json().items()}
     assert answer.json()["closest"] == [] and answer.json()["tool"].endswith("x...")
+
+
+async def test_events_followed_from_another_replica_name_only_changes_the_caller_may_use(
+    world: dict[str, Any],
+) -> None:
+    """A replica that follows the change sequence told every caller allowed any tool of a server of a change to any
+    tool of that server: the dev caller heard of a change to public__delete_account (denied to it) made on another
+    replica, which the replica that made it kept from it."""
+    from service.cluster.changes import TOOLS, last_seq, record_change
+    from service.cluster.follower import CatalogFollower
+
+    app, dev = world["app"], world["dev"]
+    resources = app.state.resources
+    async with resources.session() as session:
+        follower = CatalogFollower(resources, await last_seq(session))
+
+    async def changed_elsewhere(name: str) -> None:
+        async with resources.session() as session:
+            record_change(session, TOOLS, [name], server="public", origin="another-replica")
+            await session.commit()
+        await follower.catch_up()
+
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        received: list[str] = []
+        connected, data = anyio.Event(), anyio.Event()
+
+        async def follow() -> None:
+            async with http.stream("GET", "/events", headers=bearer(dev)) as stream:
+                async for line in stream.aiter_lines():
+                    received.append(line)
+                    connected.set()
+                    if line.startswith("data:"):
+                        data.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            with anyio.fail_after(20):
+                await connected.wait()
+            await changed_elsewhere("public__delete_account")
+            await changed_elsewhere("public__get_weather")
+            with anyio.fail_after(20):
+                await data.wait()
+            await anyio.sleep(0.3)
+            tg.cancel_scope.cancel()
+    assert [line for line in received if line.startswith("data:")] == ['data: {"server":"public"}'], received

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import threading
@@ -267,3 +268,26 @@ async def test_nul_in_a_server_entry_is_a_422_naming_the_field(
         problem = assert_problem(await http.post("/servers", json=headers), 422)
         assert problem["errors"][0]["pointer"] == "/headers/X-Key", problem
         assert await count_rows(app, Server) == 0
+
+
+async def test_a_call_to_a_broken_server_tells_a_non_admin_no_more_than_servers_does(tmp_path: Path) -> None:
+    """GET /servers shows a non-admin no stderr and no last error; the 502 of a call of its tools quoted both (the
+    server's last error with its stderr tail: paths, hosts, whatever the child printed). Admins still read it."""
+    crasher = tmp_path / "crasher.py"
+    said = "cannot open /srv/internal/db.sqlite on 10.0.0.7"
+    crasher.write_text(f"import sys\nsys.stderr.write({said!r} + '\\n')\nsys.exit(3)\n")
+    entry = {"command": sys.executable, "args": [str(crasher)]}
+    execution = {"servers_file": servers_file(tmp_path, {"public": entry}), "startup_wait_seconds": 10}
+    settings = make_settings(tmp_path, execution=execution | {"timeout_seconds": 1.0})
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        dev = await cli_key(app, "dev-agent", ["dev"])
+        tool = {"server": "public", "name": "get_weather", "description": "Weather forecast for a city"}
+        assert (await http.post("/tools", json={"tools": [tool]}, headers=bearer(admin))).status_code == 200
+        call = {"name": "public__get_weather", "arguments": {}}
+        told = assert_problem(await http.post("/execute", json=call, headers=bearer(dev)), 502)
+        assert "not connected" in told["detail"], told
+        for leaked in ("/srv/internal", "10.0.0.7", "stderr", "exited with code"):
+            assert leaked not in json.dumps(told), (leaked, told)
+        operator = assert_problem(await http.post("/execute", json=call, headers=bearer(admin)), 502)
+        assert "/srv/internal" in operator["detail"], operator

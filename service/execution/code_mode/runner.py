@@ -318,8 +318,11 @@ class CodeMode:
         return [{key: view[key] for key in keys} for view in map(result_view, outcome.results)]
 
     async def _charge(self, caller: Caller) -> None:
-        """One rate-limit token per call, from the caller's bucket, as a request to /execute takes."""
-        limiter = key_resolver(self.resources).limiter
+        """One rate-limit token per call, from the caller's bucket, as a request to /execute takes; none once the
+        caller's key is revoked (a script runs for up to code_mode.timeout_seconds)."""
+        resolver = key_resolver(self.resources)
+        await resolver.require_active(caller)
+        limiter = resolver.limiter
         wait = await limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
             raise RateLimited(f"Rate limit of {limiter.rate * 60:g} requests per minute exceeded", retry_after=wait)
