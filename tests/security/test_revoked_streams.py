@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -15,10 +16,11 @@ async def key_id_of(http: httpx.AsyncClient, admin: str, caller: str) -> str:
     return next(k["id"] for k in listing if k["caller"] == caller)
 
 
-async def test_revoking_a_key_ends_its_event_stream(world: dict[str, Any]) -> None:
-    """A dev key's /events stream went on after DELETE /keys: 3 of 3 changes of tools the revoked key had used were
-    still delivered, while every other request of that key was a 401."""
-    app, admin, dev = world["app"], world["admin"], world["dev"]
+async def events_after_revocation(
+    app: Any, admin: str, dev: str, revoke: Callable[[httpx.AsyncClient], Awaitable[None]], changes: int
+) -> tuple[list[str], bool]:
+    """The lines the dev key's /events stream received after `revoke` and `changes` new public tools, and whether
+    the stream ended (within 5 s)."""
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
         received: list[str] = []
         connected, ended = anyio.Event(), anyio.Event()
@@ -35,17 +37,27 @@ async def test_revoking_a_key_ends_its_event_stream(world: dict[str, Any]) -> No
             tg.start_soon(follow)
             with anyio.fail_after(20):
                 await connected.wait()
-            revoked = await http.delete(f"/keys/{await key_id_of(http, admin, 'dev-agent')}", headers=bearer(admin))
-            assert revoked.status_code == 200, revoked.text
-            assert (await http.get("/tools", headers=bearer(dev))).status_code == 401
-            for n in range(3):
+            await revoke(http)
+            for n in range(changes):
                 tool = {"server": "public", "name": f"fresh_{n}", "description": "A new public tool"}
                 assert (await http.post("/tools", json={"tools": [tool]}, headers=bearer(admin))).status_code == 200
             with anyio.move_on_after(5):
                 await ended.wait()
             tg.cancel_scope.cancel()
-    assert [line for line in received if line.startswith("data:")] == []
-    assert ended.is_set()
+    return [line for line in received if line.startswith("data:")], ended.is_set()
+
+
+async def test_revoking_a_key_ends_its_event_stream(world: dict[str, Any]) -> None:
+    """A dev key's /events stream went on after DELETE /keys: 3 of 3 changes of tools the revoked key had used were
+    still delivered, while every other request of that key was a 401."""
+    admin, dev = world["admin"], world["dev"]
+
+    async def revoke(http: httpx.AsyncClient) -> None:
+        revoked = await http.delete(f"/keys/{await key_id_of(http, admin, 'dev-agent')}", headers=bearer(admin))
+        assert revoked.status_code == 200, revoked.text
+        assert (await http.get("/tools", headers=bearer(dev))).status_code == 401
+
+    assert await events_after_revocation(world["app"], admin, dev, revoke, changes=3) == ([], True)
 
 
 async def test_a_key_revoked_by_another_process_ends_its_stream_within_the_key_cache_time(
@@ -55,37 +67,18 @@ async def test_a_key_revoked_by_another_process_ends_its_stream_within_the_key_c
     again once `policy.key_cache_seconds` has passed, as a cached key is on every other route."""
     from service.policy.keys import key_resolver, revoke_key
 
-    app, admin, dev = world["app"], world["admin"], world["dev"]
-    resources = app.state.resources
+    admin, dev = world["admin"], world["dev"]
+    resources = world["app"].state.resources
     key_resolver(resources).ttl = 0.2
-    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+
+    async def revoke(http: httpx.AsyncClient) -> None:
         key_id = await key_id_of(http, admin, "dev-agent")
-        received: list[str] = []
-        connected, ended = anyio.Event(), anyio.Event()
+        async with resources.session() as session:  # the CLI's way: no invalidation in this process
+            await revoke_key(session, key_id)
+            await session.commit()
+        await anyio.sleep(0.5)
 
-        async def follow() -> None:
-            async with http.stream("GET", "/events", headers=bearer(dev)) as stream:
-                async for line in stream.aiter_lines():
-                    received.append(line)
-                    if line == ": connected":
-                        connected.set()
-            ended.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(follow)
-            with anyio.fail_after(20):
-                await connected.wait()
-            async with resources.session() as session:  # the CLI's way: no invalidation in this process
-                await revoke_key(session, key_id)
-                await session.commit()
-            await anyio.sleep(0.5)
-            tool = {"server": "public", "name": "fresh", "description": "A new public tool"}
-            assert (await http.post("/tools", json={"tools": [tool]}, headers=bearer(admin))).status_code == 200
-            with anyio.move_on_after(5):
-                await ended.wait()
-            tg.cancel_scope.cancel()
-    assert [line for line in received if line.startswith("data:")] == []
-    assert ended.is_set()
+    assert await events_after_revocation(world["app"], admin, dev, revoke, changes=1) == ([], True)
 
 
 async def test_a_script_running_when_its_key_is_revoked_makes_no_further_call(world: dict[str, Any]) -> None:
