@@ -24,7 +24,7 @@ import anyio
 import numpy as np
 from sqlalchemy import delete, select
 
-from service.db.models import StoredResult, utcnow
+from service.db.models import StoredResult, as_utc, utcnow
 from service.errors import NotFound
 from service.policy.service import visible_names
 from service.resources import Resources
@@ -282,11 +282,17 @@ class ResultStore:
         return result_id
 
     async def page(self, caller: Caller, result_id: str, offset: int, limit: int) -> ResultPage:
-        """Tokens [offset, offset+limit) of a stored result; only its caller (or an admin) may read it, and only
-        while it may still use the tool that gave it (a revoked permission revokes its results too)."""
+        """Tokens [offset, offset+limit) of a stored result; only its caller (or an admin) may read it, only
+        while it may still use the tool that gave it (a revoked permission revokes its results too), and only for
+        result_ttl_hours (the purge that deletes it runs every 10 minutes)."""
         async with self.resources.session() as session:
             row = await session.get(StoredResult, result_id)
-        if row is None or (row.caller != caller.id and not caller.is_admin) or not self._may_read(caller, row.tool):
+        if (
+            row is None
+            or (row.caller != caller.id and not caller.is_admin)
+            or not self._may_read(caller, row.tool)
+            or as_utc(row.created_at) < utcnow() - timedelta(hours=self.resources.settings.execution.result_ttl_hours)
+        ):
             raise NotFound(f"No stored result {result_id!r}", result_id=result_id)
         full = _stored(row.text) if len(row.text) < INLINE_CHARS else await _off_loop(_stored, row.text)
         offsets = self._offsets.get(result_id)
