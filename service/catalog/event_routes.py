@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -55,26 +54,15 @@ def may_see(resources: Resources, caller: Caller, event: CatalogEvent) -> bool:
     return any(servers.get(name) == server for name in visible)
 
 
-class KeyWatch:
-    """Whether a stream's key still stands. A stream outlives the request that opened it: its key is looked up
-    again after any key change this process hears of (its own revocations and, over Redis, other replicas') and
-    at least every `policy.key_cache_seconds`, as often as a cached key is on other routes."""
-
-    def __init__(self, resources: Resources, caller: Caller) -> None:
-        self.resources, self.caller = resources, caller
-        self.generation, self.next_check = key_resolver(resources).generation, time.monotonic()
-
-    async def revoked(self) -> bool:
-        resolver = key_resolver(self.resources)
-        now = time.monotonic()
-        if self.caller.key_id is None or (resolver.generation == self.generation and now < self.next_check):
-            return False
-        self.generation, self.next_check = resolver.generation, now + resolver.ttl
-        try:
-            return not await resolver.still_active(self.caller)
-        except Exception:  # noqa: BLE001 - the database is away: end the stream, the reconnection is checked
-            logger.warning("could not check an event stream's key; ending the stream", exc_info=True)
-            return True
+async def key_revoked(resources: Resources, caller: Caller) -> bool:
+    """Whether a stream's key was revoked since it opened: a stream outlives the request that opened it. The
+    resolver's answer is cached per key until any key change this process hears of (its own revocations and, over
+    Redis, other replicas') or `policy.key_cache_seconds`, as a cached key is on other routes."""
+    try:
+        return not await key_resolver(resources).still_active(caller)
+    except Exception:  # noqa: BLE001 - the database is away: end the stream, the reconnection is checked
+        logger.warning("could not check an event stream's key; ending the stream", exc_info=True)
+        return True
 
 
 class HeldStream(StreamingResponse):
@@ -104,8 +92,6 @@ async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingRespons
             limit="policy.max_event_streams_per_key",
         )
 
-    watch = KeyWatch(resources, caller)
-
     async def stream() -> AsyncIterator[str]:
         async with hub.subscribe() as received:
             yield f"retry: {RETRY_MILLISECONDS}\n: connected\n\n"
@@ -116,7 +102,7 @@ async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingRespons
                         event = await received.receive()
                 except anyio.EndOfStream:
                     return  # dropped for falling behind: the client reconnects and refetches
-                if await watch.revoked():
+                if await key_revoked(resources, caller):
                     return  # the key was revoked: its next request, a reconnection, is a 401
                 if event is None:
                     yield ": heartbeat\n\n"

@@ -116,11 +116,14 @@ def count_tokens(text: str) -> int:
     return len(_ordinary_tokens(_encodable(text))) if text else 0
 
 
+async def _by_size(function: Callable[[str], T], text: str) -> T:
+    """function(text): on the event loop for a short text, else off it (`_off_loop`)."""
+    return function(text) if len(text) < INLINE_CHARS else await _off_loop(function, text)
+
+
 async def count_tokens_async(text: str) -> int:
     """count_tokens, off the event loop for long texts."""
-    if len(text) < INLINE_CHARS:
-        return count_tokens(text)
-    return await _off_loop(count_tokens, text)
+    return await _by_size(count_tokens, text)
 
 
 @lru_cache(maxsize=1)
@@ -261,7 +264,7 @@ class ResultStore:
         result_id = str(uuid.uuid4())
         quota = self.resources.settings.execution.max_stored_results_per_caller
         async with self.resources.session() as session:
-            text = _storable(text) if len(text) < INLINE_CHARS else await _off_loop(_storable, text)
+            text = await _by_size(_storable, text)
             session.add(StoredResult(id=result_id, caller=caller, tool=tool, text=text, total_tokens=total_tokens))
             await session.flush()
             # One caller keeps at most `quota` (its oldest leave first): a script returned a MB a run, 600 runs a
@@ -294,7 +297,7 @@ class ResultStore:
             or as_utc(row.created_at) < utcnow() - timedelta(hours=self.resources.settings.execution.result_ttl_hours)
         ):
             raise NotFound(f"No stored result {result_id!r}", result_id=result_id)
-        full = _stored(row.text) if len(row.text) < INLINE_CHARS else await _off_loop(_stored, row.text)
+        full = await _by_size(_stored, row.text)
         offsets = self._offsets.get(result_id)
         if offsets is None:
             offsets = await _off_loop(token_offsets, full)

@@ -137,10 +137,13 @@ class KeyResolver:
     def _seen_active(self, caller: Caller | None, until: float) -> None:
         """A key just resolved is unrevoked for as long as its cached resolution (`still_active` asks no query)."""
         if caller is not None and caller.key_id is not None:
-            self._active[caller.key_id] = (True, until)
-            self._active.move_to_end(caller.key_id)
-            while len(self._active) > 10_000:
-                self._active.popitem(last=False)
+            self._keep_active(caller.key_id, True, until)
+
+    def _keep_active(self, key_id: str, active: bool, until: float) -> None:
+        self._active[key_id] = (active, until)
+        self._active.move_to_end(key_id)
+        while len(self._active) > 10_000:
+            self._active.popitem(last=False)
 
     async def require_active(self, caller: Caller) -> None:
         """401 when the key a caller was resolved from has been revoked since: work that outlives its request
@@ -163,9 +166,7 @@ class KeyResolver:
                 select(ApiKey.id).where(ApiKey.id == caller.key_id, ApiKey.revoked_at.is_(None))
             )
         if generation == self.generation:  # no key changed meanwhile: the answer may be kept
-            self._active[caller.key_id] = (found is not None, now + self.ttl)
-            while len(self._active) > 10_000:
-                self._active.popitem(last=False)
+            self._keep_active(caller.key_id, found is not None, now + self.ttl)
         return found is not None
 
     async def changed(self) -> None:
