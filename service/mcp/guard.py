@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.security.auth_failures import FailedAuthLimiter
 
 
-def _problem(status: int, slug: str, title: str, detail: str) -> bytes:
-    return json.dumps(
+async def send_problem(
+    send: Send, status: int, slug: str, title: str, detail: str, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Answer with an RFC 9457 problem+json, as the REST API does."""
+    body = json.dumps(
         {"type": f"https://toolscout.dev/problems/{slug}", "title": title, "status": status, "detail": detail}
     ).encode()
+    start = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": [*start, *headers]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class BearerKeyMiddleware:
@@ -24,11 +31,6 @@ class BearerKeyMiddleware:
         self.key = key.encode()
         self.failures = failures or FailedAuthLimiter()
 
-    async def _refuse(self, send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
-        headers = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers + extra})
-        await send({"type": "http.response.body", "body": body})
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -38,7 +40,7 @@ class BearerKeyMiddleware:
         if wait > 0:
             detail = f"Too many failed authentications from {address}; retry in {wait:.0f} s"
             retry = [(b"retry-after", str(max(1, int(wait + 0.999))).encode())]
-            await self._refuse(send, 429, _problem(429, "rate-limited", "Rate limit exceeded", detail), retry)
+            await send_problem(send, 429, "rate-limited", "Rate limit exceeded", detail, retry)
             return
         presented = b""
         for name, value in scope.get("headers", []):
@@ -48,8 +50,8 @@ class BearerKeyMiddleware:
         if not presented or not hmac.compare_digest(presented, self.key):
             self.failures.failed(address)
             detail = "This MCP endpoint needs `Authorization: Bearer <key>` (frontend.http_api_key)"
-            body = _problem(401, "unauthorized", "Missing or invalid API key", detail)
-            await self._refuse(send, 401, body, [(b"www-authenticate", b"Bearer")])
+            bearer = [(b"www-authenticate", b"Bearer")]
+            await send_problem(send, 401, "unauthorized", "Missing or invalid API key", detail, bearer)
             return
         self.failures.succeeded(address)
         await self.app(scope, receive, send)
