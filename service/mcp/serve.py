@@ -10,6 +10,7 @@ from mcp.server.stdio import stdio_server
 from starlette.applications import Starlette
 
 from service.mcp.guard import BearerKeyMiddleware
+from service.mcp.http_sessions import SessionBoundMiddleware, SessionTable
 from service.mcp.server import Frontend
 
 logger = logging.getLogger(__name__)
@@ -25,10 +26,12 @@ async def serve_stdio(frontend: Frontend) -> None:
 def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = None) -> Starlette:
     """The streamable-HTTP app (both protocol eras); DNS-rebinding protection is on for localhost hosts."""
     settings = frontend.settings.frontend
+    path = path or settings.http_path
     app = frontend.server.streamable_http_app(
-        streamable_http_path=path or settings.http_path,
+        streamable_http_path=path,
         host=host or settings.http_host,
         session_idle_timeout=float(settings.dynamic_idle_seconds),
+        max_sessions=settings.http_max_sessions,
     )
     serve_sessions = app.router.lifespan_context
 
@@ -38,7 +41,10 @@ def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = 
             yield
 
     app.router.lifespan_context = lifespan
-    if settings.http_api_key:
+    table = SessionTable(per_client=settings.http_max_sessions_per_client, total=settings.http_max_sessions)
+    security = frontend.server.session_manager.security_settings
+    app.add_middleware(SessionBoundMiddleware, path=path, table=table, security=security)
+    if settings.http_api_key:  # added last, so it runs first: a request without the key counts for nothing
         app.add_middleware(BearerKeyMiddleware, key=settings.http_api_key)
     return app
 
