@@ -107,6 +107,9 @@ class SearchSettings(Section):
     # .001; from 2 parts on it also cost the usage signal's replay on MetaTool R@1 .012 (README). 0 = never.
     whole_from_parts: int = 3
     max_query_chars: int = 8000
+    # Values of a search's `servers` and of its `tags` (each list on its own; repeats count once): the index
+    # marks each value's rows, so 250,000 repeats of one tag in a 2 MB body held every search 24 s.
+    max_filter_values: int = 1000
 
 
 class ExecutionSettings(Section):

@@ -95,6 +95,10 @@ class SnapshotCollector(Collector):
             )
 
 
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+OTHER_METHOD = "_OTHER"
+
+
 class Metrics:
     """The app's registry and the instruments the hooks feed."""
 
@@ -136,7 +140,9 @@ class Metrics:
         r.register(self.snapshot)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        labels = (method, route, str(status))
+        # A method is any token the client sends (h11 takes every one): outside the standard ones it is _OTHER,
+        # as OpenTelemetry names it, or each would be a series of its own.
+        labels = (method if method in HTTP_METHODS else OTHER_METHOD, route, str(status))
         self.requests.labels(*labels).inc()
         self.request_seconds.labels(*labels).observe(seconds)
 

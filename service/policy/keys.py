@@ -20,7 +20,7 @@ from fastapi import Request
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.models import ApiKey, ConsoleSession, as_utc, utcnow
+from service.db.models import ApiKey, ConsoleSession, Search, as_utc, utcnow
 from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
@@ -56,19 +56,55 @@ class CreatedKey:
     roles: tuple[str, ...]
 
 
+MAX_ROLE_CHARS = 64
+# A caller's sorted roles joined by commas are the permission scope its searches are logged and learned in
+# (usage.signal.scope_key, the searches' `scope` column).
+MAX_SCOPE_CHARS = int(Search.__table__.c.scope.type.length)
+
+
+def _role_problem(role: str) -> str | None:
+    """Why this text cannot be a role, or None."""
+    if not role.strip():
+        return "blank"
+    if len(role) > MAX_ROLE_CHARS:
+        return f"longer than {MAX_ROLE_CHARS} characters"
+    if "," in role:
+        return "a comma (roles are joined by commas into the permission scope)"
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in role):
+        return "a control character"
+    return None
+
+
+def checked_roles(roles: Sequence[str]) -> list[str]:
+    """A key's roles, each once and sorted; InvalidRequest names the first that cannot be one, or the lot when
+    their scope would not fit its column."""
+    for index, role in enumerate(roles):
+        if (reason := _role_problem(role)) is not None:
+            raise InvalidRequest(
+                f"{role[:MAX_ROLE_CHARS]!r} cannot be a role: {reason}",
+                errors=[{"pointer": f"/roles/{index}", "reason": reason}],
+            )
+    distinct = sorted(set(roles))
+    if len(",".join(distinct)) > MAX_SCOPE_CHARS:
+        reason = f"at most {MAX_SCOPE_CHARS} characters joined by commas"
+        raise InvalidRequest(f"A key's roles take {reason}", errors=[{"pointer": "/roles", "reason": reason}])
+    return distinct
+
+
 async def create_key(session: AsyncSession, caller: str, roles: Sequence[str]) -> CreatedKey:
     """Store a new key for a caller (the session's owner commits)."""
     if not caller.strip() or len(caller) > 128:
         raise InvalidRequest(
             "caller must be 1-128 characters, not blank", errors=[{"pointer": "/caller", "reason": "blank or too long"}]
         )
+    roles = checked_roles(roles)
     key = generate_key()
     row = ApiKey(
         id=str(uuid.uuid4()),
         key_hash=hash_key(key),
         prefix=key[:SHOWN_PREFIX_CHARS],
         caller=caller.strip(),
-        roles=sorted(set(roles)),
+        roles=roles,
     )
     session.add(row)
     await session.flush()

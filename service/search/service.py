@@ -20,6 +20,7 @@ from service.policy.service import permission_filter
 from service.resources import Resources
 from service.search.log import SearchLog
 from service.search.retrieval import Retriever, SearchOutcome
+from service.settings import SearchSettings
 from service.usage.signal import scope_key
 
 logger = logging.getLogger(__name__)
@@ -104,7 +105,10 @@ async def search_tools(
             errors=[{"pointer": "/query", "reason": f"at most {settings.max_query_chars} characters"}],
             limit="search.max_query_chars",
         )
-    where = permission_filter(resources, caller, SearchFilter(servers=tuple(servers or ()), tags=tuple(tags or ())))
+    chosen = SearchFilter(
+        servers=_filter_values("servers", servers, settings), tags=_filter_values("tags", tags, settings)
+    )
+    where = permission_filter(resources, caller, chosen)
     assert resources.retriever is not None
     with span("search", k=k):
         outcome = await resources.retriever.search(
@@ -119,6 +123,21 @@ async def search_tools(
     search_id = str(uuid.uuid4())
     observe_search(resources, search_id, outcome.latency_ms, len(outcome.results))
     return search_id, outcome
+
+
+def _filter_values(field: str, values: list[str] | None, settings: SearchSettings) -> tuple[str, ...]:
+    """A search's servers or tags, each once (the index marks each value's rows: 100,000 repeats of one tag held
+    every search 8.6 s), at most `search.max_filter_values` of them."""
+    distinct = tuple(dict.fromkeys(values or ()))
+    limit = settings.max_filter_values
+    if len(distinct) > limit:
+        reason = f"at most {limit} distinct values"
+        raise InvalidRequest(
+            f"{field} holds {len(distinct)} distinct values, over the limit of {limit} (search.max_filter_values)",
+            errors=[{"pointer": f"/{field}", "reason": reason}],
+            limit="search.max_filter_values",
+        )
+    return distinct
 
 
 async def start_search_log(resources: Resources) -> None:

@@ -212,25 +212,25 @@ async def _fold_pairs(session: AsyncSession, rows: Sequence[Any], window_seconds
     )
 
 
-async def _mark_followed(session: AsyncSession, search_ids: set[str], *, only_if_called: bool = False) -> None:
-    """Count each search the first time a call comes from it, in the hour and caller of the search.
+async def _mark_followed(session: AsyncSession, search_ids: set[str]) -> None:
+    """Count each search the first time its searcher makes a call that names it, in the hour and caller of the
+    search (any caller may pass a search_id: another's call marked it, as it no longer counts for its learning).
 
     Both logs mark: a call folded before its search was written finds no row to mark, so each batch of
-    searches also marks those a logged call already came from (`only_if_called`). `followed_at IS NULL`
-    makes whichever side comes second a no-op."""
+    searches also marks those a logged call already came from. `followed_at IS NULL` makes whichever side comes
+    second a no-op."""
     if not search_ids:
         return
     ids, marked = sorted(search_ids), []
+    by_searcher = exists().where(executions.c.search_id == searches.c.id, executions.c.caller == searches.c.caller)
     for start in range(0, len(ids), IDS_PER_STATEMENT):
         statement = (
             update(searches)
             .where(searches.c.id.in_(ids[start : start + IDS_PER_STATEMENT]))
-            .where(searches.c.followed_at.is_(None))
+            .where(searches.c.followed_at.is_(None), by_searcher)
             .values(followed_at=utcnow())
             .returning(searches.c.created_at, searches.c.caller)
         )
-        if only_if_called:
-            statement = statement.where(exists().where(executions.c.search_id == searches.c.id))
         marked.extend((await session.execute(statement)).all())
     hourly: dict[Key, dict[str, Any]] = defaultdict(lambda: defaultdict(int))
     for created_at, caller in marked:
@@ -246,4 +246,4 @@ async def fold_searches(session: AsyncSession, rows: Sequence[tuple[Any, ...]]) 
         bucket["searches"] += 1
         bucket["empty_searches"] += int(result_count == 0)
     await upsert_add(session, usage_hourly, ["hour", "caller"], hourly)
-    await _mark_followed(session, {row[0] for row in rows}, only_if_called=True)
+    await _mark_followed(session, {row[0] for row in rows})

@@ -204,3 +204,33 @@ async def test_events_followed_from_another_replica_name_only_changes_the_caller
             await anyio.sleep(0.3)
             tg.cancel_scope.cancel()
     assert [line for line in received if line.startswith("data:")] == ['data: {"server":"public"}'], received
+
+
+async def test_another_callers_call_does_not_mark_a_search_followed(world: dict[str, Any]) -> None:
+    """A search counts as followed by a call (the searcher's /analytics/conversion, its searches never followed by
+    a call, the console's funnel) only when the searcher made the call: another key passing the search's id moved
+    the dev's conversion from 0 to 1 of 1, as the learning of a search already refused (any caller may pass a
+    search_id)."""
+    from service.db.models import Search
+    from service.usage.learning import refresh_stats
+
+    http, dev, admin, app = world["http"], world["dev"], world["admin"], world["app"]
+    resources = app.state.resources
+
+    async def followed() -> int:
+        await get_gateway(resources).log.flush()
+        with anyio.fail_after(30):
+            async with resources.session() as session:
+                counted = select(sqlalchemy.func.count()).select_from(Search)
+                while await session.scalar(counted) < 1:  # noqa: ASYNC110 - the search log offers no event
+                    await anyio.sleep(0.05)
+        await refresh_stats(resources)
+        conversion = await http.get("/analytics/conversion", headers=bearer(dev))
+        return int(conversion.json()["searches_followed_by_call"])
+
+    search_id = (await http.post("/search", json={"query": "weather"}, headers=bearer(dev))).json()["search_id"]
+    call = {"name": "public__get_weather", "search_id": search_id}
+    await http.post("/execute", json=call, headers=bearer(admin))  # a 502: no server runs it, but it is logged
+    assert await followed() == 0
+    await http.post("/execute", json=call, headers=bearer(dev))
+    assert await followed() == 1
