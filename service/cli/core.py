@@ -277,19 +277,15 @@ def cmd_search(args: argparse.Namespace) -> int:
             return fail(body)
     else:
         from service.policy.callers import OPEN_CALLER
-        from service.search.service import result_view, search_tools
+        from service.search.routes import search_json
+        from service.search.service import search_tools
 
         async def run(resources: Any) -> dict[str, Any]:
             search_id, outcome = await search_tools(
                 resources, OPEN_CALLER, args.query, k=args.k, servers=args.server, explain=args.explain
             )
-            return {
-                "search_id": search_id,
-                "query": args.query,
-                "k": args.k,  # the shape of POST /search
-                "results": [result_view(r) for r in outcome.results],
-                "latency_ms": round(outcome.latency_ms, 3),
-            }
+            # The answer POST /search gives, `parts` of a split request with --explain included.
+            return json.loads(search_json(search_id, args.query, args.k, outcome, args.explain))
 
         try:
             body = asyncio.run(_direct(run))
