@@ -26,7 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     index = subparsers.add_parser("index", help="register and index a catalog file (JSONL or MCP tools/list JSON)")
     index.add_argument("file", type=Path)
-    index.add_argument("--server", default=None, help="server name for a tools/list file (default: file name)")
+    index.add_argument(
+        "--server",
+        default=None,
+        help="server of a tools/list file (default: its file name) and of JSONL lines without one (default: catalog)",
+    )
     index.set_defaults(func=cmd_index)
 
     search = subparsers.add_parser("search", help="search the catalog")
