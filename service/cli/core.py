@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -57,6 +58,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from service.observability.logging import log_requests_off_loop
 
     settings = Settings()
+    # The service's own loggers, not only uvicorn's: TOOLSCOUT_LOG_LEVEL unless the command line gives a level.
+    logging.getLogger().setLevel((getattr(args, "log_level", None) or settings.log_level).upper())
     host, port = args.host or settings.host, args.port or settings.port
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
