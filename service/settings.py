@@ -311,7 +311,10 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".toolscout")
     host: str = "127.0.0.1"
     port: int = 8765
-    log_level: str = "INFO"
+    log_level: str = Field(
+        default="INFO",
+        description="Log level of `toolscout serve` (`toolscout --log-level` overrides it; other commands: WARNING)",
+    )
     log_format: Literal["text", "json"] = Field(
         default="text", description="json: one JSON line per log record and per request"
     )

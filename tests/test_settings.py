@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,19 @@ def test_an_unknown_section_in_the_env_file_is_named_too(
     (tmp_path / ".env").write_text("TOOLSCOUT_POLCY__OPEN_WITHOUT_KEYS=false\n")
     assert main(["search", "anything"]) == 2
     assert "TOOLSCOUT_POLCY__OPEN_WITHOUT_KEYS: no settings section 'polcy'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "level"), [([], logging.DEBUG), (["--log-level", "ERROR"], logging.ERROR)])
+def test_serve_logs_at_the_level_of_toolscout_log_level_unless_the_command_line_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, argv: list[str], level: int
+) -> None:
+    """TOOLSCOUT_LOG_LEVEL (.env.example) is the service's level, not only uvicorn's."""
+    import uvicorn
+
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_LOG_LEVEL", "DEBUG")
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)  # configured, never started
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", logging.WARNING)  # restored afterwards
+    assert main([*argv, "serve", "--port", "9"]) == 3  # uvicorn's status of a start that did not happen
+    assert root.level == level

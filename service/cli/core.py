@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -26,7 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     index = subparsers.add_parser("index", help="register and index a catalog file (JSONL or MCP tools/list JSON)")
     index.add_argument("file", type=Path)
-    index.add_argument("--server", default=None, help="server name for a tools/list file (default: file name)")
+    index.add_argument(
+        "--server",
+        default=None,
+        help="server of a tools/list file (default: its file name) and of JSONL lines without one (default: catalog)",
+    )
     index.set_defaults(func=cmd_index)
 
     search = subparsers.add_parser("search", help="search the catalog")
@@ -53,6 +58,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from service.observability.logging import log_requests_off_loop
 
     settings = Settings()
+    # The service's own loggers, not only uvicorn's: TOOLSCOUT_LOG_LEVEL unless the command line gives a level.
+    logging.getLogger().setLevel((getattr(args, "log_level", None) or settings.log_level).upper())
     host, port = args.host or settings.host, args.port or settings.port
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
@@ -277,19 +284,15 @@ def cmd_search(args: argparse.Namespace) -> int:
             return fail(body)
     else:
         from service.policy.callers import OPEN_CALLER
-        from service.search.service import result_view, search_tools
+        from service.search.routes import search_json
+        from service.search.service import search_tools
 
         async def run(resources: Any) -> dict[str, Any]:
             search_id, outcome = await search_tools(
                 resources, OPEN_CALLER, args.query, k=args.k, servers=args.server, explain=args.explain
             )
-            return {
-                "search_id": search_id,
-                "query": args.query,
-                "k": args.k,  # the shape of POST /search
-                "results": [result_view(r) for r in outcome.results],
-                "latency_ms": round(outcome.latency_ms, 3),
-            }
+            # The answer POST /search gives, `parts` of a split request with --explain included.
+            return json.loads(search_json(search_id, args.query, args.k, outcome, args.explain))
 
         try:
             body = asyncio.run(_direct(run))
