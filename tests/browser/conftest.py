@@ -88,7 +88,8 @@ def seed(database_url: str, live: Live) -> None:
             search_id = None
             if i % 5 == 0:  # every fifth call came from a search
                 search_id = str(uuid.uuid4())
-                searches.append(_search(search_id, "what is the time", moment, 3))
+                # the searcher makes the call: only its own call marks a search followed
+                searches.append(_search(search_id, "what is the time", moment, 3, caller=f"agent-{i % 3}"))
                 live.followed += 1
                 live.followed_ok += status == "ok"
             live.failures += status != "ok"
@@ -117,11 +118,11 @@ def seed(database_url: str, live: Live) -> None:
     engine.dispose()
 
 
-def _search(search_id: str, query: str, moment: datetime, results: int) -> dict[str, Any]:
+def _search(search_id: str, query: str, moment: datetime, results: int, caller: str = "agent-0") -> dict[str, Any]:
     found = [{"name": "time__get_current_time", "score": 1.0}] * results
     return {
         "id": search_id,
-        "caller": "agent-0",
+        "caller": caller,
         "query": query,
         "k": 5,
         "results": found,
