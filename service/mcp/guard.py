@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.security.auth_failures import FailedAuthLimiter
+from service.security.hosts import problem_body
+from service.security.hosts import send_problem as send_asgi_problem
 
 
 async def send_problem(
     send: Send, status: int, slug: str, title: str, detail: str, headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
     """Answer with an RFC 9457 problem+json, as the REST API does."""
-    body = json.dumps(
-        {"type": f"https://toolscout.dev/problems/{slug}", "title": title, "status": status, "detail": detail}
-    ).encode()
-    start = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": [*start, *headers]})
-    await send({"type": "http.response.body", "body": body})
+    await send_asgi_problem(send, status, problem_body(status, slug, title, detail), headers)
 
 
 class BearerKeyMiddleware:

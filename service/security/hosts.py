@@ -60,14 +60,11 @@ def host_allowed(host: str, allowed: frozenset[str]) -> bool:
     return any(name.startswith(".") and (host.endswith(name) or host == name[1:]) for name in allowed)
 
 
-def _problem(status: int, slug: str, title: str, detail: str, path: str) -> bytes:
-    body = {
-        "type": f"https://toolscout.dev/problems/{slug}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "instance": echoed_path(path),
-    }
+def problem_body(status: int, slug: str, title: str, detail: str, path: str | None = None) -> bytes:
+    """A problem+json body for ASGI middleware (with `instance` when the request's path is given)."""
+    body = {"type": f"https://toolscout.dev/problems/{slug}", "title": title, "status": status, "detail": detail}
+    if path is not None:
+        body["instance"] = echoed_path(path)
     return json.dumps(body).encode()
 
 
@@ -117,11 +114,11 @@ class HostOriginMiddleware:
                 f"Host {host!r} is not served here (allowed: the bound address and localhost names; "
                 "add names to policy.allowed_hosts)"
             )
-            await send_problem(send, 421, _problem(421, "misdirected-request", "Misdirected request", detail, path))
+            await send_problem(send, 421, problem_body(421, "misdirected-request", "Misdirected request", detail, path))
             return
         origin = headers.get(b"origin")
         if origin is not None and not self.origin_allowed(origin.decode("latin-1")):
             detail = "Cross-origin requests are refused unless the origin is in policy.cors_origins"
-            await send_problem(send, 403, _problem(403, "forbidden-origin", "Origin not allowed", detail, path))
+            await send_problem(send, 403, problem_body(403, "forbidden-origin", "Origin not allowed", detail, path))
             return
         await self.app(scope, receive, send)
