@@ -7,6 +7,8 @@ Agents replay the history half against the real search, and their calls become a
     requests keep failing, and the right ones are used;
   - one agent, `specialist`, owns the requests of a few tools (a fixed subset of the catalog) and makes
     most of them, so those tools become its habit.
+Every agent holds the same role, so all of them learn and read in one permission scope (popularity and
+reliability are learned per scope, as a deployment's agents of one role share them).
 The test half is searched once before the log exists, with learning on (nothing may move), then the log
 goes through the real statistics refresh and the test half is searched again with the learned boosts.
 Reported: R@1 and MRR before/after on the test queries the history touches (the caller's habit covers a
@@ -41,6 +43,7 @@ from service.search.evaluation import Query, load_queries, query_metrics
 from service.search.service import start_search
 from service.settings import Settings
 from service.usage.learning import boosts_for, learning_state, refresh_stats
+from service.usage.signal import scope_key
 
 EVAL = next(
     (p / "shared" / "eval" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()),
@@ -50,6 +53,7 @@ DEPTH = 100
 SPECIALIST = "specialist"
 GENERALISTS = [f"agent-{i}" for i in range(8)]
 NEWCOMER = "newcomer"  # a caller without history: sees popularity and reliability only
+AGENTS = scope_key(["agent"])  # the one permission scope every agent calls and searches in
 GROUPS = ("affected", "affected: caller habit", "affected: failing tool", "unaffected", "all")
 
 
@@ -98,8 +102,10 @@ def caller_of(query: Query, split: Split, rng: random.Random) -> str:
 
 async def ranking(resources: Resources, text: str, caller: str, learned: bool) -> list[str]:
     assert resources.retriever is not None
-    boosts = (lambda c, names: boosts_for(resources, c, names)) if learned else None
-    outcome = await resources.retriever.search(text, DEPTH, SearchFilter(), caller_id=caller, boosts=boosts)
+    boosts = (lambda c, scope, names: boosts_for(resources, c, scope, names)) if learned else None
+    outcome = await resources.retriever.search(
+        text, DEPTH, SearchFilter(), caller_id=caller, boosts=boosts, scope=AGENTS
+    )
     return [r.name for r in outcome.results]
 
 
@@ -127,6 +133,7 @@ def simulate(
                 "output_tokens": 200,
                 "started_at": at,
                 "finished_at": at + timedelta(milliseconds=400),
+                "scope": AGENTS,
             }
         )
 
@@ -195,7 +202,7 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
                 await session.execute(insert(Execution), log)
                 await session.commit()
             await refresh_stats(resources)
-            snapshot = learning_state(resources).snapshot
+            learned = learning_state(resources).snapshot.scopes.get(AGENTS, {})
             rows: dict[str, list[dict[str, float]]] = defaultdict(list)
             kept = lost = 0
             for query in split.test:
@@ -210,7 +217,7 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
                 for group in touched_by(query, caller, before, ids_before, resources, to_id):
                     rows[group].append(metrics[0])
                     rows[f"{group}/after"].append(metrics[1])
-                if before and before[0] not in snapshot.tools and ids_before[0] in query.relevant:
+                if before and before[0] not in learned and ids_before[0] in query.relevant:
                     kept += int(after[0] == before[0])
                     lost += int(after[0] != before[0])
         finally:
@@ -226,7 +233,7 @@ async def replay(args: argparse.Namespace) -> dict[str, Any]:
         "specialist_tools": len(split.owned),
         "executions": len(log),
         "statuses": dict(statuses),
-        "tools_with_history": len(snapshot.tools),
+        "tools_with_history": len(learned),
         "index_seconds": round(index_seconds, 1),
         "unmoved_without_history": {"queries": len(split.test), "unmoved": unmoved},
         "groups": {
@@ -248,7 +255,7 @@ def touched_by(
     when a tool that keeps failing ranks above the first relevant one within the top 5."""
     snapshot = learning_state(resources).snapshot
     first = next((i for i, name in enumerate(ids_before) if name in query.relevant), len(before))
-    boosts = boosts_for(resources, caller, before[:5])
+    boosts = boosts_for(resources, caller, AGENTS, before[:5])
     habit = any(to_id.get(t, t) in query.relevant for t in snapshot.habits.get(caller, {}))
     failing = any(boosts[name].get("reliability", 0.0) < -0.01 for name in before[: min(first, 5)])
     groups = ["all", "affected" if habit or failing else "unaffected"]

@@ -92,6 +92,7 @@ async def _replay_history(resources: Resources, scope: str, history: list[Query]
                 "tool": name,
                 "server_id": name.split("__")[0],
                 "search_id": search_id,
+                "scope": scope,
                 "arguments_digest": "0" * 64,
                 "status": "ok",
                 "duration_ms": 100.0,

@@ -159,6 +159,9 @@ class Execution(Base):
     counted_at: Mapped[datetime | None] = mapped_column(default=None)
     # 0004: the code-mode script (POST /run) that made the call; None for /execute.
     run_id: Mapped[str | None] = mapped_column(String(36), default=None, index=True)
+    # 0009: the caller's sorted roles (usage.signal.scope_key); the popularity and reliability boosts are learned
+    # in this permission scope. None for the rows logged before 0009: they count in no scope.
+    scope: Mapped[str | None] = mapped_column(String(512), default=None)
 
 
 class StoredResult(Base):
@@ -175,7 +178,8 @@ class StoredResult(Base):
 
 
 class ToolStats(Base):
-    """Aggregates that ranking reads, refreshed incrementally from executions."""
+    """Every caller's calls of each tool, refreshed incrementally from executions; the analytics read it (ranking
+    reads scope_tool_stats since 0009)."""
 
     __tablename__ = "tool_stats"
 
@@ -190,6 +194,25 @@ class ToolStats(Base):
     # 0002: outcomes decayed like decayed_calls (all decayed values are as of last_called_at).
     decayed_successes: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     decayed_failures: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+
+
+class ScopeToolStats(Base):
+    """What ranking reads (0009): tool_stats' columns per permission scope (the callers' sorted roles) and tool, so
+    a caller's popularity and reliability boosts move only with the calls made in its own scope."""
+
+    __tablename__ = "scope_tool_stats"
+
+    scope: Mapped[str] = mapped_column(String(512), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    calls: Mapped[int] = mapped_column(Integer, default=0)
+    successes: Mapped[int] = mapped_column(Integer, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    decayed_calls: Mapped[float] = mapped_column(Float, default=0.0)
+    decayed_successes: Mapped[float] = mapped_column(Float, default=0.0)
+    decayed_failures: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_ms_avg: Mapped[float] = mapped_column(Float, default=0.0)
+    last_called_at: Mapped[datetime | None] = mapped_column(default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class CallerToolStats(Base):

@@ -39,6 +39,7 @@ from service.policy.keys import key_resolver
 from service.policy.service import authorize_call, may_use, policy_state, visible_names
 from service.resources import Resources
 from service.upstream.pool import UpstreamPool
+from service.usage.signal import scope_key
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +172,7 @@ class Executor:
             "result_id": None,
             "started_at": started_at,
             "run_id": run_id,
+            "scope": scope_key(caller.roles),
         }
         self.in_flight += 1
         self._idle.clear()

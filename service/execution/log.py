@@ -53,6 +53,7 @@ _LIMITS = {
     "error_class": 128,
     "result_id": 36,
     "run_id": 36,
+    "scope": 512,
 }
 
 
@@ -61,6 +62,7 @@ def fit_row(row: dict[str, Any]) -> dict[str, Any]:
     upstream's error message may: its row was refused and set aside in the spill file for good)."""
     fitted = dict(row)
     fitted.setdefault("run_id", None)  # rows spilled before code mode have no run id
+    fitted.setdefault("scope", None)  # nor rows spilled before 0009 a scope: they count in none
     for key, value in fitted.items():
         if isinstance(value, str) and "\x00" in value:
             fitted[key] = value.replace("\x00", "\ufffd")

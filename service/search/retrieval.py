@@ -40,7 +40,8 @@ from service.search.ranking import (
 if TYPE_CHECKING:
     from service.resources import Resources
 
-Boosts = Callable[[str, list[str]], dict[str, dict[str, float]]]
+# (caller id, permission scope, names) -> the learned boosts of each name (usage.learning.boosts_for).
+Boosts = Callable[[str, str | None, list[str]], dict[str, dict[str, float]]]
 
 
 @dataclass
@@ -237,7 +238,7 @@ class Retriever:
             values = usage.signal(scope, vectors[0], list(candidates), learning)
             add_signal(candidates, "usage", behind_newcomers(candidates, values, usage.by_scope.get(scope, {})))
         if boosts is not None and caller_id is not None and candidates:
-            apply_boosts(candidates, boosts(caller_id, list(candidates)))
+            apply_boosts(candidates, boosts(caller_id, scope, list(candidates)))
         ranked = rank(candidates, exact, k)
         ranking.end()
         # Payloads only for the winners: converting a hundred payloads per signal costs more than the search. An

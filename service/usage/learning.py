@@ -2,11 +2,15 @@
 
 `refresh_stats` folds new executions (and searches) into the statistics tables and an in-memory snapshot;
 `boosts_for` reads the snapshot synchronously on every search. Three boosts, each bounded by settings:
-- popularity: decayed calls of the tool, saturating (`d / (d + popularity_half_calls)`);
-- reliability: a penalty once the smoothed (Beta prior), decayed failure rate passes a tolerance (tool
-  errors, timeouts, upstream errors and arguments that do not fit count as failures);
+- popularity: decayed calls of the tool in the caller's permission scope (its sorted roles, as the usage
+  signal), saturating (`d / (d + popularity_half_calls)`);
+- reliability: a penalty once the smoothed (Beta prior), decayed failure rate of the tool's calls in the
+  caller's scope passes a tolerance (tool errors, timeouts, upstream errors and arguments that do not fit
+  count as failures);
 - caller_habit: the caller's own decayed successful calls of the tool, saturating.
-A tool with no history gets no boost and is never pushed down: a new tool whose text match leads by more
+A scope never reads another scope's calls (a caller of other roles could otherwise read, in its scores, how
+much and how badly others use the tools it shares with them). A tool with no history gets no boost and is never
+pushed down: a new tool whose text match leads by more
 than max_popularity_boost + max_caller_boost stays first. The bounds are tuned with `toolscout bench
 learning` (the fused scores' gaps are mostly 0.3-2, so much smaller boosts would change nothing)."""
 
@@ -30,12 +34,12 @@ from service.usage.stats import (
     ConsumeReport,
     Decayed,
     HabitRow,
-    ToolRow,
+    ScopeToolRow,
     as_utc,
     consume_executions,
     consume_searches,
     load_habit_rows,
-    load_tool_rows,
+    load_scope_tool_rows,
 )
 
 logger = logging.getLogger(__name__)
@@ -53,16 +57,17 @@ class ToolHistory:
 
 @dataclass
 class Snapshot:
-    """What boosts_for reads: every tool's history and each caller's reuse of tools."""
+    """What boosts_for reads: each scope's history of each tool and each caller's reuse of tools (one entry per
+    distinct role set and tool used in it, per caller and tool used)."""
 
-    tools: dict[str, ToolHistory] = field(default_factory=dict)
+    scopes: dict[str, dict[str, ToolHistory]] = field(default_factory=lambda: defaultdict(dict))
     habits: dict[str, dict[str, Decayed]] = field(default_factory=lambda: defaultdict(dict))
     rows_seen: int = -1  # the executions cursor this snapshot reflects
 
-    def put_tool(self, row: ToolRow) -> None:
+    def put_tool(self, row: ScopeToolRow) -> None:
         ref = as_utc(row.last_called_at) if row.last_called_at else None
         values = [row.decayed_calls, row.decayed_successes, row.decayed_failures]
-        self.tools[row.tool] = ToolHistory(Decayed(values, ref), row.latency_ms_avg)
+        self.scopes[row.scope][row.tool] = ToolHistory(Decayed(values, ref), row.latency_ms_avg)
 
     def put_habit(self, row: HabitRow) -> None:
         ref = as_utc(row.last_called_at) if row.last_called_at else None
@@ -99,15 +104,22 @@ def habit_boost(decayed_successes: float, settings: LearningSettings) -> float:
 
 
 def compute_boosts(
-    snapshot: Snapshot, caller_id: str, names: list[str], settings: LearningSettings, now: datetime
+    snapshot: Snapshot,
+    caller_id: str,
+    scope: str | None,
+    names: list[str],
+    settings: LearningSettings,
+    now: datetime,
 ) -> dict[str, dict[str, float]]:
-    """The boosts of each name for this caller at `now` (an empty dict for a tool without history)."""
+    """The boosts of each name for this caller, in its scope, at `now` (an empty dict for a tool without history
+    there); without a scope, the caller's habit only."""
     half_life = settings.half_life_days
     habits = snapshot.habits.get(caller_id, {})
+    tools = snapshot.scopes.get(scope, {}) if scope is not None else {}
     out: dict[str, dict[str, float]] = {}
     for name in names:
         boosts: dict[str, float] = {}
-        history = snapshot.tools.get(name)
+        history = tools.get(name)
         if history is not None:
             calls, successes, failures = history.decayed.at(now, half_life)
             popularity = popularity_boost(calls, settings)
@@ -143,12 +155,16 @@ def learning_state(resources: Resources) -> LearningState:
     return resources.learning
 
 
-def boosts_for(resources: Resources, caller_id: str, qualified_names: list[str]) -> dict[str, dict[str, float]]:
-    """Additive, bounded score boosts per name for this caller, from the in-memory snapshot."""
+def boosts_for(
+    resources: Resources, caller_id: str, scope: str | None, qualified_names: list[str]
+) -> dict[str, dict[str, float]]:
+    """Additive, bounded score boosts per name for this caller in its permission scope (usage.signal.scope_key),
+    from the in-memory snapshot."""
     settings = resources.settings.learning
     if not settings.enabled:
         return {name: {} for name in qualified_names}
-    return compute_boosts(learning_state(resources).snapshot, caller_id, qualified_names, settings, utcnow())
+    snapshot = learning_state(resources).snapshot
+    return compute_boosts(snapshot, caller_id, scope, qualified_names, settings, utcnow())
 
 
 async def _load_snapshot(resources: Resources) -> Snapshot:
@@ -156,7 +172,7 @@ async def _load_snapshot(resources: Resources) -> Snapshot:
     async with resources.session() as session:
         cursor = await session.get(StatsCursor, EXECUTIONS_CURSOR)
         snapshot.rows_seen = cursor.rows_seen if cursor is not None else 0
-        for tool in await load_tool_rows(session):
+        for tool in await load_scope_tool_rows(session):
             snapshot.put_tool(tool)
         for habit in await load_habit_rows(session):
             snapshot.put_habit(habit)
@@ -196,7 +212,7 @@ async def refresh_stats(resources: Resources) -> int:
                 if report.lost_race:
                     state.snapshot = await _load_snapshot(resources)
                     break
-                for tool in report.tools:
+                for tool in report.scope_tools:
                     state.snapshot.put_tool(tool)
                 for habit in report.habits:
                     state.snapshot.put_habit(habit)
@@ -235,9 +251,11 @@ async def start_learning(resources: Resources) -> None:
     catches up with whatever the log gained while the service was down)."""
     state = learning_state(resources)
     state.snapshot = await _load_snapshot(resources)
-    logger.info("usage statistics: %d tools with history", len(state.snapshot.tools))
+    scopes = state.snapshot.scopes
+    tools = len({tool for scoped in scopes.values() for tool in scoped})
+    logger.info("usage statistics: %d tools with history in %d scopes", tools, len(scopes))
     if resources.settings.learning.enabled:
-        resources.boosts = lambda caller_id, names: boosts_for(resources, caller_id, names)
+        resources.boosts = lambda caller_id, scope, names: boosts_for(resources, caller_id, scope, names)
         resources.usage = UsageVectors()
         await refresh_usage(resources, resources.usage)
     state.task = resources.supervisor.start(REFRESH_TASK, lambda: _refresh_loop(resources, state))

@@ -1,8 +1,9 @@
 """Usage statistics kept in SQL and refreshed incrementally from the logs.
 
-`executions` feed `tool_stats` (decayed calls, successes and failures, latency) and `caller_tool_stats`
-(per-caller reuse) that ranking reads, and the analytics rollups (usage/rollups.py); `searches` feed
-`tool_search_stats` (how often each tool came back) and the rollups.
+`executions` feed `scope_tool_stats` (decayed calls, successes and failures, latency, per permission scope and
+tool) and `caller_tool_stats` (per-caller reuse) that ranking reads, `tool_stats` (the same over every scope, for
+the analytics) and the analytics rollups (usage/rollups.py); `searches` feed `tool_search_stats` (how often each
+tool came back) and the rollups.
 
 Each log row is counted exactly once whatever its arrival time (a spill replay, a retry, a replica with a
 skewed clock): a refresh reads rows whose `counted_at` is still empty and sets it in the transaction that
@@ -28,6 +29,7 @@ from service.db.among import among
 from service.db.models import (
     CallerToolStats,
     Execution,
+    ScopeToolStats,
     Search,
     StatsCursor,
     ToolSearchStats,
@@ -107,6 +109,13 @@ class ToolRow:
 
 
 @dataclass
+class ScopeToolRow(ToolRow):
+    """A `scope_tool_stats` row: a ToolRow of the calls made in one permission scope."""
+
+    scope: str = ""
+
+
+@dataclass
 class HabitRow:
     """A `caller_tool_stats` row as plain data."""
 
@@ -125,7 +134,7 @@ class ConsumeReport:
 
     executions: int = 0
     searches: int = 0
-    tools: list[ToolRow] = field(default_factory=list)
+    scope_tools: list[ScopeToolRow] = field(default_factory=list)
     habits: list[HabitRow] = field(default_factory=list)
     lost_race: bool = False
 
@@ -137,19 +146,34 @@ async def load_tool_rows(session: AsyncSession, names: Iterable[str] | None = No
     return [ToolRow(**row._mapping) for row in (await session.execute(query)).all()]
 
 
-async def load_habit_rows(session: AsyncSession, pairs: Iterable[tuple[str, str]] | None = None) -> list[HabitRow]:
-    """caller_tool_stats rows (of these (caller, tool) pairs, or all)."""
-    table = CallerToolStats.__table__
+async def _rows_of_pairs(
+    session: AsyncSession, table: Table, first: str, pairs: Iterable[tuple[str, str]] | None
+) -> list[Any]:
+    """Rows of a table keyed by (first, tool): of these pairs, or all."""
     if pairs is None:
-        return [HabitRow(**row._mapping) for row in (await session.execute(select(table))).all()]
+        return list((await session.execute(select(table))).all())
     wanted = sorted(pairs)
-    rows: list[HabitRow] = []
+    rows: list[Any] = []
     # PostgreSQL plans a row-value IN list as nested ORs: thousands of pairs overflow its stack.
     for start in range(0, len(wanted), PAIRS_PER_QUERY):
         chunk = wanted[start : start + PAIRS_PER_QUERY]
-        query = select(table).where(tuple_(table.c.caller, table.c.tool).in_(chunk))
-        rows.extend(HabitRow(**row._mapping) for row in (await session.execute(query)).all())
+        query = select(table).where(tuple_(table.c[first], table.c.tool).in_(chunk))
+        rows.extend((await session.execute(query)).all())
     return rows
+
+
+async def load_scope_tool_rows(
+    session: AsyncSession, pairs: Iterable[tuple[str, str]] | None = None
+) -> list[ScopeToolRow]:
+    """scope_tool_stats rows (of these (scope, tool) pairs, or all)."""
+    rows = await _rows_of_pairs(session, ScopeToolStats.__table__, "scope", pairs)
+    return [ScopeToolRow(**row._mapping) for row in rows]
+
+
+async def load_habit_rows(session: AsyncSession, pairs: Iterable[tuple[str, str]] | None = None) -> list[HabitRow]:
+    """caller_tool_stats rows (of these (caller, tool) pairs, or all)."""
+    rows = await _rows_of_pairs(session, CallerToolStats.__table__, "caller", pairs)
+    return [HabitRow(**row._mapping) for row in rows]
 
 
 async def cursor_row(session: AsyncSession, name: str) -> StatsCursor | None:
@@ -197,7 +221,8 @@ async def _settle(session: AsyncSession, table: Table, cursor: StatsCursor, rows
     return await _advance(session, cursor, at, rows[-1].id, len(rows))
 
 
-def _apply_execution(tool: ToolRow, habit: HabitRow, row: Any, settings: LearningSettings) -> None:
+def _fold_tool(tool: ToolRow, row: Any, settings: LearningSettings) -> None:
+    """Count one call in a tool's (or a scope's tool's) statistics."""
     at = as_utc(row.started_at)
     ok = row.status in SUCCESS
     failed = row.status in LEARNED_FAILURE
@@ -216,6 +241,12 @@ def _apply_execution(tool: ToolRow, habit: HabitRow, row: Any, settings: Learnin
             tool.latency_ms_avg = row.duration_ms
         else:
             tool.latency_ms_avg += settings.latency_smoothing * (row.duration_ms - tool.latency_ms_avg)
+
+
+def _fold_habit(habit: HabitRow, row: Any, settings: LearningSettings) -> None:
+    """Count one call in its caller's reuse of the tool."""
+    at = as_utc(row.started_at)
+    ok = row.status in SUCCESS
     habit.calls += 1
     habit.successes += int(ok)
     reuse = Decayed(
@@ -250,6 +281,7 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
                 e.search_id,
                 e.started_at,
                 e.finished_at,
+                e.scope,
             )
             .where(e.counted_at.is_(None), e.finished_at <= horizon)
             .order_by(e.finished_at, e.id)
@@ -260,17 +292,27 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
         return False
     counted = [r for r in rows if r.status not in IGNORED]
     tools = {t.tool: t for t in await load_tool_rows(session, {r.tool for r in counted})} if counted else {}
+    # Rows logged before 0009 have no scope: they count for the analytics, in no scope's ranking.
+    in_scopes = {(r.scope, r.tool) for r in counted if r.scope is not None}
+    scoped = {(t.scope, t.tool): t for t in await load_scope_tool_rows(session, in_scopes)} if in_scopes else {}
     pairs = {(r.caller, r.tool) for r in counted}
     habits = {(h.caller, h.tool): h for h in await load_habit_rows(session, pairs)} if counted else {}
     now = utcnow()
     for row in counted:
         tool = tools.get(row.tool) or tools.setdefault(row.tool, ToolRow(row.tool))
+        _fold_tool(tool, row, settings)
+        tool.updated_at = now
+        if row.scope is not None:
+            key = (row.scope, row.tool)
+            in_scope = scoped.get(key) or scoped.setdefault(key, ScopeToolRow(row.tool, scope=row.scope))
+            _fold_tool(in_scope, row, settings)
+            in_scope.updated_at = now
         habit = habits.get((row.caller, row.tool)) or habits.setdefault(
             (row.caller, row.tool), HabitRow(row.caller, row.tool)
         )
-        _apply_execution(tool, habit, row, settings)
-        tool.updated_at = now
+        _fold_habit(habit, row, settings)
     await upsert_replace(session, ToolStats.__table__, ["tool"], [dict(vars(t)) for t in tools.values()])
+    await upsert_replace(session, ScopeToolStats.__table__, ["scope", "tool"], [dict(vars(t)) for t in scoped.values()])
     await upsert_replace(
         session, CallerToolStats.__table__, ["caller", "tool"], [dict(vars(h)) for h in habits.values()]
     )
@@ -279,7 +321,7 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
         report.lost_race = True
         return False
     report.executions += len(rows)
-    report.tools.extend(tools.values())
+    report.scope_tools.extend(scoped.values())
     report.habits.extend(habits.values())
     return len(rows) == settings.refresh_batch
 
