@@ -3,6 +3,7 @@
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
+from service.db import rollup_tables  # noqa: F401  (registers the rollup tables in the metadata)
 from service.db.models import Base
 
 config = context.config

@@ -28,7 +28,8 @@ from sqlalchemy import func, select
 
 from service.cli.database import print_table, with_database
 from service.db.engine import upgrade_database
-from service.db.models import Execution, usage_daily, usage_hourly
+from service.db.models import Execution
+from service.db.rollup_tables import usage_daily, usage_hourly
 from service.resources import Resources
 from service.settings import Settings
 from service.usage import analytics

@@ -17,16 +17,8 @@ from sqlalchemy import distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.among import among
-from service.db.models import (
-    Search,
-    Tool,
-    ToolSearchStats,
-    ToolStats,
-    tool_pairs_daily,
-    usage_daily,
-    usage_errors_daily,
-    usage_hourly,
-)
+from service.db.models import Search, Tool, ToolSearchStats, ToolStats
+from service.db.rollup_tables import tool_pairs_daily, usage_daily, usage_errors_daily, usage_hourly
 from service.usage.rollups import HISTOGRAM, as_utc, estimate_percentile
 from service.usage.scope import Scope, daily_filter, day_label, hourly_filter, tool_terms, window_terms
 

@@ -18,17 +18,14 @@ from sqlalchemy import BigInteger, Integer, Table, case, exists, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from service.db.models import (
+from service.db.models import Execution, Search, as_utc, utcnow
+from service.db.rollup_tables import (
     LATENCY_BUCKETS,
-    Execution,
-    Search,
-    as_utc,
     caller_last_call,
     tool_pairs_daily,
     usage_daily,
     usage_errors_daily,
     usage_hourly,
-    utcnow,
 )
 from service.settings import LearningSettings
 

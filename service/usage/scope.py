@@ -14,7 +14,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from service.db.among import among
-from service.db.models import as_utc, usage_hourly
+from service.db.models import as_utc
+from service.db.rollup_tables import usage_hourly
 from service.errors import InvalidRequest, PermissionDenied
 from service.policy.callers import Caller
 from service.policy.service import visible_names

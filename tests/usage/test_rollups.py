@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from service.db.models import LATENCY_BUCKETS
+from service.db.rollup_tables import LATENCY_BUCKETS
 from service.usage.rollups import bucket_bounds, estimate_percentile, latency_bucket
 
 
