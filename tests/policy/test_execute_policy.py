@@ -188,7 +188,7 @@ async def test_search_explain_shows_the_learned_boosts(world: dict[str, Any]) ->
     resources: Resources = world["resources"]
     start = datetime.now(UTC) - timedelta(hours=1)
     plan = [("dev-agent", "util__format_date", "ok")] * 10 + [("dev-agent", "util__purge_cache", "tool_error")] * 30
-    plan += [("someone-else", "public__get_weather", "ok")] * 20
+    plan += [("someone-else", "public__get_weather", "ok")] * 20  # another caller of role dev
     async with resources.session() as session:
         session.add_all(
             Execution(
@@ -201,6 +201,7 @@ async def test_search_explain_shows_the_learned_boosts(world: dict[str, Any]) ->
                 duration_ms=20.0,
                 started_at=start + timedelta(seconds=i),
                 finished_at=start + timedelta(seconds=i),
+                scope="dev",
             )
             for i, (caller, tool, status) in enumerate(plan)
         )
@@ -221,12 +222,13 @@ async def test_search_explain_shows_the_learned_boosts(world: dict[str, Any]) ->
     for result in body["results"]:
         explained = sum(result["explain"]["signals"].values()) + sum(result["explain"]["boosts"].values())
         assert abs(result["score"] - explained) < 1e-3
-    # Another caller gets the popularity and reliability, not dev's habit.
+    # A caller of other roles gets none of it: the popularity and reliability are learned per scope, the habit per
+    # caller.
     other = (
         await http.post(
             "/search",
             headers=bearer(world["admin"]),
-            json={"query": "format a date", "k": 50, "explain": True},
+            json={"query": "format a date, purge the cache, weather forecast", "k": 50, "explain": True},
         )
     ).json()
-    assert "caller_habit" not in {r["name"]: r for r in other["results"]}["util__format_date"]["explain"]["boosts"]
+    assert all(r["explain"]["boosts"] == {} for r in other["results"])

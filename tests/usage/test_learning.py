@@ -13,7 +13,15 @@ from sqlalchemy import select
 
 from indexer.embedding import HashingEmbedder
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
-from service.db.models import CallerToolStats, Execution, Search, StatsCursor, ToolSearchStats, ToolStats
+from service.db.models import (
+    CallerToolStats,
+    Execution,
+    ScopeToolStats,
+    Search,
+    StatsCursor,
+    ToolSearchStats,
+    ToolStats,
+)
 from service.resources import Resources, build_resources
 from service.search.ranking import Candidate, apply_boosts, rank
 from service.settings import LearningSettings, Settings
@@ -60,9 +68,9 @@ def test_each_boost_is_bounded_and_saturates() -> None:
 
 def test_no_history_gets_no_boost_and_the_best_text_match_stays_first() -> None:
     snapshot = Snapshot()
-    snapshot.tools["busy"] = ToolHistory(history(1e6, 1e6, 0), 5.0)
+    snapshot.scopes["dev"]["busy"] = ToolHistory(history(1e6, 1e6, 0), 5.0)
     snapshot.habits["alice"]["busy"] = Decayed([1e6, 1e6], NOW)
-    boosts = compute_boosts(snapshot, "alice", ["new", "busy"], SETTINGS, NOW)
+    boosts = compute_boosts(snapshot, "alice", "dev", ["new", "busy"], SETTINGS, NOW)
     assert boosts["new"] == {}
     assert set(boosts["busy"]) == {"popularity", "caller_habit"}
     total = sum(boosts["busy"].values())
@@ -77,9 +85,9 @@ def test_no_history_gets_no_boost_and_the_best_text_match_stays_first() -> None:
 
 def test_a_tool_that_keeps_failing_sinks_below_a_close_competitor() -> None:
     snapshot = Snapshot()
-    snapshot.tools["flaky"] = ToolHistory(history(40, 4, 36), 900.0)
-    snapshot.tools["steady"] = ToolHistory(history(40, 40, 0), 50.0)
-    boosts = compute_boosts(snapshot, "bob", ["flaky", "steady"], SETTINGS, NOW)
+    snapshot.scopes["dev"]["flaky"] = ToolHistory(history(40, 4, 36), 900.0)
+    snapshot.scopes["dev"]["steady"] = ToolHistory(history(40, 40, 0), 50.0)
+    boosts = compute_boosts(snapshot, "bob", "dev", ["flaky", "steady"], SETTINGS, NOW)
     assert boosts["flaky"]["reliability"] == pytest.approx(reliability_penalty(4, 36, SETTINGS), abs=1e-6)
     assert boosts["flaky"]["reliability"] < -0.07
     assert "reliability" not in boosts["steady"]
@@ -91,8 +99,8 @@ def test_a_tool_that_keeps_failing_sinks_below_a_close_competitor() -> None:
 def test_a_callers_habit_rises_for_that_caller_only() -> None:
     snapshot = Snapshot()
     snapshot.habits["alice"]["mine"] = Decayed([12, 12], NOW)
-    alice = compute_boosts(snapshot, "alice", ["mine", "other"], SETTINGS, NOW)
-    bob = compute_boosts(snapshot, "bob", ["mine", "other"], SETTINGS, NOW)
+    alice = compute_boosts(snapshot, "alice", "dev", ["mine", "other"], SETTINGS, NOW)
+    bob = compute_boosts(snapshot, "bob", "dev", ["mine", "other"], SETTINGS, NOW)
     assert alice["mine"] == {"caller_habit": pytest.approx(SETTINGS.max_caller_boost * 12 / 15, abs=1e-6)}
     assert alice["other"] == {} and bob["mine"] == {} and bob["other"] == {}
     candidates = {"other": Candidate("other", 0.50), "mine": Candidate("mine", 0.47)}
@@ -103,7 +111,7 @@ def test_a_callers_habit_rises_for_that_caller_only() -> None:
 def test_history_decays_with_the_half_life() -> None:
     snapshot = Snapshot()
     snapshot.habits["alice"]["old"] = Decayed([8, 8], NOW - timedelta(days=SETTINGS.half_life_days))
-    boosts = compute_boosts(snapshot, "alice", ["old"], SETTINGS, NOW)
+    boosts = compute_boosts(snapshot, "alice", "dev", ["old"], SETTINGS, NOW)
     assert boosts["old"]["caller_habit"] == pytest.approx(habit_boost(4, SETTINGS), abs=1e-6)
     assert decay_factor(14 * 86400, 14) == pytest.approx(0.5)
     decayed = Decayed([0.0], None)
@@ -112,6 +120,18 @@ def test_history_decays_with_the_half_life() -> None:
     assert decayed.values == [pytest.approx(1.5)] and decayed.ref == NOW
     decayed.add(NOW + timedelta(days=14), [1.0], 14)
     assert decayed.values == [pytest.approx(1.75)] and decayed.ref == NOW + timedelta(days=14)
+
+
+def test_popularity_and_reliability_are_read_in_the_callers_scope_only() -> None:
+    snapshot = Snapshot()
+    snapshot.scopes["admin"]["shared"] = ToolHistory(history(30, 0, 30), 10.0)
+    snapshot.habits["alice"]["shared"] = Decayed([5, 5], NOW)
+    admin = compute_boosts(snapshot, "root", "admin", ["shared"], SETTINGS, NOW)["shared"]
+    assert admin["reliability"] < -0.5 and admin["popularity"] > 0.02 and "caller_habit" not in admin
+    # Another scope, or none, reads nothing of the admin's calls; the caller's own habit stays its own.
+    assert compute_boosts(snapshot, "bob", "dev", ["shared"], SETTINGS, NOW) == {"shared": {}}
+    assert compute_boosts(snapshot, "bob", "admin,dev", ["shared"], SETTINGS, NOW) == {"shared": {}}
+    assert set(compute_boosts(snapshot, "alice", None, ["shared"], SETTINGS, NOW)["shared"]) == {"caller_habit"}
 
 
 # --- the incremental refresh against a real SQLite database -------------------------------------------
@@ -134,6 +154,7 @@ def execution(
     status: str = "ok",
     caller: str = "alice",
     at: datetime | None = None,
+    scope: str | None = "dev",
     duration_ms: float = 100.0,
     **extra: object,
 ) -> Execution:
@@ -148,6 +169,7 @@ def execution(
         duration_ms=duration_ms,
         started_at=at,
         finished_at=at + timedelta(milliseconds=duration_ms),
+        scope=scope,
         **extra,
     )
 
@@ -196,7 +218,7 @@ async def test_refresh_consumes_only_new_executions(resources: Resources) -> Non
     async with resources.session() as session:
         a = await session.get(ToolStats, "a__x")
     assert a is not None and (a.calls, a.failures) == (38, 32)
-    boosts = boosts_for(resources, "alice", ["a__x", "b__y", "c__z"])
+    boosts = boosts_for(resources, "alice", "dev", ["a__x", "b__y", "c__z"])
     assert boosts["a__x"]["reliability"] < -0.05 and boosts["a__x"]["caller_habit"] > 0
     assert "caller_habit" not in boosts["b__y"] and boosts["c__z"] == {}
     assert learning_state(resources).snapshot.rows_seen == 40
@@ -220,12 +242,62 @@ async def test_a_second_process_reads_what_the_first_consumed(resources: Resourc
     other.sessionmaker = create_sessionmaker(other.engine)
     try:
         assert await refresh_stats(other) == 0  # already consumed by the first "replica"
-        assert boosts_for(other, "alice", ["a__x"]) == boosts_for(resources, "alice", ["a__x"])
-        assert "caller_habit" in boosts_for(other, "alice", ["a__x"])["a__x"]
+        assert boosts_for(other, "alice", "dev", ["a__x"]) == boosts_for(resources, "alice", "dev", ["a__x"])
+        assert set(boosts_for(other, "alice", "dev", ["a__x"])["a__x"]) == {"popularity", "caller_habit"}
     finally:
         await other.engine.dispose()
     async with resources.session() as session:
         assert (await session.get(ToolStats, "a__x")).calls == 5  # type: ignore[union-attr]
+
+
+@pytest.fixture
+async def shared_db(tmp_path: Path, database_url: str) -> AsyncIterator[Resources]:
+    """Resources on a migrated SQLite or PostgreSQL database."""
+    settings = Settings(data_dir=tmp_path)
+    settings.db.url = database_url
+    settings.learning.refresh_lag_seconds = 0.0
+    res = build_resources(settings, HashingEmbedder())
+    upgrade_database(settings.database_url)
+    res.engine = create_engine_for(settings.database_url)
+    res.sessionmaker = create_sessionmaker(res.engine)
+    yield res
+    await res.engine.dispose()
+
+
+async def test_each_scope_learns_its_own_calls_and_a_replica_reads_them(shared_db: Resources) -> None:
+    resources = shared_db
+    await add(resources, *[execution("a__x", "tool_error", caller="root", scope="admin") for _ in range(30)])
+    await add(resources, *[execution("a__x", caller=caller, scope="dev") for caller in ("alice", "bob") * 5])
+    await add(resources, *[execution("a__x", "tool_error", caller="old", scope=None) for _ in range(7)])
+    assert await refresh_stats(resources) == 47
+    async with resources.session() as session:
+        scoped = {(s.scope, s.tool): s for s in (await session.scalars(select(ScopeToolStats))).all()}
+        every = await session.get(ToolStats, "a__x")
+    # Rows logged before 0009 (no scope) count for the analytics only.
+    assert {k: (s.calls, s.successes, s.failures) for k, s in scoped.items()} == {
+        ("admin", "a__x"): (30, 0, 30),
+        ("dev", "a__x"): (10, 10, 0),
+    }
+    assert every is not None and (every.calls, every.failures) == (47, 37)
+    admin = boosts_for(resources, "root", "admin", ["a__x"])["a__x"]
+    dev = boosts_for(resources, "alice", "dev", ["a__x"])["a__x"]
+    assert admin["reliability"] < -0.5 and "reliability" not in dev
+    assert dev["popularity"] == pytest.approx(SETTINGS.max_popularity_boost * 10 / 30, abs=1e-4)
+    # bob shares alice's scope: the same popularity (and his own habit).
+    assert boosts_for(resources, "bob", "dev", ["a__x"])["a__x"]["popularity"] == dev["popularity"]
+    assert boosts_for(resources, "carol", "ops", ["a__x"]) == {"a__x": {}}  # a scope without calls reads none
+    other = build_resources(resources.settings, HashingEmbedder())
+    other.engine = create_engine_for(resources.settings.database_url)
+    other.sessionmaker = create_sessionmaker(other.engine)
+    try:
+        await add(resources, *[execution("a__x", "tool_error", caller="root", scope="admin") for _ in range(5)])
+        assert await refresh_stats(other) == 5  # the other replica folds these on top of the stored scopes
+        assert boosts_for(other, "alice", "dev", ["a__x"]) == boosts_for(resources, "alice", "dev", ["a__x"])
+        assert await refresh_stats(resources) == 0  # and the first one reloads what the other one wrote
+        assert learning_state(resources).snapshot.scopes["admin"]["a__x"].decayed.values[0] == pytest.approx(35)
+        assert boosts_for(resources, "root", "admin", ["a__x"]) == boosts_for(other, "root", "admin", ["a__x"])
+    finally:
+        await other.engine.dispose()
 
 
 async def test_search_log_feeds_tool_search_stats(resources: Resources) -> None:
@@ -272,4 +344,4 @@ async def test_learning_can_be_switched_off(resources: Resources) -> None:
     await add(resources, *[execution("a__x") for _ in range(5)])
     await refresh_stats(resources)
     resources.settings.learning.enabled = False
-    assert boosts_for(resources, "alice", ["a__x"]) == {"a__x": {}}
+    assert boosts_for(resources, "alice", "dev", ["a__x"]) == {"a__x": {}}

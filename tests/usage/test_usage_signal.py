@@ -173,7 +173,7 @@ async def test_the_signal_is_learned_per_scope_and_the_clear_text_match_still_wi
     _, many = await search_tools(resources, DEV, query, k=3, explain=True)
     assert 0.0 < _usage(few, "notes__list_facts") < _usage(many, "notes__list_facts") < SETTINGS.usage_weight
     assert _usage(many, "notes__remember_fact") == 0.0  # no history of its own
-    # Another scope's view gets no usage signal (the popularity boost of main is global, not this signal).
+    # Another scope's view gets no usage signal.
     _, other = await search_tools(resources, OPS, query, k=3, explain=True)
     assert all("usage" not in r.explain["signals"] for r in other.results)  # type: ignore[index]
     # A tool with no history and the clearly best text match stays first.
