@@ -137,12 +137,13 @@ return {{commits: touched.length, content: content.trim(), observations: found.e
     rows = await logged(world["app"], body["run_id"])
     assert sorted(r.id for r in rows) == sorted(c["execution_id"] for c in calls)
     assert {r.status for r in rows} == {"ok"} and {r.caller for r in rows} == {"local"}
+    assert {r.scope for r in rows} == {"admin,approver"}  # the caller's sorted roles: what its boosts learn in
     # /execute rows carry no run id.
     plain = await world["client"].post("/execute", json={"name": "t__echo", "arguments": {"text": "plain"}})
     await get_gateway(world["app"].state.resources).log.flush(10)
     async with world["app"].state.resources.session() as session:
         row = await session.get(Execution, plain.json()["execution_id"])
-    assert row is not None and row.run_id is None
+    assert row is not None and row.run_id is None and row.scope == "admin,approver"
 
 
 async def test_a_denied_tool_is_refused_without_running(world: dict[str, Any]) -> None:

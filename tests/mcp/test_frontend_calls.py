@@ -48,9 +48,15 @@ async def test_a_call_is_credited_to_the_search_that_found_the_tool(
     assert await resources.gateway.log.flush(10)
     async with resources.session() as session:
         rows = (
-            await session.execute(select(Execution.tool, Execution.search_id).order_by(Execution.started_at))
+            await session.execute(
+                select(Execution.tool, Execution.search_id, Execution.scope).order_by(Execution.started_at)
+            )
         ).all()
-    assert [tuple(r) for r in rows] == [("probe__echo", search_id), ("probe__pid", None)]
+    # Each row carries the scope its popularity and reliability are learned in (the open caller's sorted roles).
+    assert [tuple(r) for r in rows] == [
+        ("probe__echo", search_id, "admin,approver"),
+        ("probe__pid", None, "admin,approver"),
+    ]
 
 
 async def test_upstream_errors_and_bad_arguments_are_error_results_with_detail(
@@ -97,18 +103,14 @@ async def test_long_results_are_cut_and_read_on_with_fetch_result(
 async def test_a_profile_scopes_lists_searches_and_calls(
     settings: Settings, api_transport: httpx.ASGITransport, upstream: str
 ) -> None:
-    profile = Profile(
-        name="coding", servers=("git", "probe"), always_listed=("time__get_current_time",), default_k=2
-    )
+    profile = Profile(name="coding", servers=("git", "probe"), always_listed=("time__get_current_time",), default_k=2)
     async with (
         frontend_of(settings, api_transport, "lazy", profile=profile) as frontend,
         client_of(frontend) as (client, _),
     ):
         listed = [t.name for t in (await client.list_tools()).tools]
         assert listed == ["status", "search_tools", "call_tool", "fetch_result", "time__get_current_time"]
-        found = json.loads(
-            text_of(await client.call_tool("search_tools", {"query": "create a github issue"}))
-        )
+        found = json.loads(text_of(await client.call_tool("search_tools", {"query": "create a github issue"})))
         assert len(found["tools"]) == 2 and {t["name"].split("__")[0] for t in found["tools"]} <= {
             "git",
             "probe",
@@ -116,14 +118,10 @@ async def test_a_profile_scopes_lists_searches_and_calls(
         outside = await client.call_tool("search_tools", {"query": "issue", "server": "github"})
         assert outside.is_error and "Server 'github' is outside the profile 'coding'" in text_of(outside)
         denied = await client.call_tool("github__create_issue", {"owner": "o", "repo": "r", "title": "t"})
-        assert denied.is_error and "Tool 'github__create_issue' is outside the profile 'coding'" in text_of(
-            denied
-        )
+        assert denied.is_error and "Tool 'github__create_issue' is outside the profile 'coding'" in text_of(denied)
         assert text_of(await client.call_tool("probe__echo", {"text": "in scope"})) == "in scope"
         unknown = await client.call_tool("git__git_stats", {})
-        assert unknown.is_error and "No tool named 'git__git_stats'; closest: git__git_status" in text_of(
-            unknown
-        )
+        assert unknown.is_error and "No tool named 'git__git_stats'; closest: git__git_status" in text_of(unknown)
         status = json.loads(text_of(await client.call_tool("status", {})))
         assert status["profile"] == "coding" and [s["id"] for s in status["servers"]] == ["git", "probe"]
         assert status["servers"][1] == {"id": "probe", "state": "ready", "tools": 7}

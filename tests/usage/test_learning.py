@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import select
 
 from indexer.embedding import HashingEmbedder
-from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
+from service.db.engine import create_engine_for, create_sessionmaker, sync_url, upgrade_database
 from service.db.models import (
     CallerToolStats,
     Execution,
@@ -298,6 +299,46 @@ async def test_each_scope_learns_its_own_calls_and_a_replica_reads_them(shared_d
         assert boosts_for(resources, "root", "admin", ["a__x"]) == boosts_for(other, "root", "admin", ["a__x"])
     finally:
         await other.engine.dispose()
+
+
+async def test_calls_logged_before_0009_count_in_no_scope(tmp_path: Path, database_url: str) -> None:
+    """Upgrading: the old rows keep their place in tool_stats (analytics) and move no scope's boosts; the
+    boosts start again from the first calls logged with a scope."""
+    upgrade_database(database_url, "0008")
+    old = execution("a__x", "tool_error", caller="root", scope=None)
+    row = {c: getattr(old, c) for c in ("id", "caller", "tool", "server_id", "arguments_digest", "status")}
+    engine = sa.create_engine(sync_url(database_url))
+    with engine.begin() as connection:
+        for i in range(20):  # not counted yet when the service stopped
+            values = {**row, "id": f"old-{i}", "at": old.started_at}
+            connection.execute(
+                sa.text(
+                    "INSERT INTO executions (id, caller, tool, server_id, arguments_digest, status, duration_ms, "
+                    "input_tokens, output_tokens, started_at, finished_at) VALUES (:id, :caller, :tool, "
+                    ":server_id, :arguments_digest, :status, 10, 0, 0, :at, :at)"
+                ),
+                values,
+            )
+    engine.dispose()
+    settings = Settings(data_dir=tmp_path)
+    settings.db.url = database_url
+    settings.learning.refresh_lag_seconds = 0.0
+    resources = build_resources(settings, HashingEmbedder())
+    upgrade_database(settings.database_url)
+    resources.engine = create_engine_for(settings.database_url)
+    resources.sessionmaker = create_sessionmaker(resources.engine)
+    try:
+        assert await refresh_stats(resources) == 20
+        async with resources.session() as session:
+            assert (await session.get(ToolStats, "a__x")).failures == 20  # type: ignore[union-attr]
+            assert (await session.scalars(select(ScopeToolStats))).all() == []
+            assert set((await session.scalars(select(Execution.scope))).all()) == {None}
+        assert boosts_for(resources, "root", "admin", ["a__x"]) == {"a__x": {}}
+        await add(resources, *[execution("a__x", caller="root", scope="admin") for _ in range(3)])
+        assert await refresh_stats(resources) == 3
+        assert set(boosts_for(resources, "root", "admin", ["a__x"])["a__x"]) == {"popularity", "caller_habit"}
+    finally:
+        await resources.engine.dispose()
 
 
 async def test_search_log_feeds_tool_search_stats(resources: Resources) -> None:
