@@ -56,6 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from service.main import create_app
     from service.observability.logging import log_requests_off_loop
+    from service.security.proxies import forwarding_options
 
     settings = Settings()
     # The service's own loggers, not only uvicorn's: TOOLSCOUT_LOG_LEVEL unless the command line gives a level.
@@ -76,6 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level.lower(),
         access_log=not json_logs,
         **({"log_config": None} if json_logs else {}),
+        **forwarding_options(settings),
     )
     request_lines = log_requests_off_loop()  # after the config set up uvicorn's loggers
     server = uvicorn.Server(config)
