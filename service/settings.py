@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -174,6 +175,11 @@ class PolicySettings(Section):
     allowed_hosts: list[str] = Field(default_factory=list)
     # Browser origins allowed to call the API (CORS); empty keeps CORS off and refuses cross-origin requests.
     cors_origins: list[str] = Field(default_factory=list)
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Proxies (addresses, networks such as 10.0.0.0/8, or * for any peer) whose X-Forwarded-For "
+        "names the client, for the REST API and the MCP front end over HTTP; empty: the client is the TCP peer",
+    )
     max_body_bytes: int = 20_000_000  # request bodies above this get 413 (registrations: POST /tools)
     # Every other body (calls, searches, scripts): parsing small JSON values costs the event loop ~1 s a MB.
     max_call_body_bytes: int = 2_000_000
@@ -183,6 +189,17 @@ class PolicySettings(Section):
     auth_failure_max_delay_seconds: float = 300.0
     # GET /events streams one key (or the open local user) holds open at once; each front end keeps one.
     max_event_streams_per_key: int = 16
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _addresses_or_networks(cls, proxies: list[str]) -> list[str]:
+        for proxy in proxies:
+            if proxy != "*":
+                try:
+                    ipaddress.ip_network(proxy, strict=False)
+                except ValueError:
+                    raise ValueError(f"{proxy!r} is not an IP address, a network (10.0.0.0/8) or *") from None
+        return proxies
 
 
 class ConsoleSettings(Section):
@@ -194,7 +211,7 @@ class ConsoleSettings(Section):
     session_idle_seconds: float = 1800.0
     session_max_seconds: float = 28800.0
     # The cookie's Secure flag: "auto" sets it when the sign-in came over https (as uvicorn sees it: behind a
-    # proxy that terminates TLS, trust its X-Forwarded-Proto or choose "always").
+    # proxy that terminates TLS, list it in policy.trusted_proxies for its X-Forwarded-Proto, or choose "always").
     cookie_secure: Literal["auto", "always", "never"] = "auto"
 
 

@@ -34,6 +34,11 @@ def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPat
             "TOOLSCOUT_SEARCH__DEFAULT_K: Input should be a valid integer, unable to parse string as an integer "
             "(given: 'five')",
         ),
+        (
+            "TOOLSCOUT_POLICY__TRUSTED_PROXIES",
+            '["10.0.0.1", "nginx"]',
+            "TOOLSCOUT_POLICY__TRUSTED_PROXIES: Value error, 'nginx' is not an IP address, a network (10.0.0.0/8) or *",
+        ),
     ],
 )
 def test_a_misspelt_or_invalid_setting_stops_the_command_with_its_variable_named(

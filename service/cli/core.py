@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     search = subparsers.add_parser("search", help="search the catalog")
     search.add_argument("query")
-    search.add_argument("-k", type=int, default=5)
+    search.add_argument("-k", type=int, default=None, help="how many tools (default: the setting search.default_k)")
     search.add_argument("--server", action="append", default=None, help="only tools of this server (repeatable)")
     search.add_argument("--explain", action="store_true")
     search.add_argument("--json", action="store_true", help="print the raw JSON response")
@@ -56,6 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from service.main import create_app
     from service.observability.logging import log_requests_off_loop
+    from service.security.proxies import forwarding_options
 
     settings = Settings()
     # The service's own loggers, not only uvicorn's: TOOLSCOUT_LOG_LEVEL unless the command line gives a level.
@@ -76,6 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level.lower(),
         access_log=not json_logs,
         **({"log_config": None} if json_logs else {}),
+        **forwarding_options(settings),
     )
     request_lines = log_requests_off_loop()  # after the config set up uvicorn's loggers
     server = uvicorn.Server(config)
@@ -287,12 +289,14 @@ def cmd_search(args: argparse.Namespace) -> int:
         from service.search.routes import search_json
         from service.search.service import search_tools
 
+        k = settings.search.default_k if args.k is None else args.k
+
         async def run(resources: Any) -> dict[str, Any]:
             search_id, outcome = await search_tools(
-                resources, OPEN_CALLER, args.query, k=args.k, servers=args.server, explain=args.explain
+                resources, OPEN_CALLER, args.query, k=k, servers=args.server, explain=args.explain
             )
             # The answer POST /search gives, `parts` of a split request with --explain included.
-            return json.loads(search_json(search_id, args.query, args.k, outcome, args.explain))
+            return json.loads(search_json(search_id, args.query, k, outcome, args.explain))
 
         try:
             body = asyncio.run(_direct(run))

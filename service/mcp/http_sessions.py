@@ -1,15 +1,15 @@
 """The streamable-HTTP sessions of the front end, bounded per client and in all, so one client cannot lock others out.
 
-A client is a remote address as the ASGI server sees it (behind a proxy: uvicorn's forwarded address): the front
-end has one bearer key, so the credential tells no two clients apart. A session that would take a client past
-`frontend.http_max_sessions_per_client`, or the front end past `frontend.http_max_sessions`, first closes an idle
-session (no request in flight: no open GET stream, no call running): that client's least recently used one, or
-at the front end's bound the least recently used one of the client holding the most. It is closed by a DELETE
-through the SDK, as its client would: the SDK terminates its transport and forgets it (its id answers 404), its
-message loop ends, and the connection's exit stack drops its dynamic-mode state and notification registration.
-When no session of theirs is idle, a client at its bound gets a 429 and the full front end a 503 (problem+json).
-A request that cannot open a session (not a POST, or refused by the SDK's Host, Origin and Content-Type checks)
-closes none.
+A client is a remote address as the ASGI server sees it (the TCP peer, or what a proxy of `policy.trusted_proxies`
+forwards): the front end has one bearer key, so the credential tells no two clients apart. A session that would take
+a client past `frontend.http_max_sessions_per_client`, or the front end past `frontend.http_max_sessions`, first
+closes an idle session (no request in flight: no open GET stream, no call running): that client's least recently
+used one, or at the front end's bound the least recently used one of the client holding the most. It is closed by a
+DELETE through the SDK, as its client would: the SDK terminates its transport and forgets it (its id answers 404),
+its message loop ends, and the connection's exit stack drops its dynamic-mode state and notification registration.
+When no session of theirs is idle, a client at its bound gets a 429 and the full front end a 503 (problem+json). A
+request that cannot open a session (not a POST, or refused by the SDK's Host, Origin and Content-Type checks) closes
+none.
 
 Handshake-era (2025) sessions only: 2026-era requests open no SDK session and pass through untouched.
 """

@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 from service.mcp.guard import BearerKeyMiddleware
 from service.mcp.http_sessions import SessionBoundMiddleware, SessionTable
 from service.mcp.server import Frontend
+from service.security.proxies import forwarding_options
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,9 @@ async def serve_http(frontend: Frontend, host: str, port: int, path: str | None 
     import uvicorn
 
     app = http_app(frontend, path=path, host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", **forwarding_options(frontend.settings)
+    )
     logger.info(
         "Toolscout MCP front end (%s) on http://%s:%d%s",
         frontend.mode,

@@ -12,14 +12,19 @@ destructive: ["fs__write_*"]   # need an approval, besides tools annotated destr
 ```
 
 A pattern is a glob over the qualified name (`github__create_*`), or `server:<glob>` over the server id.
-Deny wins over allow, across every role of a caller. `admin` may use everything unless the file defines it.
+Deny wins over allow, across every role of a caller. Upstream servers spell their tool names as they like, so deny
+and destructive patterns also catch a name spelled with other case or separators (`github__Delete-Repo`,
+`github__deleteRepo`); allow patterns match exactly, as a looser allow would widen access.
+`admin` may use everything unless the file defines it.
 Without a file every caller may use every tool. Pure: no I/O besides reading the file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
+from fnmatch import fnmatchcase, translate
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,27 +39,55 @@ _TOP_KEYS = {"roles", "approver_roles", "destructive"}
 _ROLE_KEYS = {"allow", "deny"}
 
 
+_GLOB_CLASS = re.compile(r"(\[[^\]]*\])")
+_SEPARATORS = re.compile(r"[-_]+")
+
+
+def fold_spelling(text: str) -> str:
+    """A name or glob without its spelling: lower case, no `-` or `_` (a glob's `[...]` classes keep theirs)."""
+    if "[" not in text:  # every qualified name: a registration allows only letters, digits, `-` and `_`
+        return text.replace("-", "").replace("_", "").lower()
+    parts = _GLOB_CLASS.split(text)
+    return "".join(part if part.startswith("[") else _SEPARATORS.sub("", part) for part in parts).lower()
+
+
 class PermissionsFileError(ValueError):
     """The permissions file cannot be read or does not have the documented shape."""
 
 
 @dataclass(frozen=True)
 class Pattern:
-    """One glob, over qualified tool names or over server ids."""
+    """One glob, over qualified tool names or over server ids; a `spelling_blind` one (deny, destructive) also
+    matches a name that differs in case or separators only."""
 
     kind: Literal["tool", "server"]
     glob: str
+    spelling_blind: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> Pattern:
+    def parse(cls, text: str, spelling_blind: bool = False) -> Pattern:
         if text.startswith(SERVER_PREFIX):
-            return cls("server", text[len(SERVER_PREFIX) :])
+            return cls("server", text[len(SERVER_PREFIX) :], spelling_blind)
         if text.startswith(TOOL_PREFIX):
-            return cls("tool", text[len(TOOL_PREFIX) :])
-        return cls("tool", text)
+            return cls("tool", text[len(TOOL_PREFIX) :], spelling_blind)
+        return cls("tool", text, spelling_blind)
 
     def matches(self, qualified_name: str, server: str) -> bool:
-        return fnmatchcase(server if self.kind == "server" else qualified_name, self.glob)
+        value = server if self.kind == "server" else qualified_name
+        if not self.spelling_blind:
+            return fnmatchcase(value, self.glob)
+        by_spelling, by_case = self._blind_matchers
+        if by_spelling(fold_spelling(value)) is not None:
+            return True
+        return by_case is not None and by_case(value.lower()) is not None
+
+    @cached_property
+    def _blind_matchers(self) -> tuple[Callable[[str], Any], Callable[[str], Any] | None]:
+        """Compiled once (a snapshot checks each pattern against every tool): the folded glob, and the lower-case
+        one when a `?` or `[...]` of the glob may stand for a separator that folding removes."""
+        by_spelling = re.compile(translate(fold_spelling(self.glob))).match
+        by_case = re.compile(translate(self.glob.lower())).match if "?" in self.glob or "[" in self.glob else None
+        return by_spelling, by_case
 
     @property
     def matches_all(self) -> bool:
@@ -129,14 +162,14 @@ class PermissionSet:
         return bool(self.approver_roles & set(roles))
 
 
-def _patterns(value: Any, where: str) -> tuple[Pattern, ...]:
+def _patterns(value: Any, where: str, spelling_blind: bool = False) -> tuple[Pattern, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise PermissionsFileError(f"{where} must be a list of non-empty glob strings")
-    patterns = tuple(Pattern.parse(v.strip()) for v in value)
+    patterns = tuple(Pattern.parse(v.strip(), spelling_blind) for v in value)
     for pattern in patterns:
         if not pattern.glob:
             raise PermissionsFileError(f"{where}: empty pattern {str(pattern)!r}")
@@ -164,14 +197,14 @@ def parse_permissions(data: Any, source: str = "<permissions>") -> PermissionSet
             raise PermissionsFileError(f"{source}: role {name!r} may only have the keys allow and deny")
         roles[name] = Rules(
             _patterns(body.get("allow"), f"roles.{name}.allow"),
-            _patterns(body.get("deny"), f"roles.{name}.deny"),
+            _patterns(body.get("deny"), f"roles.{name}.deny", spelling_blind=True),
         )
     approvers = data.get("approver_roles", sorted(DEFAULT_APPROVER_ROLES))
     if not isinstance(approvers, list) or not all(isinstance(r, str) and r for r in approvers):
         raise PermissionsFileError(f"{source}: approver_roles must be a list of role names")
     return PermissionSet(
         roles=roles,
-        destructive=_patterns(data.get("destructive"), "destructive"),
+        destructive=_patterns(data.get("destructive"), "destructive", spelling_blind=True),
         approver_roles=frozenset(approvers),
         restricted=True,
         source=source,

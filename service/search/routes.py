@@ -22,7 +22,9 @@ class SearchRequest(RequestBody):
     """A request for the tools that fit a task."""
 
     query: Text = Field(min_length=1, description="What the agent wants to do, in natural language")
-    k: int | None = Field(default=None, ge=1, le=50, strict=True, description="How many tools (default 5)")
+    k: int | None = Field(
+        default=None, ge=1, le=50, strict=True, description="How many tools (default: the setting search.default_k, 5)"
+    )
     servers: list[Text] | None = Field(default=None, description="Only tools of these servers")
     tags: list[Text] | None = Field(default=None, description="Only tools with one of these tags")
     explain: bool = Field(default=False, strict=True, description="Include each signal's contribution")

@@ -78,9 +78,9 @@ def test_qdrant_needs_a_key_and_every_backing_service_has_a_health_check(compose
 def test_the_replicas_see_each_client_address_not_the_balancers(compose: dict[str, Any]) -> None:
     """Wrong keys slow their sender's address: seen as nginx's, six wrong keys from anyone locked every caller out
     (valid keys included) for up to policy.auth_failure_max_delay_seconds. nginx replaces X-Forwarded-For with the
-    address it sees, so the first entry is the client's and cannot be forged; uvicorn takes it from any peer (the
-    replicas are reachable only inside the compose network)."""
-    assert compose["services"]["api"]["environment"]["FORWARDED_ALLOW_IPS"] == "*"
+    address it sees, so the first entry is the client's and cannot be forged; the replicas believe it from any peer
+    (policy.trusted_proxies; they are reachable only inside the compose network)."""
+    assert compose["services"]["api"]["environment"]["TOOLSCOUT_POLICY__TRUSTED_PROXIES"] == '["*"]'
     nginx = compose["configs"]["nginx"]["content"]
     locations = nginx.count("location ")
     assert nginx.count("proxy_set_header X-Forwarded-For $$remote_addr;") == locations

@@ -38,5 +38,5 @@ def test_every_variable_of_the_compose_api_environment_is_a_setting(monkeypatch:
     ours = [name for name in environment if name.startswith("TOOLSCOUT_")]
     top_level = {name.removeprefix("TOOLSCOUT_").lower() for name in ours if "__" not in name}
     assert top_level <= set(Settings.model_fields), top_level - set(Settings.model_fields)
-    # The others are the server's own: uvicorn trusts the balancer's X-Forwarded-For (README, Deploying).
-    assert set(environment) - set(ours) == {"FORWARDED_ALLOW_IPS"}
+    assert settings.policy.trusted_proxies == ["*"]  # the balancer's X-Forwarded-For (README, Deploying)
+    assert set(environment) == set(ours)  # uvicorn's own FORWARDED_ALLOW_IPS would be ignored

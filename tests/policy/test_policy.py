@@ -102,6 +102,56 @@ def test_destructive_by_annotation_or_file(permissions: PermissionSet) -> None:
 
 
 @pytest.mark.parametrize(
+    "renamed",
+    ["github__Delete_repo", "github__DELETE_REPO", "github__delete-repo", "github__deleteRepo", "github__DeleteRepo"],
+)
+def test_deny_catches_a_tool_renamed_by_case_or_separators(permissions: PermissionSet, renamed: str) -> None:
+    # Upstream servers choose their tool names and may change them at any re-list.
+    assert not permissions.permits({"developer"}, renamed, "github")
+    assert not permissions.permits({"auditor"}, "vault__reset_PassWord", "vault")
+    assert not permissions.permits({"auditor"}, "vault__reset-pass-word", "vault")
+    assert not permissions.permits({"auditor"}, "Secrets__get", "SECRETS")
+
+
+def test_allow_stays_exact_so_a_renamed_tool_is_not_let_in(permissions: PermissionSet) -> None:
+    assert permissions.permits({"developer"}, "fs__read_file", "fs")
+    assert not permissions.permits({"developer"}, "fs__Read_file", "fs")
+    assert not permissions.permits({"developer"}, "fs__readFile", "fs")
+    assert not permissions.permits({"developer"}, "fs__list-dir", "fs")
+    assert not permissions.permits({"developer"}, "GitHub__create_issue", "GitHub")
+
+
+@pytest.mark.parametrize("renamed", ["fs__Write_file", "fs__WRITE-FILE", "fs__writeFile", "fs__write__file"])
+def test_destructive_patterns_catch_a_renamed_tool(permissions: PermissionSet, renamed: str) -> None:
+    assert permissions.needs_approval(renamed, "fs", {})
+    assert permissions.needs_approval("payments__refund", "Payments", {})
+    assert not permissions.needs_approval("fs__read_file", "fs", {})
+
+
+@pytest.mark.parametrize(
+    ("text", "folded"),
+    [
+        ("github__Delete-Repo", "githubdeleterepo"),
+        ("github__delete_*", "githubdelete*"),
+        ("fs__writeFile", "fswritefile"),
+        ("[A-Z]_x?", "[a-z]x?"),
+    ],
+)
+def test_spelling_fold_drops_case_and_separators(text: str, folded: str) -> None:
+    from service.policy.permissions import fold_spelling
+
+    assert fold_spelling(text) == folded
+
+
+@pytest.mark.parametrize("deny", ["a?b", "a[_]b", "a[-_]b"])
+def test_deny_still_matches_what_a_case_blind_glob_matches(deny: str) -> None:
+    # A `?` or a class that matches the separator itself: the folded name has no separator left to match.
+    rules = parse_permissions({"roles": {"r": {"allow": ["*"], "deny": [deny]}}})
+    assert rules.permits({"r"}, "a__b", "x")
+    assert not rules.permits({"r"}, "A_B", "x")
+
+
+@pytest.mark.parametrize(
     ("document", "message"),
     [
         ([1, 2], "top level must be a mapping"),

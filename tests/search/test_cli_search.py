@@ -3,6 +3,7 @@ the CLI searches the local data folder itself."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -38,3 +39,51 @@ def test_a_direct_search_with_explain_gives_the_parts_as_the_api_does(
     assert body["results"] and all("explain" in result for result in body["results"])
     assert main(["search", "send an email to Bob and then book a flight to Paris", "--json"]) == 0
     assert set(json.loads(capsys.readouterr().out)) == {"search_id", "query", "k", "results", "latency_ms"}
+
+
+def direct_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's environment for searching the local data folder (no service reachable), fast embedder."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_DEMO_CATALOG", "false")
+    monkeypatch.setenv("TOOLSCOUT_EXECUTION__DEMO_SERVERS", "false")
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
+    build = service.resources.build_resources
+
+    def fast_resources(settings: Any, embedder: Any = None) -> Any:
+        return build(settings, embedder or HashingEmbedder())
+
+    monkeypatch.setattr(service.resources, "build_resources", fast_resources)
+
+
+def test_a_direct_search_without_k_gives_the_settings_default_k(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    direct_cli(tmp_path, monkeypatch)
+    monkeypatch.setenv("TOOLSCOUT_SEARCH__DEFAULT_K", "7")
+    assert main(["index", str(CATALOG)]) == 0
+    capsys.readouterr()
+    assert main(["search", "send an email", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert (body["k"], len(body["results"])) == (7, 7)
+    assert main(["search", "send an email", "--json", "-k", "3"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert (body["k"], len(body["results"])) == (3, 3)
+
+
+async def test_a_search_through_the_service_without_k_gives_the_services_default_k(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.main import create_app
+    from tests.conftest import make_settings
+    from tests.mcp.conftest import free_port, register, serving
+
+    rest_settings = make_settings(tmp_path / "service")
+    rest_settings.search.default_k = 7
+    rest = create_app(rest_settings, embedder=HashingEmbedder())
+    async with serving(rest, free_port()) as api_url:
+        await register(rest, [json.loads(line) for line in CATALOG.read_text().splitlines() if line.strip()])
+        monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path / "cli"))
+        monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", api_url)
+        assert await asyncio.to_thread(main, ["search", "send an email", "--json"]) == 0
+        body = json.loads(capsys.readouterr().out)
+        assert (body["k"], len(body["results"])) == (7, 7)
