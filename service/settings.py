@@ -139,6 +139,9 @@ class ExecutionSettings(Section):
     # and then only for the listed executables (names or absolute paths). Servers of the servers file are trusted.
     allow_api_stdio: bool = False
     api_stdio_commands: list[str] = Field(default_factory=list)
+    # The environment variables such a server may set (names, exact): any other could make an allowed command run
+    # other code (PYTHONWARNINGS with BROWSER, NODE_OPTIONS, LD_PRELOAD, PATH ...).
+    api_stdio_env: list[str] = Field(default_factory=list)
     # HTTP upstreams added over the API may not point at private, loopback or link-local addresses unless the
     # host (name or address) or its network (CIDR) is listed here; "*" allows every address.
     upstream_allowed_hosts: list[str] = Field(default_factory=list)
