@@ -184,7 +184,10 @@ class Executor:
                 await asyncio.shield(durable)
             return result
         except ToolscoutError as exc:
-            row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=exc.detail[:2000])
+            detail = exc.detail
+            if isinstance(exc, InvalidArguments) and exc.logged_detail and not settings.log_raw_arguments:
+                detail = exc.logged_detail
+            row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=detail[:2000])
             exc.extensions.setdefault("execution_id", execution_id)
             self._record(row, started)
             raise
