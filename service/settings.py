@@ -153,6 +153,8 @@ class ExecutionSettings(Section):
     max_message_bytes: int = Field(default=16_000_000, ge=1_000_000)
     # A server's whole tools/list (every page, as JSON) may be this long; past it the server is not synced.
     max_tools_list_bytes: int = Field(default=64_000_000, ge=1_000_000)
+    # And at most this many tools: syncing one costs ~50 KB of memory at its peak, however few bytes it has.
+    max_tools_per_server: int = Field(default=5_000, ge=1)
     # /execute keeps resolved tools this long (upstream syncs invalidate them at once); 0 turns the cache off.
     tool_cache_seconds: float = 5.0
 
