@@ -82,6 +82,7 @@ class BadRequest(ToolscoutError):
 
 class InvalidArguments(BadRequest):
     status, slug, title = 422, "invalid-arguments", "Arguments do not match the tool's input schema"
+    logged_detail: str | None = None  # the detail the execution log keeps when it keeps no argument values
 
 
 class InvalidRequest(BadRequest):

@@ -140,6 +140,9 @@ class ExecutionSettings(Section):
     # and then only for the listed executables (names or absolute paths). Servers of the servers file are trusted.
     allow_api_stdio: bool = False
     api_stdio_commands: list[str] = Field(default_factory=list)
+    # The environment variables such a server may set (names, exact): any other could make an allowed command run
+    # other code (PYTHONWARNINGS with BROWSER, NODE_OPTIONS, LD_PRELOAD, PATH ...).
+    api_stdio_env: list[str] = Field(default_factory=list)
     # HTTP upstreams added over the API may not point at private, loopback or link-local addresses unless the
     # host (name or address) or its network (CIDR) is listed here; "*" allows every address.
     upstream_allowed_hosts: list[str] = Field(default_factory=list)
@@ -151,6 +154,8 @@ class ExecutionSettings(Section):
     max_message_bytes: int = Field(default=16_000_000, ge=1_000_000)
     # A server's whole tools/list (every page, as JSON) may be this long; past it the server is not synced.
     max_tools_list_bytes: int = Field(default=64_000_000, ge=1_000_000)
+    # And at most this many tools: syncing one costs ~50 KB of memory at its peak, however few bytes it has.
+    max_tools_per_server: int = Field(default=5_000, ge=1)
     # /execute keeps resolved tools this long (upstream syncs invalidate them at once); 0 turns the cache off.
     tool_cache_seconds: float = 5.0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -26,9 +27,19 @@ async def with_database(settings: Settings, fn: Callable[[Resources], Awaitable[
         await resources.engine.dispose()
 
 
+# C0 and C1 controls and the bidirectional overrides: in a terminal they are commands (ESC sequences set the
+# clipboard or move the cursor, CR overwrites the line, U+202E reverses what follows), not text.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(value: object) -> str:
+    """The value as one line of terminal text: controls written as escapes (a caller's query may hold any)."""
+    return _CONTROLS.sub(lambda match: match.group().encode("unicode_escape").decode(), str(value))
+
+
 def print_table(rows: list[dict[str, object]], columns: list[str]) -> None:
     """A plain aligned text table."""
-    cells = [[("" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
+    cells = [[("" if row.get(c) is None else printable(row.get(c))) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     print("  ".join("-" * w for w in widths))

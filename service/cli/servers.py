@@ -10,6 +10,7 @@ import sys
 import httpx
 
 from service.cli.core import fail
+from service.cli.database import printable
 from service.settings import Settings
 
 
@@ -78,6 +79,6 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(
             f"{server['id']:<16} {server['transport']:<9} {server['state']:<10} {server['tools']:>5} "
             f"{health.get('restarts', ''):>8} {'' if latency is None else latency:>8}  "
-            f"{(health.get('last_error') or '')[:60]}"
+            f"{printable((health.get('last_error') or '')[:60])}"
         )
     return 0

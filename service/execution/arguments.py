@@ -312,11 +312,15 @@ class ArgumentValidator:
         errors = await anyio.to_thread.run_sync(self.errors, tool, arguments, limiter=self._limiter)
         if errors:
             summary = "; ".join(f"{e['pointer'] or '(root)'}: {e['reason']}" for e in errors[:5])
-            raise InvalidArguments(
+            invalid = InvalidArguments(
                 f"Arguments do not match the input schema of {tool.qualified_name}: {summary}",
                 tool=tool.qualified_name,
                 errors=errors,
             )
+            # The reasons quote the values (a password that was too short): the log keeps where and which keyword.
+            places = "; ".join(f"{e['pointer'] or '(root)'}: {e['keyword']}" for e in errors[:5])
+            invalid.logged_detail = f"Arguments do not match the input schema of {tool.qualified_name}: {places}"
+            raise invalid
 
 
 def too_deep(value: Any, limit: int) -> bool:

@@ -31,7 +31,7 @@ from service.errors import (
 )
 from service.execution.arguments import ArgumentValidator
 from service.execution.log import ExecutionLog
-from service.execution.results import ResultStore, count_tokens_async, measure, render_text
+from service.execution.results import ResultStore, count_tokens_async, measure_result
 from service.observability import observe_execution, span
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
@@ -186,7 +186,10 @@ class Executor:
                 await asyncio.shield(durable)
             return result
         except ToolscoutError as exc:
-            row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=exc.detail[:2000])
+            detail = exc.detail
+            if isinstance(exc, InvalidArguments) and exc.logged_detail and not settings.log_raw_arguments:
+                detail = exc.logged_detail
+            row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=detail[:2000])
             exc.extensions.setdefault("execution_id", execution_id)
             self._record(row, started)
             raise
@@ -255,10 +258,8 @@ class Executor:
                     exc.detail = exc.caller_detail
                 raise
         content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
-        structured = result.structured_content
-        text = render_text(content, structured)
         budget = self.resources.settings.execution.result_token_budget
-        cut = await measure(text, budget)
+        text, cut, structured = await measure_result(content, result.structured_content, budget)
         result_id = None
         if cut.truncated:
             result_id = await self.results.save(caller.id, tool.qualified_name, text, cut.total_tokens)
@@ -270,7 +271,6 @@ class Executor:
                     f"GET /results/{result_id}?offset={cut.head_tokens} returns the rest]",
                 },
             ]
-            structured = None
         return ExecutionResult(
             execution_id=execution_id,
             name=tool.qualified_name,

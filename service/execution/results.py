@@ -213,6 +213,24 @@ async def measure(text: str, budget: int) -> Cut:
     return await _off_loop(cut_text, text, budget)
 
 
+async def measure_result(
+    content: list[dict[str, Any]], structured: dict[str, Any] | None, budget: int
+) -> tuple[str, Cut, dict[str, Any] | None]:
+    """A result's text cut to the budget, and the structured content that goes back beside it (None once cut).
+
+    Beside content blocks the structured content is held to the budget too: over it, the result's text is the
+    blocks' text followed by the structured content's JSON, cut like any other (a one-word text came back with
+    3.9 MB of structured content, counted as one token)."""
+    text = render_text(content, structured)
+    cut = await measure(text, budget)
+    if not cut.truncated and content and structured is not None:
+        data = json.dumps(structured, ensure_ascii=False, separators=(",", ":"))
+        if len(data.encode()) > budget and (await measure(data, budget)).truncated:  # a token is at least a byte
+            text = f"{text}\n{data}"
+            cut = await measure(text, budget)
+    return text, cut, None if cut.truncated else structured
+
+
 @dataclass(frozen=True)
 class ResultPage:
     """One page of a stored result."""

@@ -101,8 +101,17 @@ async def execute_batch(
             errors=[{"pointer": "/calls", "reason": f"at most {settings.batch_max_calls} calls"}],
             limit="execution.batch_max_calls",
         )
-    # The request took one token when its caller was resolved; each further call takes its own.
+    # The request took one token when its caller was resolved; each further call takes its own. A batch of more
+    # calls than a bucket holds could never be paid for: told to retry, a client would retry for ever.
     limiter = key_resolver(resources).limiter
+    if limiter.enabled and len(request.calls) > limiter.burst:
+        burst = int(limiter.burst)
+        raise InvalidRequest(
+            f"A batch of {len(request.calls)} calls costs {len(request.calls)} rate-limit tokens and a key's bucket "
+            f"holds {burst}: send at most {burst} calls at once",
+            errors=[{"pointer": "/calls", "reason": f"at most {burst} calls (policy.rate_limit_burst)"}],
+            limit="policy.rate_limit_burst",
+        )
     if wait := await limiter.acquire_async(caller.key_id or caller.id, len(request.calls) - 1):
         raise RateLimited(f"A batch of {len(request.calls)} calls costs {len(request.calls)} tokens", retry_after=wait)
     concurrency = min(request.concurrency or settings.batch_concurrency, settings.batch_concurrency)

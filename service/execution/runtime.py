@@ -96,6 +96,7 @@ def build_gateway(resources: Resources) -> Gateway:
         allowed_hosts=settings.execution.upstream_allowed_hosts,
         max_message_bytes=settings.execution.max_message_bytes,
         max_tools_list_bytes=settings.execution.max_tools_list_bytes,
+        max_tools_per_server=settings.execution.max_tools_per_server,
     )
     log = ExecutionLog(
         resources.session, settings.data_dir / "executions-spill.jsonl", settings.execution.log_durability

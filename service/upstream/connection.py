@@ -67,10 +67,12 @@ class UpstreamConnection(ToolCalls):
         allowed_hosts: Sequence[str] = (),
         max_message_bytes: int | None = None,
         max_tools_list_bytes: int | None = None,
+        max_tools: int | None = None,
     ) -> None:
         self.spec = spec
         self._max_message_bytes = max_message_bytes  # execution.max_message_bytes
         self._max_tools_list_bytes = max_tools_list_bytes  # execution.max_tools_list_bytes
+        self._max_tools = max_tools  # execution.max_tools_per_server
         self._allowed_hosts = allowed_hosts  # execution.upstream_allowed_hosts, for servers added over the API
         self._children_registry = children
         self.health = ServerHealth()
@@ -253,14 +255,20 @@ class UpstreamConnection(ToolCalls):
 
     async def _list_tools(self, client: Client) -> list[dict[str, Any]]:
         """Every tool the server lists, following pagination (a repeated cursor ends the walk); past
-        `max_tools_list_bytes` of tools (their JSON) in all, an UpstreamError: each page is bounded by the transport,
-        but the walk kept every page of up to MAX_TOOL_PAGES."""
+        `max_tools_list_bytes` of tools (their JSON) in all, or past `max_tools` tools, an UpstreamError: each page is
+        bounded by the transport, but the walk kept every page of up to MAX_TOOL_PAGES, and a sync takes ~50 KB of
+        memory a tool at its peak however small the tool (a million tools of 60 bytes fit in 64 MB)."""
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         seen: set[str] = set()
         size, limit = 0, self._max_tools_list_bytes
         for _ in range(MAX_TOOL_PAGES):
             page = await client.list_tools(cursor=cursor)
+            if self._max_tools is not None and len(tools) + len(page.tools) > self._max_tools:
+                raise UpstreamError(
+                    f"MCP server {self.id!r} lists more than {self._max_tools} tools (execution.max_tools_per_server)",
+                    server=self.id,
+                )
             for tool in page.tools:
                 if limit is not None:
                     size += len(tool.model_dump_json(by_alias=True, exclude_none=True))

@@ -26,10 +26,12 @@ class UpstreamPool:
         allowed_hosts: Sequence[str] = (),
         max_message_bytes: int | None = None,
         max_tools_list_bytes: int | None = None,
+        max_tools_per_server: int | None = None,
     ) -> None:
         self.children = children
         self._max_message_bytes = max_message_bytes
         self._max_tools_list_bytes = max_tools_list_bytes
+        self._max_tools_per_server = max_tools_per_server
         self._allowed_hosts = allowed_hosts
         self._on_tools = on_tools
         self._prepare = prepare
@@ -67,6 +69,7 @@ class UpstreamPool:
             allowed_hosts=self._allowed_hosts,
             max_message_bytes=self._max_message_bytes,
             max_tools_list_bytes=self._max_tools_list_bytes,
+            max_tools=self._max_tools_per_server,
         )
         self._connections[spec.id] = connection
         connection.start()

@@ -1,5 +1,6 @@
-"""What a server added over the API may be: no stdio unless allowed (and then only listed commands), no `${VAR}`
-references, and an HTTP URL that resolves to public addresses only (servers of the servers file are trusted)."""
+"""What a server added over the API may be: no stdio unless allowed (and then only listed commands, with only listed
+environment variables), no `${VAR}` references, and an HTTP URL that resolves to public addresses only (servers of
+the servers file are trusted)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def check_stdio_command(spec: ServerSpec, settings: ExecutionSettings) -> None:
     if command not in allowed and _resolved(command) not in allowed:
         raise PermissionDenied(
             f"The command {command!r} is not in execution.api_stdio_commands", server=spec.id, command=command
+        )
+    # The environment chooses what a command loads and runs: PYTHONWARNINGS with BROWSER made an allowed server
+    # run a shell command, and so would NODE_OPTIONS, LD_PRELOAD or PATH. Only the names the deployer lists pass.
+    if refused := sorted(set(spec.env) - set(settings.api_stdio_env)):
+        raise PermissionDenied(
+            f"Servers added over the API may set only the environment variables of execution.api_stdio_env, not "
+            f"{', '.join(refused)}",
+            server=spec.id,
+            variables=refused,
         )
 
 

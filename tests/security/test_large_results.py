@@ -4,6 +4,7 @@ paged back exactly."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import subprocess
@@ -18,8 +19,23 @@ import pytest
 from service.execution import results
 from service.execution.results import count_tokens, encoding, token_offsets
 from tests.security.conftest import make_settings, probe_entry, running, servers_file
+from tests.security.scripted_servers import scripted_entry
 
 TEXT = "héllo wörld 日本語 😀👍🏽"  # characters of 2, 3 and 4 bytes; emoji tokens start inside characters
+
+# A stdio server whose `report` answers a one-word text beside `rows` rows of structured content.
+REPORT_SERVER = """
+tools = [{"name": "report", "description": "A summary and its rows.",
+          "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer"}}}}]
+def handle(method, mid, msg):
+    if method == "tools/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
+    elif method == "tools/call":
+        rows = [{"id": i, "name": "row number %d" % i} for i in range(msg["params"]["arguments"]["rows"])]
+        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "done"}],
+              "structuredContent": {"rows": rows}}})
+serve("report", handle)
+"""
 
 
 async def test_a_large_result_is_measured_and_paged_in_bounded_memory(tmp_path: Path) -> None:
@@ -127,3 +143,31 @@ async def test_long_texts_are_measured_two_at_a_time(monkeypatch: pytest.MonkeyP
     cuts = await asyncio.gather(*(results.measure("word " * 20_000, 100) for _ in range(6)))
     assert all(cut.truncated and cut.head_tokens == 100 for cut in cuts)
     assert most == results.TOKEN_WORKERS == 2
+
+
+async def test_structured_content_beside_a_short_text_is_held_to_the_token_budget(tmp_path: Path) -> None:
+    # Only the text blocks were measured: "done" (1 token) came back with 3.9 MB of structured content beside it.
+    settings = make_settings(tmp_path, permissions=None)
+    settings.execution.servers_file = servers_file(tmp_path, {"rep": scripted_entry(tmp_path, "rep", REPORT_SERVER)})
+    settings.execution.startup_wait_seconds = 60
+    async with running(settings) as (_app, http):
+        small = (await http.post("/execute", json={"name": "rep__report", "arguments": {"rows": 3}})).json()
+        assert small["truncated"] is False and small["content"] == [{"type": "text", "text": "done"}]
+        assert small["structured_content"] == {"rows": [{"id": i, "name": f"row number {i}"} for i in range(3)]}
+        answer = await http.post("/execute", json={"name": "rep__report", "arguments": {"rows": 20_000}})
+        assert answer.status_code == 200, answer.text
+        result = answer.json()
+        assert result["truncated"] is True and result["structured_content"] is None, len(answer.content)
+        assert result["returned_tokens"] == 4000 and result["total_tokens"] > 200_000
+        assert len(answer.content) < 40_000
+        rows = {"rows": [{"id": i, "name": f"row number {i}"} for i in range(20_000)]}
+        pages, offset = [], 0
+        while offset is not None:
+            page = (
+                await http.get(f"/results/{result['result_id']}", params={"offset": offset, "limit": 100_000})
+            ).json()
+            pages.append(page["text"])
+            offset = page["next_offset"]
+        text = "".join(pages)
+        assert text == "done\n" + json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+        assert result["content"][0]["text"] == text[: len(result["content"][0]["text"])]

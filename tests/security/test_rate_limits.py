@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -15,9 +16,11 @@ from tests.security.conftest import assert_problem, bearer, cli_key, count_rows,
 
 
 async def test_a_batch_costs_one_token_per_call(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, permissions=None, policy={"rate_limit_per_minute": 1, "rate_limit_burst": 5})
+    settings = make_settings(tmp_path, permissions=None, policy={"rate_limit_per_minute": 1, "rate_limit_burst": 10})
     async with running(settings) as (app, http):
         admin = await cli_key(app, "root", ["admin"])
+        for _ in range(5):  # half the bucket spent
+            assert (await http.get("/tools", headers=bearer(admin))).status_code == 200
         calls = {"calls": [{"name": f"none__tool_{i}"} for i in range(10)]}
         refused = await http.post("/execute/batch", json=calls, headers=bearer(admin))
         body = assert_problem(refused, 429, "rate-limited")
@@ -27,6 +30,25 @@ async def test_a_batch_costs_one_token_per_call(tmp_path: Path) -> None:
         # Four calls fit in what is left of the burst (the request itself took one token).
         small = await http.post("/execute/batch", json={"calls": calls["calls"][:4]}, headers=bearer(admin))
         assert small.status_code == 200 and small.json()["failed"] == 4
+
+
+async def test_a_batch_larger_than_the_burst_is_refused_as_invalid_not_told_to_retry(tmp_path: Path) -> None:
+    # A batch of more calls than a bucket holds could never be paid for: it got 429 with `Retry-After: 1` on every
+    # attempt (61 calls under the defaults, where a batch may hold 100: 4 tries over 25 s, all refused).
+    settings = make_settings(tmp_path, permissions=None, policy={"rate_limit_per_minute": 600, "rate_limit_burst": 5})
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        calls = [{"name": f"none__tool_{i}"} for i in range(6)]
+        refused = await http.post("/execute/batch", json={"calls": calls}, headers=bearer(admin))
+        body = assert_problem(refused, 422)
+        assert body["limit"] == "policy.rate_limit_burst" and "retry-after" not in refused.headers
+        assert body["errors"] == [{"pointer": "/calls", "reason": "at most 5 calls (policy.rate_limit_burst)"}]
+        await get_gateway(app.state.resources).log.flush()
+        assert await count_rows(app, Execution) == 0
+        # As many calls as the burst holds run once the bucket has refilled (the refused batch took one token).
+        await anyio.sleep(0.2)
+        fits = await http.post("/execute/batch", json={"calls": calls[:5]}, headers=bearer(admin))
+        assert fits.status_code == 200 and fits.json()["failed"] == 5, fits.text
 
 
 # A wrong credential of each kind: how it is presented, the requests that present it, the table its lookup reads.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
@@ -66,6 +67,36 @@ async def test_allowed_api_stdio_runs_only_listed_commands(tmp_path: Path) -> No
         assert await count_rows(app, Server) == 0
         added = await http.post("/servers", json={"id": "probe", **probe_entry()}, headers=bearer(admin))
         assert added.status_code == 201, added.text
+
+
+async def test_an_allowed_api_stdio_command_takes_only_listed_environment_variables(tmp_path: Path) -> None:
+    # One harmless server allowed by its path: PYTHONWARNINGS made it import antigravity, which ran $BROWSER (a
+    # shell command) as the service's user. NODE_OPTIONS, LD_PRELOAD and PATH are as good to an attacker.
+    server = tmp_path / "mcp-server-probe"
+    server.write_text(
+        f"#!{sys.executable}\nimport runpy, sys\nsys.argv = [{probe_entry()['args'][0]!r}, 'stdio']\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    server.chmod(0o755)
+    marker = tmp_path / "pwned"
+    hostile = {"PYTHONWARNINGS": "ignore::antigravity.Foo", "BROWSER": f"/bin/sh -c 'touch {marker}' #%s"}
+    execution = {
+        "allow_api_stdio": True,
+        "api_stdio_commands": [str(server)],
+        "api_stdio_env": ["API_TOKEN"],
+        "startup_wait_seconds": 60,
+    }
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        entry = {"id": "probe", "command": str(server), "env": {"API_TOKEN": "t", **hostile}}
+        body = assert_problem(await http.post("/servers", json=entry, headers=bearer(admin)), 403)
+        assert "execution.api_stdio_env" in body["detail"] and body["variables"] == ["BROWSER", "PYTHONWARNINGS"]
+        await asyncio.sleep(1)  # the hostile child would have run by now
+        assert not marker.exists()
+        assert await count_rows(app, Server) == 0
+        listed = {"id": "probe", "command": str(server), "env": {"API_TOKEN": "t"}}
+        added = await http.post("/servers", json=listed, headers=bearer(admin))
+        assert added.status_code == 201 and added.json()["health"]["state"] == "ready", added.text
 
 
 @pytest.mark.parametrize(
