@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from service.catalog.files import load_catalog_file
+from service.cli.terminal import printable
 from service.errors import IndexUnavailable, ToolscoutError
 from service.http_transport import nodelay_transport
 from service.settings import Settings
@@ -184,7 +185,7 @@ def fail(error: ToolscoutError | dict[str, Any]) -> int:
     detail = error.detail if isinstance(error, ToolscoutError) else error.get("detail", error)
     if isinstance(error, dict) and error.get("status") == 401:
         detail = f"{detail} (the CLI sends the key in TOOLSCOUT_FRONTEND__API_KEY)"
-    print(f"error: {detail}", file=sys.stderr)
+    print(f"error: {printable(detail)}", file=sys.stderr)
     return 1
 
 
@@ -257,7 +258,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         f"rejected {len(body['errors'])}"
     )
     for error in body["errors"][:20]:
-        print(f"  rejected {error['tool']} ({error['pointer']}): {error['reason']}")
+        print(printable(f"  rejected {error['tool']} ({error['pointer']}): {error['reason']}"))
     return 0 if body["created"] + body["updated"] + body["unchanged"] else 1
 
 
@@ -270,8 +271,8 @@ def _print_results(body: dict[str, Any]) -> None:
             file=sys.stderr,
         )
     for rank, result in enumerate(body["results"], start=1):
-        description = " ".join(result["description"].split())
-        print(f"{rank:>2}. {result['name']}  ({result['score']:.3f})\n    {description[:140]}")
+        description = printable(" ".join(result["description"].split())[:140])
+        print(f"{rank:>2}. {printable(result['name'])}  ({result['score']:.3f})\n    {description}")
         if "explain" in result:
             print(f"    {json.dumps(result['explain'])}")
 

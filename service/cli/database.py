@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import anyio
 
+from service.cli.terminal import printable
 from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
 from service.resources import Resources, build_resources
 from service.settings import Settings
@@ -25,16 +25,6 @@ async def with_database(settings: Settings, fn: Callable[[Resources], Awaitable[
         return await fn(resources)
     finally:
         await resources.engine.dispose()
-
-
-# C0 and C1 controls and the bidirectional overrides: in a terminal they are commands (ESC sequences set the
-# clipboard or move the cursor, CR overwrites the line, U+202E reverses what follows), not text.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(value: object) -> str:
-    """The value as one line of terminal text: controls written as escapes (a caller's query may hold any)."""
-    return _CONTROLS.sub(lambda match: match.group().encode("unicode_escape").decode(), str(value))
 
 
 def print_table(rows: list[dict[str, object]], columns: list[str]) -> None:

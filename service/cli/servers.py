@@ -10,7 +10,7 @@ import sys
 import httpx
 
 from service.cli.core import fail
-from service.cli.database import printable
+from service.cli.terminal import printable
 from service.settings import Settings
 
 
