@@ -31,6 +31,7 @@ from service.errors import (
 )
 from service.execution.arguments import ArgumentValidator
 from service.execution.log import ExecutionLog
+from service.execution.redaction import redact_arguments
 from service.execution.results import ResultStore, count_tokens_async, measure_result
 from service.observability import observe_execution, span
 from service.policy.approvals import arguments_digest
@@ -42,6 +43,7 @@ from service.upstream.pool import UpstreamPool
 from service.usage.signal import scope_key
 
 logger = logging.getLogger(__name__)
+DETAIL_CHARS = 2000  # of an error detail in the execution log
 
 
 def status_of(error: BaseException) -> str:
@@ -189,19 +191,28 @@ class Executor:
             detail = exc.detail
             if isinstance(exc, InvalidArguments) and exc.logged_detail and not settings.log_raw_arguments:
                 detail = exc.logged_detail
-            row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=detail[:2000])
+            detail = self._logged(detail, arguments)
+            row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=detail)
             exc.extensions.setdefault("execution_id", execution_id)
             self._record(row, started)
             raise
         except BaseException as exc:
             if "finished_at" not in row:
-                row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=str(exc)[:2000] or None)
+                detail = self._logged(str(exc), arguments) or None
+                row.update(status=status_of(exc), error_class=type(exc).__name__, error_detail=detail)
                 self._record(row, started)
             raise
         finally:
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
+
+    def _logged(self, detail: str, arguments: dict[str, Any]) -> str:
+        """An error's detail as the log keeps it: cut, and without the argument values it quotes (an upstream's
+        message often does) unless the raw arguments are logged too."""
+        if self.resources.settings.execution.log_raw_arguments:
+            return detail[:DETAIL_CHARS]
+        return redact_arguments(detail, arguments, DETAIL_CHARS)
 
     def _record(self, row: dict[str, Any], started: float) -> asyncio.Future[None] | None:
         """Hand the finished row to the log (once); in commit mode, the future to await before answering."""

@@ -4,6 +4,7 @@ failed the schema, never what they were (jsonschema's messages quote the value).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,53 @@ async def test_an_invalid_arguments_value_is_logged_only_with_raw_arguments(tmp_
         assert row.error_detail == (
             "Arguments do not match the input schema of probe__echo: /text: type; /times: type"
         ), row.error_detail
+
+
+# A stdio server with one tool whose every call is a JSON-RPC error quoting the arguments it was given.
+QUOTING = """
+import json, sys
+TOOL = {"name": "login", "description": "Log in.", "inputSchema": {"type": "object", "properties": {
+    "user": {"type": "string"}, "password": {"type": "string"}, "pin": {"type": "integer"}}}}
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    method, answer = message["method"], {"jsonrpc": "2.0", "id": message["id"]}
+    if method == "initialize":
+        answer["result"] = {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                            "serverInfo": {"name": "quoting", "version": "1"}}
+    elif method == "tools/list":
+        answer["result"] = {"tools": [TOOL]}
+    elif method == "tools/call":
+        given = message["params"]["arguments"]
+        text = f"login failed for {given['user']} with password '{given['password']}' (pin {given['pin']}): {given}"
+        answer["error"] = {"code": -32602, "message": text}
+    else:
+        answer["result"] = {}
+    sys.stdout.write(json.dumps(answer) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+@pytest.mark.parametrize("raw", [False, True])
+async def test_an_upstream_error_quoting_arguments_is_logged_without_their_values(tmp_path: Path, raw: bool) -> None:
+    script = tmp_path / "quoting.py"
+    script.write_text(QUOTING)
+    execution = {
+        "servers_file": servers_file(tmp_path, {"quoting": {"command": sys.executable, "args": [str(script)]}}),
+        "startup_wait_seconds": 60,
+        "log_raw_arguments": raw,
+    }
+    arguments = {"user": "alice", "password": SECRET, "pin": 482913}
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (app, http):
+        answer = await http.post("/execute", json={"name": "quoting__login", "arguments": arguments})
+        problem = assert_problem(answer, 502, "upstream-error")
+        assert SECRET in problem["detail"]  # the admin caller reads the upstream's own words
+        await get_gateway(app.state.resources).log.flush()
+        async with app.state.resources.session() as session:
+            logged = (await session.execute(select(Execution.error_detail))).scalar_one()
+    if raw:
+        assert SECRET in logged and "482913" in logged
+    else:
+        assert SECRET not in logged and "482913" not in logged and "alice" not in logged, logged
+        assert "login failed for <argument /user> with password '<argument /password>' (pin <argument /pin>)" in logged
