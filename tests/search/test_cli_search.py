@@ -20,16 +20,7 @@ CATALOG = Path(__file__).parents[1] / "fixtures" / "retrieval" / "catalog.jsonl"
 def test_a_direct_search_with_explain_gives_the_parts_as_the_api_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("TOOLSCOUT_DEMO_CATALOG", "false")
-    monkeypatch.setenv("TOOLSCOUT_EXECUTION__DEMO_SERVERS", "false")
-    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
-    build = service.resources.build_resources
-
-    def fast_resources(settings: Any, embedder: Any = None) -> Any:
-        return build(settings, embedder or HashingEmbedder())
-
-    monkeypatch.setattr(service.resources, "build_resources", fast_resources)
+    direct_cli(tmp_path, monkeypatch)
     assert main(["index", str(CATALOG)]) == 0
     capsys.readouterr()
     assert main(["search", "send an email to Bob and then book a flight to Paris", "--json", "--explain"]) == 0

@@ -14,6 +14,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import httpx
 import pytest
 
 from service.execution import results
@@ -38,6 +39,16 @@ serve("report", handle)
 """
 
 
+async def stored_pages(http: httpx.AsyncClient, result_id: str) -> list[str]:
+    """The texts of a stored result's pages of 100,000 tokens, in order."""
+    pages, offset = [], 0
+    while offset is not None:
+        page = (await http.get(f"/results/{result_id}", params={"offset": offset, "limit": 100_000})).json()
+        pages.append(page["text"])
+        offset = page["next_offset"]
+    return pages
+
+
 async def test_a_large_result_is_measured_and_paged_in_bounded_memory(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, permissions=None)
     settings.execution.servers_file = servers_file(tmp_path, {"probe": probe_entry()})
@@ -57,13 +68,7 @@ async def test_a_large_result_is_measured_and_paged_in_bounded_memory(tmp_path: 
         assert result["truncated"] and result["returned_tokens"] == 4000
         # tiktoken's decode_with_offsets made a Python int and a bytes object of every token: 516 MiB here, 132 now.
         assert peak < 250 * 2**20, peak // 2**20
-        pages, offset = [], 0
-        while offset is not None:
-            page = (
-                await http.get(f"/results/{result['result_id']}", params={"offset": offset, "limit": 100_000})
-            ).json()
-            pages.append(page["text"])
-            offset = page["next_offset"]
+        pages = await stored_pages(http, result["result_id"])
         assert len(pages) == -(-result["total_tokens"] // 100_000)
         assert "".join(pages) == " ".join([TEXT] * times)
         assert result["content"][0]["text"] == pages[0][: len(result["content"][0]["text"])]
@@ -161,13 +166,7 @@ async def test_structured_content_beside_a_short_text_is_held_to_the_token_budge
         assert result["returned_tokens"] == 4000 and result["total_tokens"] > 200_000
         assert len(answer.content) < 40_000
         rows = {"rows": [{"id": i, "name": f"row number {i}"} for i in range(20_000)]}
-        pages, offset = [], 0
-        while offset is not None:
-            page = (
-                await http.get(f"/results/{result['result_id']}", params={"offset": offset, "limit": 100_000})
-            ).json()
-            pages.append(page["text"])
-            offset = page["next_offset"]
+        pages = await stored_pages(http, result["result_id"])
         text = "".join(pages)
         assert text == "done\n" + json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
         assert result["content"][0]["text"] == text[: len(result["content"][0]["text"])]

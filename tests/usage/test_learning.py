@@ -251,16 +251,22 @@ async def test_a_second_process_reads_what_the_first_consumed(resources: Resourc
         assert (await session.get(ToolStats, "a__x")).calls == 5  # type: ignore[union-attr]
 
 
-@pytest.fixture
-async def shared_db(tmp_path: Path, database_url: str) -> AsyncIterator[Resources]:
-    """Resources on a migrated SQLite or PostgreSQL database."""
+def migrated_resources(tmp_path: Path, database_url: str) -> Resources:
+    """Resources on a migrated SQLite or PostgreSQL database; statistics fold calls at once."""
     settings = Settings(data_dir=tmp_path)
     settings.db.url = database_url
     settings.learning.refresh_lag_seconds = 0.0
-    res = build_resources(settings, HashingEmbedder())
+    resources = build_resources(settings, HashingEmbedder())
     upgrade_database(settings.database_url)
-    res.engine = create_engine_for(settings.database_url)
-    res.sessionmaker = create_sessionmaker(res.engine)
+    resources.engine = create_engine_for(settings.database_url)
+    resources.sessionmaker = create_sessionmaker(resources.engine)
+    return resources
+
+
+@pytest.fixture
+async def shared_db(tmp_path: Path, database_url: str) -> AsyncIterator[Resources]:
+    """Resources on a migrated SQLite or PostgreSQL database."""
+    res = migrated_resources(tmp_path, database_url)
     yield res
     await res.engine.dispose()
 
@@ -320,13 +326,7 @@ async def test_calls_logged_before_0009_count_in_no_scope(tmp_path: Path, databa
                 values,
             )
     engine.dispose()
-    settings = Settings(data_dir=tmp_path)
-    settings.db.url = database_url
-    settings.learning.refresh_lag_seconds = 0.0
-    resources = build_resources(settings, HashingEmbedder())
-    upgrade_database(settings.database_url)
-    resources.engine = create_engine_for(settings.database_url)
-    resources.sessionmaker = create_sessionmaker(resources.engine)
+    resources = migrated_resources(tmp_path, database_url)
     try:
         assert await refresh_stats(resources) == 20
         async with resources.session() as session:
