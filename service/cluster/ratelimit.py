@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from service.cluster.bus import ClusterBus
 from service.policy.ratelimit import TokenBucketLimiter
@@ -70,6 +70,8 @@ class RedisTokenBucketLimiter:
             return self.local.acquire(key, cost)
         try:
             wait = await self._script(keys=[bucket], args=[self.rate, self.burst, cost])
+        except ResponseError:  # Redis answered, refusing this key's bucket (another type there): not Redis down
+            return self.local.acquire(key, cost)
         except (RedisError, OSError) as exc:
             self.bus.mark_down(exc)
             self._retry_at = time.monotonic() + RETRY_SECONDS
