@@ -215,6 +215,7 @@ class ConsoleSettings(Section):
     # A session ends after this long without a request, and this long after its sign-in in any case.
     session_idle_seconds: float = 1800.0
     session_max_seconds: float = 28800.0
+    max_sessions_per_key: int = Field(default=20, ge=1)  # at once; a sign-in past this ends the key's oldest
     # The cookie's Secure flag: "auto" sets it when the sign-in came over https (as uvicorn sees it: behind a
     # proxy that terminates TLS, list it in policy.trusted_proxies for its X-Forwarded-Proto, or choose "always").
     cookie_secure: Literal["auto", "always", "never"] = "auto"

@@ -126,10 +126,14 @@ class ClusterBus:
                     self.healthy = True
 
     async def _dispatch(self, raw: str) -> None:
+        # Anyone who can publish on Redis reaches this: whatever is not a JSON object is skipped, so it neither
+        # stops the listener (events published during its restart would be lost) nor reaches a handler.
         try:
             message = json.loads(raw)
         except ValueError:
-            logger.warning("ignoring a malformed cluster event: %.200s", raw)
+            message = None
+        if not isinstance(message, dict):
+            logger.warning("ignoring a malformed cluster event: %r", raw[:200])
             return
         self.received += 1
         for handler in self._handlers.get(str(message.get("kind")), ()):

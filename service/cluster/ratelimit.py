@@ -2,13 +2,15 @@
 
 It implements policy's `RateLimiter` protocol, like the in-process `TokenBucketLimiter`; cluster/runtime.py
 installs it in the key resolver. While Redis is unreachable the local bucket of this replica answers instead
-(limits per replica: fail safe, never open)."""
+(limits per replica: fail safe, never open), and Redis is asked again only every `RETRY_SECONDS` or once the bus
+has reconnected: a Redis that hangs would otherwise cost every request its timeout."""
 
 from __future__ import annotations
 
 import hashlib
+import time
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from service.cluster.bus import ClusterBus
 from service.policy.ratelimit import TokenBucketLimiter
@@ -39,6 +41,8 @@ redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
 return tostring(wait)
 """
+# After a Redis failure, how long the local bucket answers without asking Redis (unless the bus reconnects first).
+RETRY_SECONDS = 2.0
 
 
 class RedisTokenBucketLimiter:
@@ -50,6 +54,7 @@ class RedisTokenBucketLimiter:
         self.rate = self.local.rate
         self.burst = self.local.burst
         self._script = bus.redis.register_script(TOKEN_BUCKET_LUA)
+        self._retry_at = 0.0  # monotonic time before which a failed Redis is not asked again
 
     @property
     def enabled(self) -> bool:
@@ -61,9 +66,14 @@ class RedisTokenBucketLimiter:
             return 0.0
         # Keys are hashed: a bucket name never carries a caller id or key id into Redis in clear.
         bucket = self.bus.key("ratelimit", hashlib.sha256(key.encode()).hexdigest()[:32])
+        if not self.bus.healthy and time.monotonic() < self._retry_at:
+            return self.local.acquire(key, cost)
         try:
             wait = await self._script(keys=[bucket], args=[self.rate, self.burst, cost])
+        except ResponseError:  # Redis answered, refusing this key's bucket (another type there): not Redis down
+            return self.local.acquire(key, cost)
         except (RedisError, OSError) as exc:
             self.bus.mark_down(exc)
+            self._retry_at = time.monotonic() + RETRY_SECONDS
             return self.local.acquire(key, cost)
         return max(0.0, float(wait))

@@ -257,7 +257,8 @@ class Frontend:
             self.mode,
             catalog=catalog,
             always=await self.view.always_listed() if self.mode != "full" else [],
-            active=list(state.active.values()) if state is not None else [],
+            # In scope again: a shared state is read from Redis, which may hold what this profile never activated.
+            active=[t for t in state.active.values() if self.view.in_scope(t)] if state is not None else [],
             default_k=self.profile.default_k if self.profile else None,
             run_script=self.run_script,
         )

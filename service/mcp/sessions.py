@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.mcp.render import catalog_tool
 from service.mcp.shared_sessions import SharedSessions, unreachable
 
 
@@ -106,9 +107,13 @@ class SessionStore:
                 await shared.touch(key)
 
     def _adopt(self, key: str, stored: dict[str, Any]) -> None:
+        """The stored state as far as it has the shape `save` writes: Redis may hold another version's states
+        (a rolling upgrade) or anything its users wrote, and a bad entry must not fail the client's requests."""
         state = SessionState(key=key, last_seen=self._clock())
-        state.active.update((str(name), dict(tool)) for name, tool in stored.get("active") or [])
-        state.search_ids.update((str(name), str(search)) for name, search in stored.get("search_ids") or [])
+        state.active.update((name, tool) for name, tool in _pairs(stored.get("active")) if _lists(name, tool))
+        state.search_ids.update(
+            (name, search) for name, search in _pairs(stored.get("search_ids")) if isinstance(search, str)
+        )
         while len(state.active) > self.max_active:
             state.active.popitem(last=False)
         self._sessions[key] = state
@@ -155,3 +160,23 @@ class SessionStore:
             state.search_ids[name] = search_id
         while len(state.search_ids) > 4 * self.max_active:
             state.search_ids.popitem(last=False)
+
+
+def _pairs(value: Any) -> list[tuple[str, Any]]:
+    """The `[name, value]` pairs of a stored list whose name is a string (anything else is skipped)."""
+    if not isinstance(value, list):
+        return []
+    return [
+        (item[0], item[1]) for item in value if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+    ]
+
+
+def _lists(name: str, tool: Any) -> bool:
+    """Whether a stored activated tool is a catalog entry of that name that tools/list can show."""
+    if not isinstance(tool, dict) or tool.get("name") != name:
+        return False
+    try:
+        catalog_tool(tool)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return True

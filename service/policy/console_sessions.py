@@ -7,7 +7,8 @@ expiring with the session. The browser never keeps the key. The database keeps t
 keys themselves, so a dump of the table opens nothing), the key it acts as and two times, so every replica knows
 every session. A session is its key: the same caller, roles and rate-limit bucket, and it ends when the key is
 revoked (the lookup joins the active key; revoke_key deletes the key's sessions), after
-`console.session_idle_seconds` without a request, `console.session_max_seconds` after the sign-in, or at sign-out.
+`console.session_idle_seconds` without a request, `console.session_max_seconds` after the sign-in, at sign-out,
+or when the key signs in past `console.max_sessions_per_key` sessions (its oldest ends first).
 
 Cross-site requests: SameSite=Strict keeps the cookie off requests from other sites, but not from other origins of
 the same site (another port of the same host, a sibling subdomain). So the cookie counts only on a request that
@@ -125,6 +126,18 @@ async def open_session(resources: Resources, request: Request, key: str | None) 
         await session.execute(delete(ConsoleSession).where(stale).execution_options(synchronize_session=False))
         digest = hash_session(session_id)
         session.add(ConsoleSession(id_hash=digest, key_id=caller.key_id, created_at=now, last_seen_at=now))
+        await session.flush()
+        # Past the key's bound its oldest sessions end: signing in at the rate limit would keep thousands.
+        kept = (
+            select(ConsoleSession.id_hash)
+            .where(ConsoleSession.key_id == caller.key_id)
+            .order_by((ConsoleSession.id_hash == digest).desc(), ConsoleSession.created_at.desc())
+            .limit(resources.settings.console.max_sessions_per_key)
+        )
+        oldest = delete(ConsoleSession).where(
+            ConsoleSession.key_id == caller.key_id, ConsoleSession.id_hash.not_in(kept.scalar_subquery())
+        )
+        await session.execute(oldest.execution_options(synchronize_session=False))
         await session.commit()
     return OpenedSession(session_id, caller, int(absolute.total_seconds()), now + absolute)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -103,3 +105,54 @@ async def test_a_restart_and_a_new_replica_embed_nothing(tmp_path: Path, postgre
     assert ready["checks"]["tools"] == "2"
     assert second.texts == WARM_UP_TEXTS + 1  # the start-up warm-up searches and the query: no tool text
     assert found["results"][0]["name"] == "files__read_file"
+
+
+async def test_a_redis_that_stops_answering_costs_one_timeout_not_one_per_request() -> None:
+    """A Redis that accepts connections but answers nothing (hung, or a network that drops packets): after the
+    first timeout the limiter answers locally at once, instead of every request waiting its timeout."""
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # reads until the client gives up; writes nothing
+
+    hung = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = hung.sockets[0].getsockname()[1]
+    bus = ClusterBus(f"redis://127.0.0.1:{port}/0", "toolscout-test", "replica", timeout_seconds=0.5)
+    limiter = RedisTokenBucketLimiter(bus, rate_per_minute=60, burst=5)
+    try:
+        durations, waits = [], []
+        for _ in range(5):
+            started = time.monotonic()
+            waits.append(await limiter.acquire_async("key"))
+            durations.append(time.monotonic() - started)
+    finally:
+        await bus.close()
+        hung.close()
+    assert waits == [0.0] * 5  # the local bucket (burst 5) granted each
+    assert 0.4 < durations[0] < 1.5, durations  # the first request waited the timeout...
+    assert max(durations[1:]) < 0.05, durations  # ...the others did not
+    assert bus.healthy is False and (bus.last_error or "").startswith("TimeoutError")
+
+
+async def test_a_bucket_of_the_wrong_type_falls_back_for_its_key_alone() -> None:
+    """A Redis that answers with an error for one key (its bucket overwritten by a value of another type) is not
+    down: that key is limited locally, Redis still serves every other key, and the bus stays healthy."""
+    prefix = f"toolscout-test-{uuid.uuid4().hex[:8]}"
+    bus = ClusterBus(REDIS_URL, prefix, "replica")
+    limiter = RedisTokenBucketLimiter(bus, rate_per_minute=3, burst=1)
+    other = RedisTokenBucketLimiter(ClusterBus(REDIS_URL, prefix, "other"), rate_per_minute=3, burst=1)
+    try:
+        bus.healthy = True  # as the listening bus says while Redis answers
+        await limiter.acquire_async("shared-key")
+        [bucket] = await bus.redis.keys(f"{prefix}:ratelimit:*")
+        await bus.redis.delete(bucket)
+        await bus.redis.set(bucket, "not a hash")
+        broken = await limiter.acquire_async("shared-key")
+        # Another key still shares one bucket with the other replica: Redis was asked, not the local buckets.
+        waits = [await limiter.acquire_async("another-key"), await other.acquire_async("another-key")]
+    finally:
+        await bus.redis.delete(*await bus.redis.keys(f"{prefix}:*"))
+        await bus.close()
+        await other.bus.close()
+    assert broken == 0.0  # the local bucket of this key (full: it was never used locally)
+    assert waits[0] == 0.0 and 19.0 < waits[1] <= 20.0, waits
+    assert bus.healthy is True and bus.last_error is None

@@ -8,6 +8,7 @@ import uuid
 import httpx
 import mcp.types as types
 
+from service.mcp.profiles import Profile
 from service.settings import Settings
 from tests.mcp.conftest import client_of, frontend_of, text_of
 
@@ -65,3 +66,66 @@ async def test_front_ends_keep_their_own_sessions_while_redis_is_down(
         listed = [t.name for t in (await client.list_tools(cache_mode="bypass")).tools]
         assert listed == META + [t["name"] for t in found["tools"]]
         assert frontend.sessions.shared is not None and frontend.sessions.shared.healthy is False
+
+
+async def test_a_malformed_shared_state_is_read_as_far_as_it_is_well_formed(
+    settings: Settings, api_transport: httpx.ASGITransport
+) -> None:
+    """A state in Redis of another shape (another version of the front end, or anyone who can write to Redis)
+    neither breaks the client's tools/list and calls nor lists an entry whose name is not its tool's."""
+    settings = shared(settings)
+    async with (
+        frontend_of(settings, api_transport, "dynamic") as frontend,
+        client_of(frontend, "auto", client_info=ALICE) as (client, _),
+    ):
+        found = json.loads(text_of(await client.call_tool("search_tools", {"query": "read a file", "k": 1})))
+        name = found["tools"][0]["name"]
+        shared_store = frontend.sessions.shared
+        assert shared_store is not None
+        (key,) = await shared_store.redis.keys(f"{settings.cluster.key_prefix}:mcp-session:*")
+        good = json.loads(await shared_store.redis.get(key))["active"][0]
+        state = {
+            "active": [
+                1,
+                ["alone"],
+                ["x", "not a tool"],
+                ["other__tool", {**good[1]}],
+                ["bad", {"name": "bad", "annotations": "x"}],
+                good,
+            ],
+            "search_ids": [["a", "b", "c"], 7, [name, "s-1"]],
+        }
+        await shared_store.redis.set(key, json.dumps(state))
+        listed = [t.name for t in (await client.list_tools(cache_mode="bypass")).tools]
+        assert listed == [*META, name]
+        copy = next(s for s in frontend.sessions.states() if s.active)
+        assert (list(copy.active), dict(copy.search_ids)) == ([name], {name: "s-1"})
+        await shared_store.redis.set(key, json.dumps({"active": 5, "search_ids": {"x": 1}}))
+        assert [t.name for t in (await client.list_tools(cache_mode="bypass")).tools] == META
+        called = await client.call_tool("status", {})
+        assert called.is_error is False
+
+
+async def test_a_shared_state_lists_only_tools_of_the_front_ends_profile(
+    settings: Settings, api_transport: httpx.ASGITransport
+) -> None:
+    """The profile bounds what a session lists, whatever Redis holds for it: a tool of another server written into
+    the state is not listed by a front end whose profile is one server."""
+    settings = shared(settings)
+    profile = Profile(name="time-only", servers=("time",))
+    async with (
+        frontend_of(settings, api_transport, "dynamic", profile=profile) as frontend,
+        client_of(frontend, "auto", client_info=ALICE) as (client, _),
+    ):
+        found = json.loads(text_of(await client.call_tool("search_tools", {"query": "current time", "k": 1})))
+        name = found["tools"][0]["name"]
+        assert name.startswith("time__")
+        shared_store = frontend.sessions.shared
+        assert shared_store is not None
+        (key,) = await shared_store.redis.keys(f"{settings.cluster.key_prefix}:mcp-session:*")
+        state = json.loads(await shared_store.redis.get(key))
+        outside = {**state["active"][0][1], "name": "git__git_commit", "server": "git"}
+        state["active"].insert(0, ["git__git_commit", outside])
+        await shared_store.redis.set(key, json.dumps(state))
+        listed = [t.name for t in (await client.list_tools(cache_mode="bypass")).tools]
+        assert listed == [*META[:-1], name]

@@ -18,7 +18,15 @@ from sqlalchemy import select
 
 from service.db.models import ApiKey, ConsoleSession
 from service.policy.console_sessions import COOKIE
-from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running
+from tests.security.conftest import (
+    assert_problem,
+    bearer,
+    cli_key,
+    count_rows,
+    make_settings,
+    opened_world,
+    running,
+)
 
 CONSOLE = {"X-Toolscout-Console": "1"}
 
@@ -209,3 +217,29 @@ async def test_a_session_opened_on_one_replica_works_on_another(tmp_path: Path, 
         assert (await http_b.get("/console/api/me", headers=with_session(session_id))).json()["caller"] == "root"
         assert (await http_b.delete("/console/api/session", headers=with_session(session_id))).status_code == 204
         assert_problem(await http_a.get("/console/api/me", headers=with_session(session_id)), 401)
+
+
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_a_key_keeps_at_most_max_sessions_the_oldest_end_first(
+    request: pytest.FixtureRequest, tmp_path: Path, database: str
+) -> None:
+    """Each sign-in is a row until it idles out (30 min): a key signing in at its rate limit (600 a minute) kept
+    18,000 at once. Past `console.max_sessions_per_key` the oldest end, as a sign-out would."""
+    db = {"url": request.getfixturevalue("postgres_url")} if database == "postgres" else {}
+    async with opened_world(tmp_path, **({"db": db} if db else {})) as world:
+        await _sign_in_past_the_bound(world)
+
+
+async def _sign_in_past_the_bound(world: dict[str, Any]) -> None:
+    app, http, admin, dev = world["app"], world["http"], world["admin"], world["dev"]
+    limit = app.state.resources.settings.console.max_sessions_per_key
+    assert limit == 20
+    ids = [(await sign_in(http, admin))[0] for _ in range(limit + 5)]
+    other, _ = await sign_in(http, dev)  # another key's sessions are not counted against this one
+    rows = await stored_sessions(app)
+    assert len(rows) == limit + 1
+    hashes = {row.id_hash for row in rows}
+    assert hashes == {hashlib.sha256(s.encode()).hexdigest() for s in [*ids[5:], other]}
+    assert (await http.get("/console/api/me", headers=with_session(ids[0]))).status_code == 401
+    assert (await http.get("/console/api/me", headers=with_session(ids[5]))).status_code == 200
+    assert (await http.get("/console/api/me", headers=with_session(other))).json()["caller"] != "root"
