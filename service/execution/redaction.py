@@ -23,7 +23,8 @@ def _leaves(value: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
             yield from _leaves(item, f"{pointer}/{index}")
     elif isinstance(value, str):
         yield pointer, value
-        quoted = json.dumps(value)[1:-1]  # the same value as a JSON text quotes it (\", \\, \n, \uXXXX)
+        # The value as a JSON text writes it: quotes, backslashes, newlines and non-ASCII escaped (\u00e9).
+        quoted = json.dumps(value)[1:-1]
         if quoted != value:
             yield pointer, quoted
     elif isinstance(value, int | float) and not isinstance(value, bool):
