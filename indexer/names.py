@@ -72,6 +72,22 @@ def lead_verb(text: str) -> str:
     return verb if len(verb) >= MIN_VERB_CHARS else ""
 
 
+# A request to remember something asks a tool to write it down: "remember that Alice works at Acme" is an add or a
+# create, though no tool's name says "remember". Only the verbs that ask for nothing else: "save" and "store" lead
+# requests for files and uploads too ("save the file"), where a write or upload tool is the one asked for.
+REMEMBER_VERBS = frozenset(_stem(verb) for verb in ("remember", "memorize", "memorise"))
+WRITE_VERBS = frozenset(_stem(verb) for verb in ("add", "create", "save", "store", "write", "record", "insert", "remember"))
+
+
+def wanted_verbs(text: str) -> frozenset[str]:
+    """The name verbs a request asks for by the verb it leads with: that verb, and for a request to remember, the
+    verbs that write (empty when it leads with none)."""
+    verb = lead_verb(text)
+    if not verb:
+        return frozenset()
+    return WRITE_VERBS | {verb} if verb in REMEMBER_VERBS else frozenset({verb})
+
+
 QUESTION_WORDS = frozenset({"what", "which", "who", "when", "where", "how", "is", "are", "does", "do"})
 # Name verbs of tools that read rather than act: what a question ("what time is it in Tokyo?") asks a tool to do.
 READ_VERBS = frozenset(

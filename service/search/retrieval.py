@@ -17,7 +17,7 @@ from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
 from indexer.lexical import SparseVector
-from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems, spelling_tier
+from indexer.names import READ_VERBS, asks, name_verb, query_stems, spelling_tier, wanted_verbs
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool
 from service.observability import Stage, stage
@@ -223,7 +223,7 @@ class Retriever:
         per_text = self._candidates(fused, hit_lists, vectors, k, scope)
         verbs = self.directory.verbs
         for text, text_candidates in zip(texts, per_text, strict=True):  # each part leads with its own verb
-            apply_lead_verb(text_candidates, verbs, frozenset({lead_verb(text)} - {""}), settings.weight_lead_verb)
+            apply_lead_verb(text_candidates, verbs, wanted_verbs(text), settings.weight_lead_verb)
             if asks(text):
                 apply_lead_verb(text_candidates, verbs, READ_VERBS, settings.weight_question_read, "question_read")
         candidates = (
