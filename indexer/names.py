@@ -76,7 +76,9 @@ def lead_verb(text: str) -> str:
 # create, though no tool's name says "remember". Only the verbs that ask for nothing else: "save" and "store" lead
 # requests for files and uploads too ("save the file"), where a write or upload tool is the one asked for.
 REMEMBER_VERBS = frozenset(_stem(verb) for verb in ("remember", "memorize", "memorise"))
-WRITE_VERBS = frozenset(_stem(verb) for verb in ("add", "create", "save", "store", "write", "record", "insert", "remember"))
+WRITE_VERBS = frozenset(
+    _stem(verb) for verb in ("add", "create", "save", "store", "write", "record", "insert", "remember")
+)
 
 
 def wanted_verbs(text: str) -> frozenset[str]:
