@@ -9,6 +9,7 @@ from typing import Any
 
 from indexer.tools import normalize_server_id, qualify
 from service.catalog.json_body import strict_json
+from service.catalog.repair import repair_tool
 from service.errors import BadRequest
 
 DEMO_CATALOGS = Path(__file__).resolve().parents[1] / "demo" / "catalogs"
@@ -22,6 +23,7 @@ class CatalogFile:
     tools: list[dict[str, Any]]
     ids: dict[str, str]  # qualified name -> catalog id
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # server -> its info block, when the file has one
+    repairs: list[str] = field(default_factory=list)  # "file:line: tool: what was changed to keep it" (JSON Lines)
 
 
 def _description(item: dict[str, Any]) -> str:
@@ -57,6 +59,7 @@ def _from_jsonl(path: Path, server: str | None) -> CatalogFile:
     tools: list[dict[str, Any]] = []
     ids: dict[str, str] = {}
     taken: set[str] = set()
+    repairs: list[str] = []
     for number, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
@@ -76,7 +79,7 @@ def _from_jsonl(path: Path, server: str | None) -> CatalogFile:
             qualified = qualify(normalize_server_id(tool_server), name)
         taken.add(qualified)
         ids[qualified] = str(item.get("id", name))
-        tools.append(
+        tool, notes = repair_tool(
             {
                 "server": tool_server,
                 "name": name,
@@ -86,7 +89,10 @@ def _from_jsonl(path: Path, server: str | None) -> CatalogFile:
                 "tags": item.get("tags") or [],
             }
         )
-    return CatalogFile(tools, ids)
+        if notes:
+            repairs.append(f"{path.name}:{number}: {name}: {'; '.join(notes)}")
+        tools.append(tool)
+    return CatalogFile(tools, ids, repairs=repairs)
 
 
 def _from_tools_list(path: Path, data: Any, server: str | None) -> CatalogFile:

@@ -238,6 +238,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     except ToolscoutError as exc:
         return fail(exc)
     tools, servers = catalog_file.tools, catalog_file.servers
+    for line in _kept_and_lost(len(catalog_file.repairs), catalog_file.repairs, 0, []):
+        print(printable(line), file=sys.stderr)
     body = _post_in_parts(settings, tools, servers)
     if isinstance(body, int):
         return body
@@ -310,6 +312,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kept_and_lost(repaired: int, repairs: list[str], rejected: int, rejections: list[str]) -> list[str]:
+    """What a catalog file's import changed to keep its tools, and the tools it could not keep (the first 20)."""
+    lines = [f"repaired {repaired} tools to keep them:", *(f"  {r}" for r in repairs[:20])] if repaired else []
+    if rejected:
+        lines += [f"rejected {rejected} tools:"] + [f"  {r}" for r in rejections[:20]]
+    return lines
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from service.search.evaluation import evaluate
 
@@ -322,6 +332,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"{result['tools']} tools, {result['queries']} queries, indexed in {result['index_seconds']} s, "
         f"latency p50 {result['latency_ms']['p50']} ms p95 {result['latency_ms']['p95']} ms"
     )
+    for line in _kept_and_lost(result["repaired_tools"], result["repairs"], result["rejected_tools"],
+                               [f"{e['tool']} ({e['pointer']}): {e['reason']}" for e in result["rejections"]]):
+        print(printable(line), file=sys.stderr)
     print(f"{'category':<24}{'n':>7}" + "".join(f"{k:>11}" for k in keys))
     print(f"{'all':<24}{result['queries']:>7}" + "".join(f"{result[k]:>11.3f}" for k in keys))
     for name, row in result["by_category"].items():

@@ -127,6 +127,9 @@ async def evaluate(
     result: dict[str, Any] = {
         "tools": len(report.created) + len(report.updated) + len(report.unchanged),
         "rejected_tools": len(report.errors),
+        "repaired_tools": len(catalog.repairs),
+        "repairs": catalog.repairs[:20],
+        "rejections": [e.as_dict() for e in report.errors[:20]],
         "queries": len(queries),
         **_mean(rows["all"]),
         "latency_ms": {"p50": round(percentile(latencies, 0.5), 2), "p95": round(percentile(latencies, 0.95), 2)},

@@ -49,3 +49,38 @@ def test_a_catalog_file_that_is_not_utf8_or_holds_nan_is_a_bad_request_naming_th
     listed.write_text('{"tools": [{"name": "a", "inputSchema": {"type": "object", "minimum": -Infinity}}]}')
     with pytest.raises(BadRequest, match=r"not valid JSON \(-Infinity is not a JSON number\)"):
         load_catalog_file(listed)
+
+
+def test_a_dataset_schema_in_python_types_is_read_in_json_schema_types_and_what_cannot_be_is_left_out(
+    tmp_path: Path,
+) -> None:
+    from indexer.tools import validate_batch
+
+    path = tmp_path / "catalog.jsonl"
+    lines = [
+        {"name": "a", "input_schema": {"type": "object", "properties": {
+            "city": {"type": "str", "required": True}, "n": {"type": "Int"},
+            "tags": {"type": "List[str]", "items": "str"}, "o": "dict"}}},
+        {"name": "b", "description": "y" * 20_000, "input_schema": {"type": "dict", "required": "q",
+                                                                    "properties": {"q": {"type": "weird"}}}},
+        {"name": "c", "input_schema": "none", "tags": "t1"},
+        {"name": "d", "input_schema": {"properties": [{"name": "x", "type": "float", "description": "an x"}]}},
+        {"name": "e", "input_schema": {"type": "array", "items": {"type": "string"}}},
+        {"name": "f", "input_schema": {"type": "object", "properties": {"x": {"type": "string", "pattern": "(["}}}},
+        {"name": "g", "input_schema": {"type": "object", "properties": {"x": {"type": "string"}}}},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines))
+    catalog = load_catalog_file(path)
+    schemas = {t["name"]: t["input_schema"] for t in catalog.tools}
+    assert schemas["a"] == {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string"}, "n": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}}, "o": {"type": "object"}}}
+    assert schemas["b"] == {"type": "object", "required": ["q"], "properties": {"q": {}}}
+    assert schemas["c"] == {} and catalog.tools[2]["tags"] == ["t1"]
+    assert schemas["d"] == {"properties": {"x": {"type": "number", "description": "an x"}}}
+    assert schemas["e"] == {"type": "object", "properties": {"input": {"type": "array", "items": {"type": "string"}}}}
+    assert schemas["f"] == {} and schemas["g"] == lines[6]["input_schema"]
+    assert len(catalog.tools[1]["description"]) == 16_000
+    assert [r.split(":")[1] for r in catalog.repairs] == ["1", "2", "3", "4", "5", "6"]  # g needed nothing
+    assert catalog.repairs[5].endswith('f: input_schema left out (not a usable JSON Schema: "([" is not a "regex")')
+    assert validate_batch(catalog.tools).problems == []

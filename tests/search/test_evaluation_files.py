@@ -44,3 +44,36 @@ def test_a_line_that_is_not_an_object_is_refused_with_its_line(tmp_path: Path) -
     with pytest.raises(BadRequest) as raised:
         load_queries(path)
     assert raised.value.detail.startswith(f"{path}:1: expected {{qid, query, relevant}}")
+
+
+@pytest.mark.model
+def test_a_dataset_line_the_registration_would_refuse_is_repaired_and_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Public datasets write parameter types as Python names and `required` on the property; each such tool was
+    refused, so none of its queries could find it (recall lost on every query that asked for it)."""
+    import json
+
+    catalog = tmp_path / "catalog.jsonl"
+    lines = [
+        {"id": "getWeather", "name": "getWeather", "description": "Get the weather forecast for a city",
+         "input_schema": {"type": "object", "properties": {"city": {"type": "str", "required": True}}}},
+        {"id": "bookFlight", "name": "bookFlight", "description": "Book a flight ticket between two airports",
+         "input_schema": {"type": "dict", "properties": {"origin": "str", "seats": {"type": "Int"}}}},
+        {"id": "translateText", "name": "translateText", "description": "Translate a text into another language",
+         "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}},
+    ]
+    catalog.write_text("\n".join(json.dumps(line) for line in lines))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(
+        '{"qid": "1", "query": "will it rain in Paris tomorrow", "relevant": ["getWeather"]}\n'
+        '{"qid": "2", "query": "book me a flight from Boston to Denver", "relevant": ["bookFlight"]}\n'
+    )
+    out = tmp_path / "result.json"
+    assert main(["eval", "--catalog", str(catalog), "--queries", str(queries), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert (result["tools"], result["rejected_tools"], result["repaired_tools"]) == (3, 0, 2)
+    assert result["recall@1"] == 1.0
+    err = capsys.readouterr().err
+    assert "repaired 2 tools to keep them:" in err
+    assert "catalog.jsonl:1: getWeather: input_schema written in JSON Schema's own types" in err
