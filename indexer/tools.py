@@ -93,10 +93,18 @@ def normalize_server_id(server: str) -> str:
 @lru_cache(maxsize=262_144)  # a registration reads each qualified name a dozen times
 def qualify(server: str, name: str) -> str:
     """The qualified name of a tool; invalid characters become `_`, names over 64 characters are cut and
-    suffixed with a hash of the original so that the mapping stays deterministic."""
-    candidate = f"{normalize_server_id(server)}{SEPARATOR}{_slug(name)}"
+    suffixed with a hash of the original so that the mapping stays deterministic.
+
+    A name that loses characters is suffixed with a hash of itself too, so that names which differ only there stay
+    two tools: `math.gcd` and `math_gcd` of one server (both in public catalogs) were one qualified name, and the
+    second was refused (or, read from a dataset file, renamed so that its exact name no longer found it); every
+    all-Chinese name was `x`."""
+    slug = _slug(name)
+    candidate = f"{normalize_server_id(server)}{SEPARATOR}{slug}"
     if QUALIFIED_NAME_RE.match(candidate) and candidate == f"{server}{SEPARATOR}{name}":
         return candidate
+    if slug != name.strip():
+        candidate = f"{candidate[:55]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
     if len(candidate) <= 64:
         return candidate
     digest = hashlib.sha1(f"{server}{SEPARATOR}{name}".encode()).hexdigest()[:8]

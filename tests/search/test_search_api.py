@@ -40,6 +40,25 @@ async def test_same_name_on_two_servers_both_come_first(client: httpx.AsyncClien
     assert {r["name"] for r in results[:2]} == {"mail__send_email", "mail2__send_email"}
 
 
+async def test_names_of_one_server_that_differ_only_in_separators_are_two_tools_each_first_as_spelled(
+    client: httpx.AsyncClient,
+) -> None:
+    """`math.gcd` and `math_gcd` (both in public catalogs) were one qualified name: the second was refused."""
+    tools = [
+        {"server": "py", "name": "math.gcd", "description": "Greatest common divisor of two integers"},
+        {"server": "py", "name": "math_gcd", "description": "Greatest common divisor of a list of integers"},
+        {"server": "py", "name": "获取天气", "description": "Weather of a city"},
+        {"server": "py", "name": "查询航班", "description": "Flights between two cities"},
+    ]
+    report = (await client.post("/tools", json={"tools": tools})).json()
+    assert (report["created"], report["errors"]) == (4, [])
+    for query in ("math.gcd", "math_gcd", "获取天气", "查询航班"):
+        first = (await client.post("/search", json={"query": query, "k": 2})).json()["results"][0]
+        assert first["tool"] == query, (query, first["name"])
+    names = {t["name"] for t in (await client.get("/tools", params={"server": "py"})).json()["tools"]}
+    assert {n for n in names if n.startswith("py__math_gcd")} == {"py__math_gcd", "py__math_gcd-8ce3b558"}
+
+
 async def test_filters_apply_inside_the_query(client: httpx.AsyncClient) -> None:
     await _seed(client)
     body = (await client.post("/search", json={"query": "send email", "k": 1, "servers": ["chat"]})).json()
