@@ -162,9 +162,18 @@ async def test_a_catalog_file_keeps_big_integers_exact_for_registration_to_refus
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines))
     catalog = load_catalog_file(path, "s")
-    assert [t["input_schema"]["maximum"] for t in catalog.tools] == [2**64 - 1, 2**64 + 1]  # exact, not floats
+    # A dataset's line keeps its tool: the schema the registration would refuse is left out and said so, never
+    # rounded to a float.
+    assert [t["input_schema"].get("maximum") for t in catalog.tools] == [2**64 - 1, None]
+    assert catalog.repairs == [f"catalog.jsonl:2: big: input_schema left out (input_schema holds {2**64 + 1} at "
+                               "/maximum, beyond the 64-bit integers the catalog keeps exactly (-9223372036854775808 "
+                               "to 18446744073709551615); write it as a float (with an exponent) or a string)"]
+    listed = tmp_path / "s.json"  # a server's tools/list, read as it lists them
+    listed.write_text(json.dumps({"tools": [{**line, "inputSchema": line.pop("input_schema")} for line in lines]}))
+    served = load_catalog_file(listed)
+    assert [t["inputSchema"]["maximum"] for t in served.tools] == [2**64 - 1, 2**64 + 1]  # exact, not floats
     async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
-        answer = await http.post("/tools", json={"tools": catalog.tools})  # what `toolscout index` sends
+        answer = await http.post("/tools", json={"tools": served.tools})  # what `toolscout index` sends
         assert answer.json()["tools"] == ["s__fine"]
         assert [(e["tool"], e["pointer"]) for e in answer.json()["errors"]] == [("big", "/1/input_schema/maximum")]
 
