@@ -335,6 +335,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for line in _kept_and_lost(result["repaired_tools"], result["repairs"], result["rejected_tools"],
                                [f"{e['tool']} ({e['pointer']}): {e['reason']}" for e in result["rejections"]]):
         print(printable(line), file=sys.stderr)
+    if result["unknown_relevant"]:
+        shown = ", ".join(result["unknown_relevant"][:10])
+        print(printable(f"relevant ids that no catalog line has (the first 20 kept): {shown}"), file=sys.stderr)
     print(f"{'category':<24}{'n':>7}" + "".join(f"{k:>11}" for k in keys))
     print(f"{'all':<24}{result['queries']:>7}" + "".join(f"{result[k]:>11.3f}" for k in keys))
     for name, row in result["by_category"].items():

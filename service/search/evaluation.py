@@ -128,6 +128,8 @@ async def evaluate(
         "tools": len(report.created) + len(report.updated) + len(report.unchanged),
         "rejected_tools": len(report.errors),
         "repaired_tools": len(catalog.repairs),
+        # Relevant ids no line of the catalog has: every query naming one loses recall that no ranking can win.
+        "unknown_relevant": sorted({r for q in queries for r in q.relevant} - set(catalog.ids.values()))[:20],
         "repairs": catalog.repairs[:20],
         "rejections": [e.as_dict() for e in report.errors[:20]],
         "queries": len(queries),

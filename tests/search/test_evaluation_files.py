@@ -68,12 +68,14 @@ def test_a_dataset_line_the_registration_would_refuse_is_repaired_and_found(
     queries.write_text(
         '{"qid": "1", "query": "will it rain in Paris tomorrow", "relevant": ["getWeather"]}\n'
         '{"qid": "2", "query": "book me a flight from Boston to Denver", "relevant": ["bookFlight"]}\n'
+        '{"qid": "3", "query": "rent a car at the airport", "relevant": ["rentCar"]}\n'
     )
     out = tmp_path / "result.json"
     assert main(["eval", "--catalog", str(catalog), "--queries", str(queries), "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert (result["tools"], result["rejected_tools"], result["repaired_tools"]) == (3, 0, 2)
-    assert result["recall@1"] == 1.0
+    assert result["recall@1"] == round(2 / 3, 4) and result["unknown_relevant"] == ["rentCar"]
     err = capsys.readouterr().err
+    assert "relevant ids that no catalog line has (the first 20 kept): rentCar" in err
     assert "repaired 2 tools to keep them:" in err
     assert "catalog.jsonl:1: getWeather: input_schema written in JSON Schema's own types" in err
