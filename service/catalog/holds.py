@@ -7,15 +7,18 @@ call: to any caller but an admin asking for held tools it does not exist. `POST 
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.screening import definition_hash, find_instruction
 from service.db.models import Tool, as_utc
 from service.settings import PolicySettings
+
+logger = logging.getLogger(__name__)
 
 
 def _fields(description: str, schema: Any, annotations: Any) -> dict[str, Any]:
@@ -99,6 +102,25 @@ def judge(row: Tool, tool: Any, *, fresh: bool, listed: bool, policy: PolicySett
         # included), or the definition an admin approved listed again.
         row.trusted_hash, row.trusted_at = digest, now
     return row.held_reason
+
+
+def judged(held: dict[str, str], row: Tool, tool: Any, **how: Any) -> None:
+    """judge() the row, keeping `held` (name -> reason) of the batch in step, and log a new hold."""
+    reason = judge(row, tool, **how)
+    if reason is None:
+        held.pop(tool.qualified_name, None)
+    else:
+        held[tool.qualified_name] = reason
+        logger.warning("tool %s held for review: %s", tool.qualified_name, reason[:300])
+
+
+async def trust(session: AsyncSession, tools: list[Any], now: datetime) -> None:
+    """Trust these definitions (ToolDefinitions of unchanged rows no upstream listed yet), one statement."""
+    if tools:
+        rows = [
+            {"qualified_name": t.qualified_name, "trusted_hash": t.definition_hash, "trusted_at": now} for t in tools
+        ]
+        await session.execute(update(Tool), rows)
 
 
 def held_view(row: Tool) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from indexer.documents import content_hash
 from indexer.pipeline import DenseVectors, SyncReport, index_tools
 from indexer.tools import ToolDefinition, ToolProblem, ValidatedBatch, normalize_server_id, validate_batch
 from service.catalog.events import publish_tools_changed
-from service.catalog.holds import judge
+from service.catalog.holds import judged, trust
 from service.catalog.lookup import find_tool
 from service.catalog.server_info import screened, store_info
 from service.catalog.server_vectors import refresh_servers
@@ -105,12 +105,17 @@ async def _upsert_rows(
     names = [t.qualified_name for t in tools]
     # Hashes first: a re-registration of unchanged tools loads no row (only the changed ones are loaded).
     hashes: dict[str, tuple[str, bool]] = {}
+    untrusted: set[str] = set()  # rows an upstream never listed (a bundled catalog's, or from before 0010)
     if names:
-        query = select(Tool.qualified_name, Tool.content_hash, Tool.deprecated, Tool.held_reason)
-        for name, digest, deprecated, held in (await session.execute(query.where(among(Tool.qualified_name, names)))):
+        query = select(Tool.qualified_name, Tool.content_hash, Tool.deprecated, Tool.held_reason, Tool.trusted_hash)
+        for name, digest, deprecated, held, trusted in await session.execute(
+            query.where(among(Tool.qualified_name, names))
+        ):
             hashes[name] = (digest, deprecated)
             if held is not None:
                 report.held[name] = held
+            elif trusted is None:
+                untrusted.add(name)
     digests = {t.qualified_name: content_hash(t) for t in tools}
     stale = [name for name, digest in digests.items() if name in hashes and hashes[name] != (digest, False)]
     existing = (
@@ -143,11 +148,11 @@ async def _upsert_rows(
                 first_seen_at=now,
                 last_seen_at=now,
             )
-            _judged(row, tool, report, fresh=True, listed=listed, policy=policy, now=now)
+            judged(report.held, row, tool, fresh=True, listed=listed, policy=policy, now=now)
             session.add(row)
             report.created.append(tool.qualified_name)
         elif row.content_hash != digest or row.deprecated:
-            _judged(row, tool, report, fresh=False, listed=listed, policy=policy, now=now)
+            judged(report.held, row, tool, fresh=False, listed=listed, policy=policy, now=now)
             row.server_id, row.name, row.description = tool.server, tool.name, tool.description
             row.input_schema, row.annotations, row.tags = tool.input_schema, tool.annotations, list(tool.tags)
             row.content_hash, row.deprecated, row.last_seen_at = digest, False, now
@@ -157,16 +162,9 @@ async def _upsert_rows(
             update(Tool).where(among(Tool.qualified_name, unchanged)).values(last_seen_at=now),
             execution_options={"synchronize_session": False},
         )
-
-
-def _judged(row: Tool, tool: ToolDefinition, report: RegisterReport, **how: Any) -> None:
-    """Hold or release the row for this definition (holds.judge), and say so in the report."""
-    reason = judge(row, tool, **how)
-    if reason is None:
-        report.held.pop(tool.qualified_name, None)
-    else:
-        report.held[tool.qualified_name] = reason
-        logger.warning("tool %s held for review: %s", tool.qualified_name, reason[:300])
+    if listed:  # the upstream's first listing of rows it did not write: trusted on first use, as new rows are
+        untrusted.intersection_update(unchanged)
+        await trust(session, [t for t in tools if t.qualified_name in untrusted], now)
 
 
 async def _ensure_servers(session: AsyncSession, server_ids: set[str]) -> None:

@@ -256,3 +256,23 @@ async def test_a_catalog_registration_is_checked_for_instructions_but_not_held_f
         ]
         assert_problem(await http.get("/tools/calc__add"), 404, "not-found")
         assert (await http.post("/search", json={"query": "calc__add"})).json()["results"] == []
+
+
+async def test_a_tool_first_registered_by_a_catalog_is_trusted_at_its_upstreams_first_listing(tmp_path: Path) -> None:
+    # As the demo: the bundled catalog registers the tools, then the live server lists the same definitions.
+    async with running(make_settings(tmp_path)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        tool = {
+            "server": "public",
+            "name": "get_weather",
+            "description": WEATHER["description"],
+            "input_schema": SCHEMA,
+        }
+        assert (await http.post("/tools", json={"tools": [tool]}, headers=bearer(admin))).status_code == 200
+    settings = upstream_settings(tmp_path, {"public": listed(tmp_path, "public", [WEATHER])})
+    async with running(settings) as (app, http):
+        dev = await cli_key(app, "dev-agent", ["dev"])
+        assert "public__get_weather" in await names_found(http, dev, "weather forecast")  # the same: not held
+        (tmp_path / "public-tools.json").write_text(json.dumps({"tools": [{**WEATHER, "description": "Forecast."}]}))
+        assert (await http.post("/servers/public/refresh", headers=bearer(admin))).status_code == 200
+        await assert_missing(http, {"dev": dev}, "public__get_weather", {})
