@@ -13,6 +13,7 @@ says what they catch and what they do not.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -96,28 +97,41 @@ class HiddenCharacter:
         return f"{what} holds an invisible character U+{self.code:04X} ({self.kind}) at character {self.position}"
 
 
+@functools.cache
+def _candidates() -> re.Pattern[str]:
+    """Every code point _kind() may name, and the variation selectors, as one character class: the search runs in C
+    and the context rules run at its hits only (a Python loop over each character took 1.6 us a character)."""
+    codes = [c for c in range(0x110000) if _kind(c) is not None and not 0xD800 <= c <= 0xDFFF]
+    ranges, start = [], codes[0]
+    for previous, code in zip(codes, [*codes[1:], -1], strict=True):
+        if code != previous + 1:
+            ranges.append(re.escape(chr(start)) + ("-" + re.escape(chr(previous)) if previous > start else ""))
+            start = code
+    return re.compile("[" + "".join(ranges) + "\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+
+
 def hidden_character(text: str) -> HiddenCharacter | None:
     """The first character of `text` that a reader does not see, or None."""
     if text.isascii() and text.isprintable():  # the common case, at C speed
         return None
-    flags = [m.span() for m in _TAG_FLAG.finditer(text)]  # England, Scotland, Wales: U+1F3F4 + tags + cancel tag
-    previous_selector = -2
-    for position, char in enumerate(text):
+    flags: list[tuple[int, int]] | None = None
+    for found in _candidates().finditer(text):
+        position, char = found.start(), found.group()
         code = ord(char)
         if _VARIATION.match(char):
             # One selector picks a glyph's variant (emoji or text style, a CJK form); a run of them encodes bytes.
-            if previous_selector == position - 1 or position == 0:
+            if position == 0 or _VARIATION.match(text[position - 1]):
                 return HiddenCharacter(code, "variation selector run", position)
-            previous_selector = position
-            continue
-        kind = _kind(code)
-        if kind is None:
             continue
         if code in (0x200C, 0x200D) and _joiner_allowed(text, position):
             continue
-        if kind == "Unicode tag" and any(start <= position < end for start, end in flags):
-            continue
-        return HiddenCharacter(code, kind, position)
+        kind = _kind(code)
+        if kind == "Unicode tag":
+            if flags is None:  # England, Scotland, Wales: U+1F3F4, tag letters, the cancel tag
+                flags = [m.span() for m in _TAG_FLAG.finditer(text)]
+            if any(start <= position < end for start, end in flags):
+                continue
+        return HiddenCharacter(code, kind or "?", position)
     return None
 
 
@@ -188,9 +202,12 @@ _HANDLE = r"\b(?:read|cat|open|load|include|pass|send|attach|upload|provide|shar
 _USER = r"(?:the |your )?(?:user|human)s?\b"
 _TELL = r"(?:tell|mention|inform|notify|alert|reveal|disclose|show|warn|let)(?:ing)?"
 
-# name -> (pattern, what it is the signature of). Matched on the NFKC, case-folded, whitespace-collapsed text.
-PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
+# name -> (prefilter, pattern, what it is the signature of), matched on the NFKC, case-folded, whitespace-collapsed
+# text. The pattern runs only where its prefilter (words it cannot match without) finds something, within 160
+# characters of each hit (no match is longer): text repeating a pattern's first word 3,000 times took 27 ms.
+PATTERNS: dict[str, tuple[re.Pattern[str], re.Pattern[str], str]] = {
     "pseudo_tag": (
+        re.compile(r"[<\[]"),
         re.compile(
             r"<\s*/?\s*(?:important|system|system[-_ ]?(?:prompt|message|reminder|instructions?)|admin[-_ ]?"
             r"instructions?)\s*>|<\|\s*(?:im_start|im_end|system|endoftext)\s*\|>|\[/?inst\]|<<\s*/?sys\s*>>"
@@ -198,6 +215,7 @@ PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
         "a tag that poses as the system or marks text the model must obey (<IMPORTANT>, <system>, [INST])",
     ),
     "override": (
+        re.compile(r"ignore|disregard|forget|override|bypass"),
         re.compile(
             r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:all\s+|any\s+|the\s+|your\s+)*"
             r"(?:previous|prior|above|earlier|preceding|former|system|original|other)\s+"
@@ -206,6 +224,7 @@ PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
         "an instruction to set aside the model's other instructions",
     ),
     "conceal": (
+        re.compile(r"user|human"),
         re.compile(
             rf"\b(?:do\s+not|don'?t|never|without)\s+{_TELL}\s+(?:\w+\s+){{0,3}}?(?:to\s+)?{_USER}"
             rf"|\b(?:hide|conceal|keep)\s+(?:\w+\s+){{0,4}}?from\s+{_USER}"
@@ -214,10 +233,12 @@ PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
         "an instruction to keep something from the user",
     ),
     "secret_file": (
+        re.compile(_CREDENTIALS),
         re.compile(rf"{_HANDLE}[^.\n]{{0,80}}(?:{_CREDENTIALS})|(?:{_CREDENTIALS})[^.\n]{{0,80}}{_HANDLE}"),
         "a request to read or pass on a credential or client configuration file (~/.ssh, mcp.json)",
     ),
     "shadowing": (
+        re.compile(r"this tool|@"),
         re.compile(
             r"\bwhen\s+this\s+tool\s+is\s+(?:available|present|loaded|installed)"
             r"|\bthis\s+tool\s+has\s+(?:a\s+)?(?:very\s+)?important\s+side\s+effects?"
@@ -227,6 +248,7 @@ PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
         "an instruction about other tools' behaviour, or to copy data to a fixed address",
     ),
     "history": (
+        re.compile(r"history|log|transcript|system prompt"),
         re.compile(
             r"\b(?:include|pass|send|add|append|attach|put)\s+(?:\w+\s+){0,3}?"
             r"(?:conversation|chat)\s+(?:history|log|transcript)|\b(?:system\s+prompt)\s+(?:as|in|into)\s+the\b"
@@ -234,6 +256,7 @@ PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
         "a request to pass the conversation or the system prompt into an argument",
     ),
 }
+REACH = 160  # characters around a prefilter's hit that a pattern's match can span
 
 
 def normalized(text: str) -> str:
@@ -241,15 +264,32 @@ def normalized(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
+def _windows(prefilter: re.Pattern[str], text: str) -> Iterator[tuple[int, int]]:
+    """The spans of `text` within REACH of the prefilter's hits, overlapping ones merged."""
+    start = end = -1
+    for hit in prefilter.finditer(text):
+        low, high = max(0, hit.start() - REACH), hit.end() + REACH
+        if low > end:
+            if end >= 0:
+                yield start, end
+            start = low
+        end = high
+    if end >= 0:
+        yield start, end
+
+
 def instruction(text: str) -> tuple[str, str] | None:
     """(pattern name, matched text) of the first poisoning signature in `text`, or None."""
     if len(text) < 6:
         return None
     folded = normalized(text)
-    for name, (pattern, _) in PATTERNS.items():
-        found = pattern.search(folded)
-        if found is not None:
-            return name, found.group(0)[:200]
+    for name, (prefilter, pattern, _) in PATTERNS.items():
+        if prefilter.search(folded) is None:  # most texts: one search in C a pattern
+            continue
+        for start, end in _windows(prefilter, folded):
+            found = pattern.search(folded, start, end)
+            if found is not None:
+                return name, found.group(0)[:200]
     return None
 
 
@@ -260,7 +300,7 @@ def find_instruction(fields: Mapping[str, Any]) -> Finding | None:
         if found is not None:
             name, matched = found
             where = f"{field} at {at}" if at else field
-            return Finding(field, at, f"{where} holds {PATTERNS[name][1]}: {matched!r}", matched)
+            return Finding(field, at, f"{where} holds {PATTERNS[name][2]}: {matched!r}", matched)
     return None
 
 

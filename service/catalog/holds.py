@@ -7,14 +7,16 @@ call: to any caller but an admin asking for held tools it does not exist. `POST 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from indexer.screening import definition_hash, find_instruction
+from indexer.screening import Finding, definition_hash, find_instruction
 from service.db.models import Tool, as_utc
 from service.settings import PolicySettings
 
@@ -64,19 +66,42 @@ def _changes(previous: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, 
     }
 
 
-def judge(row: Tool, tool: Any, *, fresh: bool, listed: bool, policy: PolicySettings, now: datetime) -> str | None:
-    """Set the hold and trust of `row` for the definition `tool` (a ToolDefinition) about to be written to it,
-    before its fields are overwritten (the previous definition is read from them); returns the hold's reason.
+@dataclass
+class Review:
+    """How a batch is judged: `listed`, an upstream server's own listing (stdio, http), whose first definition is
+    trusted and a later other one held (registrations through the catalog API are their author's: only their text
+    is checked); `findings`, the poisoning signatures found in the batch's new and changed definitions."""
 
-    `listed`: the upstream server listed it itself (stdio, http): the first definition it lists is trusted and a
-    later other one is held. Registrations through the catalog API are their author's: no trust is kept for them,
-    only the text is checked. The definition an admin approved is not held again."""
+    policy: PolicySettings
+    listed: bool
+    findings: dict[str, Finding | None] = field(default_factory=dict)
+
+    @classmethod
+    async def of(cls, tools: list[Any], policy: PolicySettings, *, listed: bool) -> Review:
+        """The review of these tools (ToolDefinitions), their text matched in a worker thread: a hostile listing's
+        texts cost up to ~7 ms a 16 KB string, which the event loop must not wait for."""
+        review = cls(policy, listed)
+        if policy.hold_suspicious_tools and tools:
+            review.findings = await asyncio.to_thread(lambda: {t.qualified_name: review.finding(t) for t in tools})
+        return review
+
+    def finding(self, tool: Any) -> Finding | None:
+        if tool.qualified_name in self.findings:
+            return self.findings[tool.qualified_name]
+        return find_instruction(_fields(tool.description, tool.input_schema, tool.annotations))
+
+
+def judge(row: Tool, tool: Any, review: Review, *, fresh: bool, now: datetime) -> str | None:
+    """Set the hold and trust of `row` for the definition `tool` (a ToolDefinition) about to be written to it,
+    before its fields are overwritten (the previous definition is read from them); returns the hold's reason. The
+    definition an admin approved is not held again."""
     digest = tool.definition_hash
     definition = _fields(tool.description, tool.input_schema, tool.annotations)
+    policy, listed = review.policy, review.listed
     reasons: list[str] = []
     found = None
     if digest != row.approved_hash:
-        if policy.hold_suspicious_tools and (found := find_instruction(definition)) is not None:
+        if policy.hold_suspicious_tools and (found := review.finding(tool)) is not None:
             reasons.append(found.reason)
         if listed and policy.hold_changed_tools and row.trusted_hash is not None and digest != row.trusted_hash:
             reasons.append(f"definition changed since {_stamp(row.trusted_at)}")
@@ -104,9 +129,9 @@ def judge(row: Tool, tool: Any, *, fresh: bool, listed: bool, policy: PolicySett
     return row.held_reason
 
 
-def judged(held: dict[str, str], row: Tool, tool: Any, **how: Any) -> None:
+def judged(held: dict[str, str], row: Tool, tool: Any, review: Review, **how: Any) -> None:
     """judge() the row, keeping `held` (name -> reason) of the batch in step, and log a new hold."""
-    reason = judge(row, tool, **how)
+    reason = judge(row, tool, review, **how)
     if reason is None:
         held.pop(tool.qualified_name, None)
     else:

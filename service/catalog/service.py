@@ -17,7 +17,7 @@ from indexer.documents import content_hash
 from indexer.pipeline import DenseVectors, SyncReport, index_tools
 from indexer.tools import ToolDefinition, ToolProblem, ValidatedBatch, normalize_server_id, validate_batch
 from service.catalog.events import publish_tools_changed
-from service.catalog.holds import judged, trust
+from service.catalog.holds import Review, judged, trust
 from service.catalog.lookup import find_tool
 from service.catalog.server_info import screened, store_info
 from service.catalog.server_vectors import refresh_servers
@@ -28,7 +28,6 @@ from service.db.among import among
 from service.db.models import Server, Tool, utcnow
 from service.errors import NotFound
 from service.resources import Resources
-from service.settings import PolicySettings
 
 logger = logging.getLogger(__name__)
 
@@ -98,10 +97,10 @@ async def ensure_server(
 
 
 async def _upsert_rows(
-    session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport, *, listed: bool, policy: PolicySettings
+    session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport, review: Review
 ) -> None:
-    """Write the batch's rows (`listed`: an upstream's own listing, whose definitions are held when they change;
-    holds.judge); the held ones, changed or not, go to `report.held`."""
+    """Write the batch's rows, judged for holds by `review` (holds.judge); the held ones, changed or not, go to
+    `report.held`."""
     names = [t.qualified_name for t in tools]
     # Hashes first: a re-registration of unchanged tools loads no row (only the changed ones are loaded).
     hashes: dict[str, tuple[str, bool]] = {}
@@ -148,11 +147,11 @@ async def _upsert_rows(
                 first_seen_at=now,
                 last_seen_at=now,
             )
-            judged(report.held, row, tool, fresh=True, listed=listed, policy=policy, now=now)
+            judged(report.held, row, tool, review, fresh=True, now=now)
             session.add(row)
             report.created.append(tool.qualified_name)
         elif row.content_hash != digest or row.deprecated:
-            judged(report.held, row, tool, fresh=False, listed=listed, policy=policy, now=now)
+            judged(report.held, row, tool, review, fresh=False, now=now)
             row.server_id, row.name, row.description = tool.server, tool.name, tool.description
             row.input_schema, row.annotations, row.tags = tool.input_schema, tool.annotations, list(tool.tags)
             row.content_hash, row.deprecated, row.last_seen_at = digest, False, now
@@ -162,7 +161,7 @@ async def _upsert_rows(
             update(Tool).where(among(Tool.qualified_name, unchanged)).values(last_seen_at=now),
             execution_options={"synchronize_session": False},
         )
-    if listed:  # the upstream's first listing of rows it did not write: trusted on first use, as new rows are
+    if review.listed:  # the upstream's first listing of rows it did not write: trusted on first use, as new rows are
         untrusted.intersection_update(unchanged)
         await trust(session, [t for t in tools if t.qualified_name in untrusted], now)
 
@@ -201,9 +200,11 @@ async def register_tools(
     report = RegisterReport(errors=list(batch.problems))
     infos = {normalize_server_id(name): info for name, info in (servers or {}).items()}
     async with resources.index_lock:
-        vectors, new = await vectors_for(resources, await _admit(resources, batch, raw_tools, report))
+        admitted = await _admit(resources, batch, raw_tools, report)
+        review = await Review.of(admitted, resources.settings.policy, listed=False)
+        vectors, new = await vectors_for(resources, admitted)
         async with resources.session() as session:
-            await _upsert_rows(session, batch.tools, report, listed=False, policy=resources.settings.policy)
+            await _upsert_rows(session, batch.tools, report, review)
             await save_vectors(session, new, embedder_id(resources.embedder))
             changed = set(report.created) | set(report.updated)
             _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed])
@@ -307,11 +308,13 @@ async def sync_server_tools(
     batch = validate_batch(raw, server_id)
     report = RegisterReport(errors=list(batch.problems))
     async with resources.index_lock:
-        vectors, new = await vectors_for(resources, await _admit(resources, batch, raw, report))
+        admitted = await _admit(resources, batch, raw, report)
+        review = await Review.of(admitted, resources.settings.policy, listed=True)
+        vectors, new = await vectors_for(resources, admitted)
         listed = {t.qualified_name for t in batch.tools}
         async with resources.session() as session:
             server = await ensure_server(session, server_id, transport, config)
-            await _upsert_rows(session, batch.tools, report, listed=True, policy=resources.settings.policy)
+            await _upsert_rows(session, batch.tools, report, review)
             gone = (
                 await session.scalars(select(Tool).where(Tool.server_id == server_id, Tool.deprecated.is_(False)))
             ).all()
