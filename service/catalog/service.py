@@ -213,7 +213,7 @@ async def register_tools(
         await _index_unheld(resources, batch.tools, vectors, report, changed)
         await refresh_servers(resources, {t.server for t in batch.tools} | described)
     if report.held and (gateway := resources.gateway) is not None:  # its cached rows of the tools now held
-        for server in {name.split("__", 1)[0] for name in report.held}:
+        for server in {t.server for t in batch.tools if t.qualified_name in report.held}:
             gateway.executor.tools.invalidate_server(server)
     for server in sorted({t.server for t in batch.tools if t.qualified_name in changed}):
         names = [t.qualified_name for t in batch.tools if t.server == server and t.qualified_name in changed]
