@@ -16,6 +16,7 @@ import jsonschema_rs
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.documents import DOCUMENT_FORMAT
+from indexer.screening import definition_hash, find_hidden
 
 QUALIFIED_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 SEPARATOR = "__"
@@ -70,9 +71,15 @@ class ToolDefinition(BaseModel):
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
 
+    @cached_property
+    def definition_hash(self) -> str:
+        """SHA-256 of what the upstream says the tool does (description, input schema, annotations): unlike
+        content_hash, not moved by tags or the index's document format."""
+        return definition_hash(self.description, self.input_schema, self.annotations)
+
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ToolDefinition:
         copy = super().model_copy(update=update, deep=deep)
-        for cached in ("qualified_name", "content_hash"):
+        for cached in ("qualified_name", "content_hash", "definition_hash"):
             copy.__dict__.pop(cached, None)
         return copy
 
@@ -305,6 +312,10 @@ def validate_tool(index: int, raw: Any, default_server: str | None = None) -> To
         return ToolProblem(index, label, "tags", f"tags must be a list of strings of 1-{MAX_TAG_CHARS} characters")
     if len(tags) > MAX_TAGS:
         return ToolProblem(index, label, "tags", f"at most {MAX_TAGS} tags")
+    # Text a reviewer cannot see but a model reads (ASCII smuggled in Unicode tags, bidirectional overrides).
+    fields = {"name": name, "description": description, schema_key: schema, "annotations": annotations, "tags": tags}
+    if (hidden := find_hidden(fields)) is not None:
+        return ToolProblem(index, label, hidden.field, hidden.reason, at=hidden.at)
     return ToolDefinition(
         server=server.strip(),
         name=name.strip(),

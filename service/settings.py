@@ -189,6 +189,8 @@ class PolicySettings(Section):
     # Every other body (calls, searches, scripts): parsing small JSON values costs the event loop ~1 s a MB.
     max_call_body_bytes: int = 2_000_000
     max_tools_per_registration: int = 5_000  # tools in one POST /tools (the CLI sends big catalogs in parts)
+    hold_suspicious_tools: bool = True  # hold tools bearing a poisoning signature; hold_changed_tools: upstream
+    hold_changed_tools: bool = True  # tools whose definition changed since their first listing (rug pulls)
     # Failed authentications per client address: this many in a row are free, then each waits twice as long.
     auth_failures_free: int = 5
     auth_failure_max_delay_seconds: float = 300.0
@@ -385,9 +387,7 @@ class Settings(BaseSettings):
     @property
     def database_url(self) -> str:
         """The SQLAlchemy URL: the configured one, or a SQLite file in the data folder."""
-        if self.db.url:
-            return self.db.url
-        return f"sqlite:///{(self.data_dir / 'toolscout.db').resolve()}"
+        return self.db.url or f"sqlite:///{(self.data_dir / 'toolscout.db').resolve()}"
 
     @property
     def models_dir(self) -> Path:

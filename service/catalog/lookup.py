@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.tools import MAX_NAME_CHARS
 from service.db.among import among
-from service.db.models import Tool
+from service.db.models import Tool, active
 from service.errors import HiddenTool, NotFound
 from service.policy.callers import Caller
 from service.policy.service import visible_names
@@ -34,11 +34,17 @@ def tool_not_found(
 
 
 async def find_tool(
-    session: AsyncSession, name: str, resources: Resources | None = None, allowed: frozenset[str] | None = None
+    session: AsyncSession,
+    name: str,
+    resources: Resources | None = None,
+    allowed: frozenset[str] | None = None,
+    *,
+    held: bool = False,
 ) -> Tool:
-    """The active tool with this qualified name; NotFound names the closest ones (of `allowed`, when given)."""
+    """The active tool with this qualified name; NotFound names the closest ones (of `allowed`, when given). A tool
+    held for review is missing too, unless `held` (an admin's view of it)."""
     row = await session.get(Tool, name)
-    if row is not None and not row.deprecated:
+    if row is not None and not row.deprecated and (held or row.held_reason is None):
         return row
     raise tool_not_found(name, resources, allowed)
 
@@ -51,11 +57,12 @@ async def list_tools(
     limit: int = 100,
     offset: int = 0,
     allowed: frozenset[str] | None = None,
+    held: bool = False,
 ) -> tuple[list[Tool], int]:
-    """A page of active tools, ordered by qualified name, and the total. Only the page's rows are read (reading
-    every row of a 100k-tool catalog cost 2.5 s of the event loop a request); with a tag, whose column is a JSON
-    list, the names and tags of the others are."""
-    terms = [Tool.deprecated.is_(False)]
+    """A page of active tools (`held`: of the tools held for review instead), ordered by qualified name, and the
+    total. Only the page's rows are read (reading every row of a 100k-tool catalog cost 2.5 s of the event loop a
+    request); with a tag, whose column is a JSON list, the names and tags of the others are."""
+    terms = [Tool.deprecated.is_(False), Tool.held_reason.is_not(None) if held else Tool.held_reason.is_(None)]
     if server:
         terms.append(Tool.server_id == server)
     if allowed is not None:
@@ -92,8 +99,6 @@ async def find_visible_tool(session: AsyncSession, resources: Resources, caller:
 
 
 async def count_tools(session: AsyncSession) -> dict[str, int]:
-    """Active tools per server."""
-    rows = await session.execute(
-        select(Tool.server_id, func.count()).where(Tool.deprecated.is_(False)).group_by(Tool.server_id)
-    )
+    """Active tools per server (not those held for review)."""
+    rows = await session.execute(select(Tool.server_id, func.count()).where(active()).group_by(Tool.server_id))
     return {server: count for server, count in rows}

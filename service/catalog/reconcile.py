@@ -14,7 +14,7 @@ from indexer.pipeline import SyncReport
 from indexer.tools import ToolDefinition
 from service.catalog.service import index_definitions, to_definition, unindex
 from service.cluster.vectors import embedder_id, save_vectors, vectors_for
-from service.db.models import Tool
+from service.db.models import Tool, active
 from service.resources import Resources
 
 
@@ -27,7 +27,7 @@ async def reconcile_index(resources: Resources) -> SyncReport:
     async with resources.index_lock:
         started = time.perf_counter()
         async with resources.session() as session:
-            rows = (await session.scalars(select(Tool).where(Tool.deprecated.is_(False)))).all()
+            rows = (await session.scalars(select(Tool).where(active()))).all()
         tools = [to_definition(r) for r in rows]
         indexed: dict[str, str] = await resources.run_indexing(index.content_hashes)
         vectors, new = await vectors_for(resources, _not_indexed(tools, indexed))
@@ -57,7 +57,7 @@ async def _active_names(resources: Resources, names: list[str]) -> set[str]:
     async with resources.session() as session:
         for start in range(0, len(names), 500):
             chunk = names[start : start + 500]
-            query = select(Tool.qualified_name).where(Tool.qualified_name.in_(chunk), Tool.deprecated.is_(False))
+            query = select(Tool.qualified_name).where(Tool.qualified_name.in_(chunk), active())
             found.update((await session.scalars(query)).all())
     return found
 
@@ -80,7 +80,7 @@ async def follow_tools(resources: Resources, names: list[str]) -> dict[str, set[
             for start in range(0, len(names), 500):
                 chunk = names[start : start + 500]
                 rows.extend((await session.scalars(select(Tool).where(Tool.qualified_name.in_(chunk)))).all())
-        tools = [to_definition(r) for r in rows if not r.deprecated]
+        tools = [to_definition(r) for r in rows if not r.deprecated and r.held_reason is None]
         payloads = await resources.run_index(index.payloads, names)
         indexed = {name: str(p.get("content_hash", "")) for name, p in payloads.items()}
         vectors, new = await vectors_for(resources, _not_indexed(tools, indexed))
@@ -104,7 +104,7 @@ async def catalog_differences(resources: Resources) -> list[str]:
     index = resources.index
     assert index is not None and resources.retriever is not None
     async with resources.session() as session:
-        rows = await session.execute(select(Tool.qualified_name, Tool.content_hash).where(Tool.deprecated.is_(False)))
+        rows = await session.execute(select(Tool.qualified_name, Tool.content_hash).where(active()))
         catalog = dict(rows.tuples().all())
     indexed: dict[str, str] = await resources.run_indexing(index.content_hashes)
     directory = set(resources.retriever.directory.names())

@@ -10,8 +10,9 @@ from pydantic import BaseModel, Field
 from service.catalog import lookup
 from service.catalog import service as catalog
 from service.catalog.json_body import StrictJsonBodyRoute
+from service.catalog.review import admin_view, approve_tool
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
-from service.errors import InvalidTool, PayloadTooLarge, RequestBody
+from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied, RequestBody
 
 router = APIRouter(tags=["tools"], route_class=StrictJsonBodyRoute)
 
@@ -42,6 +43,7 @@ class RegisterResponse(BaseModel):
     removed: int
     tools: list[str]
     errors: list[dict[str, Any]]
+    held: list[dict[str, Any]] = Field(default_factory=list, description="Tools held for review: name and reason")
 
 
 @router.get("/tools")
@@ -53,8 +55,14 @@ async def get_tools(
     tag: str | None = None,
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0),
+    held: bool = Query(False, description="Admins: the tools held for review instead, each with why (`held`)"),
 ) -> dict[str, Any]:
-    """Active tools the caller may use, a page at a time."""
+    """Active tools the caller may use, a page at a time; with `held=true` (admins), the tools held for review."""
+    if held:
+        if not caller.is_admin:
+            raise PermissionDenied("Listing the tools held for review needs the admin role", caller=caller.id)
+        rows, total = await lookup.list_tools(session, server=server, tag=tag, limit=limit, offset=offset, held=True)
+        return {"tools": [admin_view(r) for r in rows], "total": total, "limit": limit, "offset": offset}
     rows, total = await lookup.list_visible_tools(
         session, resources, caller, server=server, tag=tag, limit=limit, offset=offset
     )
@@ -62,9 +70,24 @@ async def get_tools(
 
 
 @router.get("/tools/{name}")
-async def get_tool(name: str, session: SessionDep, resources: ResourcesDep, caller: CallerDep) -> dict[str, Any]:
-    """One tool by qualified name."""
+async def get_tool(
+    name: str,
+    session: SessionDep,
+    resources: ResourcesDep,
+    caller: CallerDep,
+    held: bool = Query(False, description="Admins: the tool even when held for review, with why (`held`)"),
+) -> dict[str, Any]:
+    """One tool by qualified name. A tool held for review is missing, except to an admin asking with `held=true`."""
+    if held and caller.is_admin:
+        return admin_view(await lookup.find_tool(session, name, resources, held=True))
     return catalog.tool_view(await lookup.find_visible_tool(session, resources, caller, name))
+
+
+@router.post("/tools/{name}/approve")
+async def approve(name: str, resources: ResourcesDep, caller: ToolsAdminDep) -> dict[str, Any]:
+    """Release a tool held for review (admin): it is indexed, listed and callable again, and its definition is
+    trusted (not held again for the same text). 404 for no such tool, 409 for a tool that is not held."""
+    return await approve_tool(resources, name)
 
 
 @router.post("/tools", response_model=RegisterResponse)

@@ -3,15 +3,19 @@ kept on their catalog rows for server-aware scoring (service/search/servers.py).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from indexer.servers import server_info
+from indexer.screening import find_hidden, find_instruction
+from indexer.servers import INFO_FIELDS, server_info
 from service.catalog.files import DEMO_CATALOGS, load_catalog_file
 from service.cluster.changes import TOOLS, record_change
 from service.db.models import Server
+
+logger = logging.getLogger(__name__)
 
 
 async def store_info(session: AsyncSession, servers: Mapping[str, Any], origin: str) -> set[str]:
@@ -29,6 +33,35 @@ async def store_info(session: AsyncSession, servers: Mapping[str, Any], origin: 
             record_change(session, TOOLS, [], server=server_id, origin=origin)
             changed.add(server_id)
     return changed
+
+
+def screen_info(raw: Any) -> tuple[dict[str, Any], list[str]]:
+    """A server's info block without the text fields that hold invisible characters or address the model, and
+    what was dropped. They reach only ranking (the server's document), never an agent; dropped, not refused, so
+    the server's tools still sync, and said in its `last_error` and the log."""
+    if not isinstance(raw, Mapping):
+        return {}, []
+    kept, dropped = dict(raw), []
+    for name in INFO_FIELDS:
+        text = raw.get(name)
+        if not isinstance(text, str):
+            continue
+        found = find_hidden({name: text}) or find_instruction({name: text})
+        if found is not None:
+            del kept[name]
+            dropped.append(f"{found.reason}; its {name} is not used")
+    return kept, dropped
+
+
+def screened(infos: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """These servers' info blocks (server id -> block) screened; what was dropped is added to `notes` and logged."""
+    kept: dict[str, Any] = {}
+    for server_id, info in infos.items():
+        kept[server_id], dropped = screen_info(info)
+        for note in dropped:
+            notes.append(f"server {server_id}: {note}")
+            logger.warning("server %s: %s", server_id, note)
+    return kept
 
 
 def demo_servers() -> dict[str, dict[str, Any]]:

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.servers import server_document, server_hash, server_info
 from service.cluster.vectors import embedder_id
 from service.db.among import among
-from service.db.models import Server, Tool, ToolVectors
+from service.db.models import Server, Tool, ToolVectors, active
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -84,9 +84,9 @@ async def _documents(session: AsyncSession, server_ids: list[str] | None) -> dic
     }
     if not described:  # most catalogs of tool definitions: no tool needs reading
         return {}
-    tools = select(Tool.server_id).where(Tool.deprecated.is_(False), among(Tool.server_id, described)).distinct()
-    active = set((await session.scalars(tools)).all())
-    return {server: server_document(server, info) for server, info in described.items() if server in active}
+    tools = select(Tool.server_id).where(active(), among(Tool.server_id, described)).distinct()
+    listing = set((await session.scalars(tools)).all())
+    return {server: server_document(server, info) for server, info in described.items() if server in listing}
 
 
 async def _load(session: AsyncSession, digests: Iterable[str], model: str) -> dict[str, list[float]]:

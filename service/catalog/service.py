@@ -17,8 +17,9 @@ from indexer.documents import content_hash
 from indexer.pipeline import DenseVectors, SyncReport, index_tools
 from indexer.tools import ToolDefinition, ToolProblem, ValidatedBatch, normalize_server_id, validate_batch
 from service.catalog.events import publish_tools_changed
+from service.catalog.holds import Review, judged, trust
 from service.catalog.lookup import find_tool
-from service.catalog.server_info import store_info
+from service.catalog.server_info import screened, store_info
 from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
 from service.cluster.state import announce, cluster_state
@@ -40,6 +41,8 @@ class RegisterReport:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     errors: list[ToolProblem] = field(default_factory=list)
+    held: dict[str, str] = field(default_factory=dict)  # the batch's tools held for review, and why
+    notes: list[str] = field(default_factory=list)  # what was dropped of the servers' own info blocks
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +52,7 @@ class RegisterReport:
             "removed": len(self.removed),
             "tools": self.created + self.updated + self.unchanged,
             "errors": [e.as_dict() for e in self.errors],
+            "held": [{"name": name, "reason": reason} for name, reason in sorted(self.held.items())],
         }
 
 
@@ -92,23 +96,25 @@ async def ensure_server(
     return server
 
 
-async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport) -> None:
+async def _upsert_rows(
+    session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport, review: Review
+) -> None:
+    """Write the batch's rows, judged for holds by `review` (holds.judge); the held ones, changed or not, go to
+    `report.held`."""
     names = [t.qualified_name for t in tools]
     # Hashes first: a re-registration of unchanged tools loads no row (only the changed ones are loaded).
-    hashes = (
-        {
-            name: (digest, deprecated)
-            for name, digest, deprecated in (
-                await session.execute(
-                    select(Tool.qualified_name, Tool.content_hash, Tool.deprecated).where(
-                        among(Tool.qualified_name, names)
-                    )
-                )
-            ).all()
-        }
-        if names
-        else {}
-    )
+    hashes: dict[str, tuple[str, bool]] = {}
+    untrusted: set[str] = set()  # rows an upstream never listed (a bundled catalog's, or from before 0010)
+    if names:
+        query = select(Tool.qualified_name, Tool.content_hash, Tool.deprecated, Tool.held_reason, Tool.trusted_hash)
+        for name, digest, deprecated, held, trusted in await session.execute(
+            query.where(among(Tool.qualified_name, names))
+        ):
+            hashes[name] = (digest, deprecated)
+            if held is not None:
+                report.held[name] = held
+            elif trusted is None:
+                untrusted.add(name)
     digests = {t.qualified_name: content_hash(t) for t in tools}
     stale = [name for name, digest in digests.items() if name in hashes and hashes[name] != (digest, False)]
     existing = (
@@ -129,22 +135,23 @@ async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], repor
             unchanged.append(tool.qualified_name)
             report.unchanged.append(tool.qualified_name)
         elif row is None:
-            session.add(
-                Tool(
-                    qualified_name=tool.qualified_name,
-                    server_id=tool.server,
-                    name=tool.name,
-                    description=tool.description,
-                    input_schema=tool.input_schema,
-                    annotations=tool.annotations,
-                    tags=list(tool.tags),
-                    content_hash=digest,
-                    first_seen_at=now,
-                    last_seen_at=now,
-                )
+            row = Tool(
+                qualified_name=tool.qualified_name,
+                server_id=tool.server,
+                name=tool.name,
+                description=tool.description,
+                input_schema=tool.input_schema,
+                annotations=tool.annotations,
+                tags=list(tool.tags),
+                content_hash=digest,
+                first_seen_at=now,
+                last_seen_at=now,
             )
+            judged(report.held, row, tool, review, fresh=True, now=now)
+            session.add(row)
             report.created.append(tool.qualified_name)
         elif row.content_hash != digest or row.deprecated:
+            judged(report.held, row, tool, review, fresh=False, now=now)
             row.server_id, row.name, row.description = tool.server, tool.name, tool.description
             row.input_schema, row.annotations, row.tags = tool.input_schema, tool.annotations, list(tool.tags)
             row.content_hash, row.deprecated, row.last_seen_at = digest, False, now
@@ -154,6 +161,9 @@ async def _upsert_rows(session: AsyncSession, tools: list[ToolDefinition], repor
             update(Tool).where(among(Tool.qualified_name, unchanged)).values(last_seen_at=now),
             execution_options={"synchronize_session": False},
         )
+    if review.listed:  # the upstream's first listing of rows it did not write: trusted on first use, as new rows are
+        untrusted.intersection_update(unchanged)
+        await trust(session, [t for t in tools if t.qualified_name in untrusted], now)
 
 
 async def _ensure_servers(session: AsyncSession, server_ids: set[str]) -> None:
@@ -190,16 +200,21 @@ async def register_tools(
     report = RegisterReport(errors=list(batch.problems))
     infos = {normalize_server_id(name): info for name, info in (servers or {}).items()}
     async with resources.index_lock:
-        vectors, new = await vectors_for(resources, await _admit(resources, batch, raw_tools, report))
+        admitted = await _admit(resources, batch, raw_tools, report)
+        review = await Review.of(admitted, resources.settings.policy, listed=False)
+        vectors, new = await vectors_for(resources, admitted)
         async with resources.session() as session:
-            await _upsert_rows(session, batch.tools, report)
+            await _upsert_rows(session, batch.tools, report, review)
             await save_vectors(session, new, embedder_id(resources.embedder))
             changed = set(report.created) | set(report.updated)
             _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed])
-            described = await store_info(session, infos, cluster_state(resources).replica_id)
+            described = await store_info(session, screened(infos, report.notes), cluster_state(resources).replica_id)
             await session.commit()
-        await index_definitions(resources, batch.tools, vectors)
+        await _index_unheld(resources, batch.tools, vectors, report, changed)
         await refresh_servers(resources, {t.server for t in batch.tools} | described)
+    if report.held and (gateway := resources.gateway) is not None:  # its cached rows of the tools now held
+        for server in {t.server for t in batch.tools if t.qualified_name in report.held}:
+            gateway.executor.tools.invalidate_server(server)
     for server in sorted({t.server for t in batch.tools if t.qualified_name in changed}):
         names = [t.qualified_name for t in batch.tools if t.server == server and t.qualified_name in changed]
         publish_tools_changed(resources, server, names)  # MCP front ends re-list (GET /events)
@@ -293,11 +308,13 @@ async def sync_server_tools(
     batch = validate_batch(raw, server_id)
     report = RegisterReport(errors=list(batch.problems))
     async with resources.index_lock:
-        vectors, new = await vectors_for(resources, await _admit(resources, batch, raw, report))
+        admitted = await _admit(resources, batch, raw, report)
+        review = await Review.of(admitted, resources.settings.policy, listed=True)
+        vectors, new = await vectors_for(resources, admitted)
         listed = {t.qualified_name for t in batch.tools}
         async with resources.session() as session:
             server = await ensure_server(session, server_id, transport, config)
-            await _upsert_rows(session, batch.tools, report)
+            await _upsert_rows(session, batch.tools, report, review)
             gone = (
                 await session.scalars(select(Tool).where(Tool.server_id == server_id, Tool.deprecated.is_(False)))
             ).all()
@@ -312,17 +329,29 @@ async def sync_server_tools(
                 _record_tools(
                     resources, session, [t for t in batch.tools if t.qualified_name in changed], *report.removed
                 )
-            described = await store_info(
-                session, {server_id: info} if info else {}, cluster_state(resources).replica_id
-            )
+            infos = screened({server_id: info} if info else {}, report.notes)
+            described = await store_info(session, infos, cluster_state(resources).replica_id)
             await session.commit()
-        await index_definitions(resources, batch.tools, vectors)
+        await _index_unheld(resources, batch.tools, vectors, report, changed)
         if report.removed:
             await unindex(resources, report.removed)
         await refresh_servers(resources, [server_id])
     if changed or report.removed or described:
         await announce(resources)
     return report
+
+
+async def _index_unheld(
+    resources: Resources,
+    tools: list[ToolDefinition],
+    vectors: dict[str, DenseVectors],
+    report: RegisterReport,
+    changed: set[str],
+) -> None:
+    """Index the batch's tools that are not held; take out of the index those that were just held."""
+    await index_definitions(resources, [t for t in tools if t.qualified_name not in report.held], vectors)
+    if newly := sorted(name for name in report.held if name in changed):
+        await unindex(resources, newly)
 
 
 async def unindex(resources: Resources, names: list[str]) -> None:
@@ -338,7 +367,7 @@ async def delete_tool(resources: Resources, name: str) -> None:
     """Remove a tool from the catalog and the index."""
     async with resources.index_lock:
         async with resources.session() as session:
-            row = await find_tool(session, name, resources)
+            row = await find_tool(session, name, resources, held=True)
             server_id = row.server_id
             await session.delete(row)
             record_change(session, TOOLS, [name], server=server_id, origin=cluster_state(resources).replica_id)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 # Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
 COMMAND_MODULES = [
     "service.cli.core", "service.cli.bench", "service.cli.keys", "service.cli.analytics", "service.cli.mcp",
-    "service.cli.servers", "service.cli.models",
+    "service.cli.servers", "service.cli.tools", "service.cli.models",
 ]
 
 

@@ -160,7 +160,9 @@ def _post_in_parts(
     client = _api(settings)
     if client is None:
         return None
-    total: dict[str, Any] = {"created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": []}
+    total: dict[str, Any] = {
+        "created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": [], "held": []
+    }
     try:
         for start in range(0, max(len(tools), 1), INDEX_PART):
             part = {"tools": tools[start : start + INDEX_PART], **({"servers": servers} if servers else {})}
@@ -175,6 +177,7 @@ def _post_in_parts(
                 total[key] += body[key]
             total["tools"] += body["tools"]
             total["errors"] += body["errors"]
+            total["held"] += body.get("held", [])
     finally:
         client.close()
     return total
@@ -257,10 +260,12 @@ def cmd_index(args: argparse.Namespace) -> int:
             return fail(exc)
     print(
         f"created {body['created']}, updated {body['updated']}, unchanged {body['unchanged']}, "
-        f"rejected {len(body['errors'])}"
+        f"rejected {len(body['errors'])}, held for review {len(body['held'])}"
     )
     for error in body["errors"][:20]:
         print(printable(f"  rejected {error['tool']} ({error['pointer']}): {error['reason']}"))
+    for held in body["held"][:20]:
+        print(printable(f"  held {held['name']}: {held['reason']} (`toolscout tools approve NAME` releases it)"))
     return 0 if body["created"] + body["updated"] + body["unchanged"] else 1
 
 

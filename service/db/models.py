@@ -18,9 +18,11 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    and_,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -85,6 +87,21 @@ class Tool(Base):
     deprecated: Mapped[bool] = mapped_column(Boolean, default=False)
     first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # 0010: why the tool is held for an admin's review (None: it is not); a held tool is in no index, no listing
+    # and answers no call (service/catalog/holds.py). `hold`: the details (kind, matched text, previous definition).
+    held_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    hold: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
+    # The definition hash an upstream's own listing established (trust on first use) or an admin approved; a
+    # listing of another definition is held. None for tools registered through the catalog API.
+    trusted_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+    trusted_at: Mapped[datetime | None] = mapped_column(default=None)
+    # The definition an admin released from a hold: not held again for the same text.
+    approved_hash: Mapped[str | None] = mapped_column(String(64), default=None)
+
+
+def active(tool: Any = Tool) -> ColumnElement[bool]:
+    """The catalog rows agents may find and call: not deprecated, not held for review (`tool`: Tool or an alias)."""
+    return and_(tool.deprecated.is_(False), tool.held_reason.is_(None))
 
 
 class Search(Base):

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.index.base import SearchFilter
-from service.db.models import Tool
+from service.db.models import Tool, active
 from service.errors import PermissionDenied
 from service.policy.approvals import approval_required, arguments_digest, consume_approval, request_approval
 from service.policy.callers import Caller
@@ -131,7 +131,7 @@ async def refresh_catalog(resources: Resources) -> int:
     """Reload the snapshot of active tool names and their servers; returns its size."""
     async with resources.session() as session:
         rows = (
-            await session.execute(select(Tool.qualified_name, Tool.server_id).where(Tool.deprecated.is_(False)))
+            await session.execute(select(Tool.qualified_name, Tool.server_id).where(active()))
         ).all()
     policy_state(resources).set_catalog({name: server for name, server in rows})
     return len(rows)

@@ -19,7 +19,7 @@ from indexer.intents import split_intents, whole_from_parts, whole_from_parts_ap
 from indexer.lexical import SparseVector
 from indexer.names import READ_VERBS, asks, name_verb, query_stems, spelling_tier, wanted_verbs
 from service.catalog.server_vectors import ServerVectors
-from service.db.models import Tool
+from service.db.models import Tool, active
 from service.observability import Stage, stage
 from service.search.index_steps import IndexSteps
 from service.search.ranking import (
@@ -159,7 +159,7 @@ class Retriever:
     async def load_names(self, session: AsyncSession) -> None:
         """Fill the name directory from the catalog of record."""
         rows = await session.execute(
-            select(Tool.qualified_name, Tool.name, Tool.server_id, Tool.tags).where(Tool.deprecated.is_(False))
+            select(Tool.qualified_name, Tool.name, Tool.server_id, Tool.tags).where(active())
         )
         for qualified, name, server, tags in rows:
             self.directory.add(qualified, name, server, tags or ())

@@ -293,11 +293,18 @@ class UpstreamConnection(ToolCalls):
                 logger.exception("MCP server %s: syncing %d tools into the catalog failed", self.id, len(tools))
                 self.health.error(f"catalog sync failed: {describe(exc)}")
                 return None
+            problems = []
             if refused := getattr(report, "errors", None):
                 first = refused[0]
-                message = (
+                problems.append(
                     f"{len(refused)} listed tools refused; first: {first.tool[:80]!r}, {first.field}: {first.reason}"
                 )
+            if held := getattr(report, "held", None):
+                name, reason = min(held.items())
+                problems.append(f"{len(held)} listed tools held for an admin's review; first: {name}: {reason[:300]}")
+            problems.extend(getattr(report, "notes", None) or [])
+            if problems:
+                message = "; ".join(problems)
                 logger.warning("MCP server %s: %s", self.id, message)
                 self.health.error(message)
             self.health.tools = len(tools)

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select
 
+from service.catalog.holds import held_by_server
 from service.catalog.lookup import count_tools
 from service.catalog.service import ensure_server, remove_server
 from service.cluster.changes import SERVER_ADDED, record_change
@@ -63,7 +64,11 @@ async def stored_specs(resources: Resources, configured: list[ServerSpec]) -> li
 
 
 def server_view(
-    spec: ServerSpec | None, row: Server | None, connection: UpstreamConnection | None, tools: int
+    spec: ServerSpec | None,
+    row: Server | None,
+    connection: UpstreamConnection | None,
+    tools: int,
+    held: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The public shape of a server: configuration (secrets redacted), catalog state and live health."""
     server_id = spec.id if spec else row.id if row else "?"
@@ -73,6 +78,7 @@ def server_view(
         "source": spec.source if spec else (row.config or {}).get("source", "catalog") if row else "catalog",
         "config": spec.public_config() if spec else {},
         "tools": tools,
+        "held_tools": held or [],  # held for an admin's review (service/catalog/holds.py): name and reason
         "last_sync_at": row.last_sync_at.isoformat() if row and row.last_sync_at else None,
     }
     if connection is not None:
@@ -92,6 +98,7 @@ async def list_servers(resources: Resources, pool: UpstreamPool) -> list[dict[st
     async with resources.session() as session:
         rows = {row.id: row for row in (await session.scalars(select(Server))).all()}
         counts = await count_tools(session)
+        held = await held_by_server(session)
     ids = sorted(set(rows) | {c.id for c in pool.connections()})
     views = []
     for server_id in ids:
@@ -102,6 +109,7 @@ async def list_servers(resources: Resources, pool: UpstreamPool) -> list[dict[st
                 rows.get(server_id),
                 connection,
                 counts.get(server_id, 0),
+                held.get(server_id),
             )
         )
     return views
@@ -112,10 +120,12 @@ async def get_server(resources: Resources, pool: UpstreamPool, server_id: str) -
     async with resources.session() as session:
         row = await session.get(Server, server_id)
         counts = await count_tools(session)
+        held = await held_by_server(session, server_id)
     connection = pool.get(server_id)
     if row is None and connection is None:
         raise NotFound(f"No server named {server_id!r}", server=server_id)
-    return server_view(connection.spec if connection else None, row, connection, counts.get(server_id, 0))
+    spec = connection.spec if connection else None
+    return server_view(spec, row, connection, counts.get(server_id, 0), held.get(server_id))
 
 
 async def add_server(resources: Resources, pool: UpstreamPool, spec: ServerSpec, wait_seconds: float) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from sqlalchemy import distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.among import among
-from service.db.models import Search, Tool, ToolSearchStats, ToolStats
+from service.db.models import Search, Tool, ToolSearchStats, ToolStats, active
 from service.db.rollup_tables import tool_pairs_daily, usage_daily, usage_errors_daily, usage_hourly
 from service.usage.rollups import HISTOGRAM, as_utc, estimate_percentile
 from service.usage.scope import Scope, daily_filter, day_label, hourly_filter, tool_terms, window_terms
@@ -361,7 +361,7 @@ async def never_found(session: AsyncSession, scope: Scope, limit: int = 100) -> 
                     calls, calls.c.tool == T.qualified_name
                 )
             )
-            .where(T.deprecated.is_(False), not_returned, *tool_terms(T.qualified_name, scope))
+            .where(active(T), not_returned, *tool_terms(T.qualified_name, scope))
             .order_by(T.qualified_name)
             .limit(limit)
         )

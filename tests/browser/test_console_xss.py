@@ -22,7 +22,8 @@ IMG = f'<img src=x onerror="{RUN}">'
 SVG = f'"><svg onload="{RUN}"><b id=pwned>'
 SCRIPT = f"</script><script>{RUN}</script>"
 JS_URL = f"javascript:{RUN}"
-BIDI = "safe\u202e<img src=x onerror=window.__pwned=1>\u200b"
+# Bidirectional controls and zero-width characters are refused at registration (indexer/screening.py).
+BIDI = "safe<img src=x onerror=window.__pwned=1>"
 SERVER = "evil<img src=x onerror=window.__pwned=1>"
 TOOL = f"steal{SVG}"[:200]
 DESCRIPTION = f"Convert celsius temperature {IMG} {SCRIPT} {JS_URL} {BIDI}"

@@ -29,6 +29,7 @@ async def test_register_counts_created_updated_unchanged_and_errors(client: http
         "unchanged": 0,
         "removed": 0,
         "errors": [],
+        "held": [],
         "tools": None,
     }
     changed = [

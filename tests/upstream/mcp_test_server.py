@@ -106,7 +106,8 @@ def run_paged(count: int) -> None:
 
 
 def run_listed(path: str) -> None:
-    """A low-level server listing the tools of a JSON file (`{"tools": [...]}`) without checking them."""
+    """A low-level server listing the tools of a JSON file (`{"tools": [...]}`) without checking them; the file is
+    read at each tools/list, so a test changes what the server lists by rewriting it."""
     import json
 
     import anyio
@@ -114,11 +115,9 @@ def run_listed(path: str) -> None:
     from mcp.server import Server
     from mcp.server.stdio import stdio_server
 
-    with open(path, encoding="utf-8") as file:
-        tools = [types.Tool.model_construct(**tool) for tool in json.load(file)["tools"]]
-
     async def list_tools(ctx: object, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tools)
+        listed = json.loads(await anyio.Path(path).read_text(encoding="utf-8"))["tools"]
+        return types.ListToolsResult(tools=[types.Tool.model_construct(**tool) for tool in listed])
 
     async def call_tool(ctx: object, params: types.CallToolRequestParams) -> types.CallToolResult:
         text = f"{params.name}:{json.dumps(params.arguments or {}, sort_keys=True)}"

@@ -1,0 +1,91 @@
+"""`toolscout tools held | approve NAME`: the tools held for an admin's review, and their release.
+
+Through the running service (TOOLSCOUT_FRONTEND__API_URL, with an admin key in TOOLSCOUT_FRONTEND__API_KEY) when it
+answers, else straight on the local data folder, as `index` does."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+from urllib.parse import quote
+
+from service.cli.core import _api, _direct, fail
+from service.cli.terminal import printable
+from service.errors import ToolscoutError
+from service.settings import Settings
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    tools = subparsers.add_parser("tools", help="tools held for review (poisoning signatures, changed definitions)")
+    commands = tools.add_subparsers(dest="tools_command", required=True)
+    held = commands.add_parser("held", help="the tools held for an admin's review, and why")
+    held.add_argument("--server", default=None, help="only this server's")
+    held.add_argument("--json", action="store_true", help="print the raw JSON response")
+    held.set_defaults(func=cmd_held)
+    approve = commands.add_parser("approve", help="release a held tool: indexed, listed and callable again")
+    approve.add_argument("name", help="qualified name (<server>__<tool>)")
+    approve.add_argument("--json", action="store_true", help="print the raw JSON response")
+    approve.set_defaults(func=cmd_approve)
+
+
+def _through_service(method: str, path: str, **options: Any) -> dict[str, Any] | int | None:
+    """The service's answer (an exit status on an error), or None when no service runs."""
+    client = _api(Settings())
+    if client is None:
+        return None
+    try:
+        response = client.request(method, path, **options)
+    finally:
+        client.close()
+    body: dict[str, Any] = response.json()
+    return fail(body) if response.status_code >= 400 else body
+
+
+def _locally(fn: Any) -> dict[str, Any] | int:
+    try:
+        return dict(asyncio.run(_direct(fn)))
+    except ToolscoutError as exc:
+        return fail(exc)
+
+
+def cmd_held(args: argparse.Namespace) -> int:
+    params = {"held": "true", "limit": 1000, **({"server": args.server} if args.server else {})}
+    body = _through_service("GET", "/tools", params=params)
+    if body is None:
+        body = _locally(lambda resources: _held_locally(resources, args.server))
+    if isinstance(body, int):
+        return body
+    if args.json:
+        print(json.dumps(body["tools"], indent=2))
+        return 0
+    for tool in body["tools"]:
+        print(f"{printable(tool['name'])}  held since {tool['held'].get('held_at')}")
+        print(f"  {printable(tool['held']['reason'])}")
+    print(f"{body['total']} tools held")
+    return 0
+
+
+async def _held_locally(resources: Any, server: str | None) -> dict[str, Any]:
+    from service.catalog.lookup import list_tools
+    from service.catalog.review import admin_view
+
+    async with resources.session() as session:
+        rows, total = await list_tools(session, server=server, limit=1000, held=True)
+    return {"tools": [admin_view(r) for r in rows], "total": total}
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from service.catalog.review import approve_tool
+
+    body = _through_service("POST", f"/tools/{quote(args.name, safe='')}/approve")
+    if body is None:
+        body = _locally(lambda resources: approve_tool(resources, args.name))
+    if isinstance(body, int):
+        return body
+    if args.json:
+        print(json.dumps(body, indent=2))
+    else:
+        print(f"approved: {printable(body['name'])} is indexed and callable again")
+    return 0
