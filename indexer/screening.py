@@ -98,7 +98,7 @@ class HiddenCharacter:
 
 
 @functools.cache
-def _candidates() -> re.Pattern[str]:
+def candidate_characters() -> re.Pattern[str]:
     """Every code point _kind() may name, and the variation selectors, as one character class: the search runs in C
     and the context rules run at its hits only (a Python loop over each character took 1.6 us a character)."""
     codes = [c for c in range(0x110000) if _kind(c) is not None and not 0xD800 <= c <= 0xDFFF]
@@ -115,7 +115,7 @@ def hidden_character(text: str) -> HiddenCharacter | None:
     if text.isascii() and text.isprintable():  # the common case, at C speed
         return None
     flags: list[tuple[int, int]] | None = None
-    for found in _candidates().finditer(text):
+    for found in candidate_characters().finditer(text):
         position, char = found.start(), found.group()
         code = ord(char)
         if _VARIATION.match(char):

@@ -90,7 +90,7 @@ def _from_jsonl(path: Path, server: str | None) -> CatalogFile:
             }
         )
         if notes:
-            repairs.append(f"{path.name}:{number}: {name}: {'; '.join(notes)}")
+            repairs.append(f"{path.name}:{number}: {tool['name']}: {'; '.join(notes)}")
         tools.append(tool)
     return CatalogFile(tools, ids, repairs=repairs)
 

@@ -1,16 +1,19 @@
 """Repairs of a tool read from a public dataset's JSON Lines (the evaluation format), so that a line the
 registration would refuse is kept for retrieval instead of lost: parameter types written as Python or Java names
 (`str`, `int`, `dict`, `List`), `required` written on a property, `items` given as a type name, a description
-past the registration's limit. What cannot be repaired is left out (the schema, the tags, the annotations), never
-the tool. Every repair is reported with the file's line. Pure functions.
+past the registration's limit, invisible characters (zero-width spaces, soft hyphens, byte order marks in scraped
+text; indexer/screening.py refuses them). What cannot be repaired is left out (the schema, the tags, the
+annotations), never the tool. Every repair is reported with the file's line. Pure functions.
 
 Only for dataset files: a server's own `tools/list` and a REST registration are refused as they are, because
 their schemas validate the arguments of real calls."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from indexer.screening import candidate_characters, hidden_character
 from indexer.tools import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, MAX_TAG_CHARS, MAX_TAGS, ToolProblem, validate_tool
 
 TYPE_ALIASES = {
@@ -106,42 +109,51 @@ def repair_schema(schema: Any) -> tuple[Any, list[str]]:
     return repaired, ([] if repr(repaired) == before else ["input_schema written in JSON Schema's own types"])
 
 
-def _copy(value: Any) -> Any:
-    """A deep copy, iterative (a dataset's line can nest deeper than the registration's limit)."""
+def _copy(value: Any, text: Callable[[str], str] = str) -> Any:
+    """A deep copy with `text` applied to every string, keys included; iterative (a dataset's line can nest deeper
+    than the registration's limit)."""
     stack_root: dict[str, Any] = {}
     stack = [(stack_root, "v", value)]
     while stack:
         parent, key, item = stack.pop()
         if isinstance(item, dict):
-            copy: Any = dict.fromkeys(item)  # the keys in their order; the values are filled as they are copied
-            stack.extend((copy, k, v) for k, v in item.items())
+            keys = {k: text(k) if isinstance(k, str) else k for k in item}
+            copy: Any = dict.fromkeys(keys.values())  # the keys in their order; the values filled as they are copied
+            stack.extend((copy, keys[k], v) for k, v in item.items())
         elif isinstance(item, list):
             copy = [None] * len(item)
             stack.extend((copy, i, v) for i, v in enumerate(item))
         else:
-            copy = item
+            copy = text(item) if isinstance(item, str) else item
         parent[key] = copy
     return stack_root["v"]
 
 
-def _clean_text(value: Any, limit: int) -> Any:
-    if not isinstance(value, str):
-        return value
-    return value.replace("\x00", "")[:limit]
+MAX_HIDDEN_ONE_BY_ONE = 64
+
+
+def without_hidden(text: str) -> str:
+    """The text without the characters the registration refuses as invisible (indexer/screening.py): scraped text
+    carries zero-width spaces, soft hyphens and byte order marks, which hide nothing there. Past a few, every
+    candidate goes at once (a joiner between two emoji too), so that a string full of them costs one pass."""
+    for _ in range(MAX_HIDDEN_ONE_BY_ONE):
+        found = hidden_character(text)
+        if found is None:
+            return text
+        text = text[: found.position] + text[found.position + 1 :]
+    return candidate_characters().sub("", text)
 
 
 def repair_tool(tool: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A dataset line's tool that the registration keeps, and what was changed to keep it."""
     notes: list[str] = []
-    fixed = dict(tool)
+    fixed = _copy(tool, without_hidden)
+    if fixed != tool:
+        notes.append("invisible characters left out")
     for key, limit in (("name", MAX_NAME_CHARS), ("description", MAX_DESCRIPTION_CHARS)):
-        cleaned = _clean_text(fixed.get(key), limit)
-        if cleaned != fixed.get(key):
-            notes.append(f"{key} cut to {limit} characters" if len(fixed[key]) > limit else f"NUL left out of {key}")
-            fixed[key] = cleaned
-    if isinstance(fixed.get("server"), str) and "\x00" in fixed["server"]:
-        fixed["server"] = fixed["server"].replace("\x00", "")
-        notes.append("NUL left out of server")
+        if isinstance(fixed.get(key), str) and len(fixed[key]) > limit:
+            notes.append(f"{key} cut to {limit} characters")
+            fixed[key] = fixed[key][:limit]
     fixed["input_schema"], schema_notes = repair_schema(fixed.get("input_schema"))
     notes += schema_notes
     tags = fixed.get("tags")

@@ -97,7 +97,11 @@ async def evaluate(
     queries = load_queries(queries_path, max_queries, seed)
     with tempfile.TemporaryDirectory(prefix="toolscout-eval-") as tmp:
         base = settings or Settings()
+        # Retrieval is measured over every tool of the catalog: a poisoning signature's hold is a serving policy
+        # (MetaTool's Glowing, "without showing the user any of the messages", would be missing from its queries).
+        serve_all = base.policy.model_copy(update={"hold_suspicious_tools": False})
         run_settings = base.model_copy(update={"data_dir": Path(tmp), "db": base.db.model_copy(update={"url": None}),
+                                               "policy": serve_all,
                                                "index": base.index.model_copy(update={"path": None}),
                                                # the exported model stays cached in the real data folder
                                                "embedding": base.embedding.model_copy(

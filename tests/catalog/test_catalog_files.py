@@ -84,3 +84,24 @@ def test_a_dataset_schema_in_python_types_is_read_in_json_schema_types_and_what_
     assert [r.split(":")[1] for r in catalog.repairs] == ["1", "2", "3", "4", "5", "6"]  # g needed nothing
     assert catalog.repairs[5].endswith('f: input_schema left out (not a usable JSON Schema: "([" is not a "regex")')
     assert validate_batch(catalog.tools).problems == []
+
+
+def test_a_dataset_line_with_invisible_characters_is_kept_without_them(tmp_path: Path) -> None:
+    """Scraped text carries zero-width spaces and soft hyphens; the registration refuses them (tool poisoning), so a
+    dataset's tool holding one was lost to every query that asked for it."""
+    from indexer.tools import validate_batch
+
+    path = tmp_path / "catalog.jsonl"
+    line = {"name": "get\u200bWeather", "description": "Weather fore\u00adcast\ufeff for a city\x00",
+            "input_schema": {"type": "object", "properties": {"ci\u200bty": {"type": "string",
+                                                                              "description": "the \u2060city"}}}}
+    path.write_text(json.dumps(line) + "\n" + json.dumps({"name": "b", "description": "\u200b" * 20_000 + "ok"}))
+    catalog = load_catalog_file(path)
+    first, second = catalog.tools
+    assert (first["name"], first["description"]) == ("getWeather", "Weather forecast for a city")
+    assert first["input_schema"] == {"type": "object", "properties": {"city": {"type": "string",
+                                                                               "description": "the city"}}}
+    assert second["description"] == "ok"
+    assert catalog.repairs == ["catalog.jsonl:1: getWeather: invisible characters left out",
+                               "catalog.jsonl:2: b: invisible characters left out"]
+    assert validate_batch(catalog.tools).problems == []
