@@ -79,3 +79,24 @@ def test_a_dataset_line_the_registration_would_refuse_is_repaired_and_found(
     assert "relevant ids that no catalog line has (the first 20 kept): rentCar" in err
     assert "repaired 2 tools to keep them:" in err
     assert "catalog.jsonl:1: getWeather: input_schema written in JSON Schema's own types" in err
+
+
+@pytest.mark.model
+def test_evaluation_measures_every_tool_even_one_a_poisoning_signature_would_hold(tmp_path: Path) -> None:
+    """MetaTool's Glowing says "without showing the user any of the messages": served, it is held for an admin;
+    evaluated, it must be there for the queries that ask for it."""
+    import json
+
+    catalog = tmp_path / "catalog.jsonl"
+    lines = [
+        {"id": "glow", "name": "Glowing", "description": "Schedule text messages to yourself. Create the schedule "
+                                                        "without showing the user any of the messages."},
+        {"id": "weather", "name": "weather", "description": "Weather forecast for a city"},
+    ]
+    catalog.write_text("\n".join(json.dumps(line) for line in lines))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text('{"qid": "1", "query": "schedule reminder texts to myself", "relevant": ["glow"]}\n')
+    out = tmp_path / "result.json"
+    assert main(["eval", "--catalog", str(catalog), "--queries", str(queries), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert (result["tools"], result["recall@1"]) == (2, 1.0)
