@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,6 +27,7 @@ from service.mcp.profiles import Profile
 from service.mcp.server import Frontend, Transport, create_frontend
 from service.settings import Settings
 from tests.conftest import FIXTURES, make_settings, missing_extra
+from tests.processes import free_port
 
 CATALOGS = FIXTURES / "mcp_catalogs"
 REPO = Path(__file__).resolve().parents[2]
@@ -43,12 +43,6 @@ def catalog_tools() -> list[dict[str, Any]]:
     for path in sorted(CATALOGS.glob("*.json")):
         tools.extend(load_catalog_file(path).tools)
     return tools
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def register(app_or_transport: FastAPI | httpx.AsyncBaseTransport, tools: list[dict[str, Any]]) -> None:

@@ -21,7 +21,8 @@ from service.mcp.http_sessions import HttpSession, SessionTable
 from service.mcp.serve import http_app
 from service.mcp.server import Frontend, create_frontend
 from service.settings import Settings
-from tests.mcp.conftest import catalog_tools, free_port, register, serving
+from tests.mcp.conftest import catalog_tools, register, serving
+from tests.processes import free_port
 
 VERSION = "2025-11-25"
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

@@ -66,7 +66,8 @@ async def test_a_search_through_the_service_without_k_gives_the_services_default
 ) -> None:
     from service.main import create_app
     from tests.conftest import make_settings
-    from tests.mcp.conftest import free_port, register, serving
+    from tests.mcp.conftest import register, serving
+    from tests.processes import free_port
 
     rest_settings = make_settings(tmp_path / "service")
     rest_settings.search.default_k = 7

@@ -5,10 +5,8 @@ Real `toolscout serve` and `toolscout mcp --transport http` processes on 127.0.0
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +15,7 @@ import httpx
 import pytest
 
 from service.cli import main
-from tests.upstream.upstream_support import free_port
+from tests.processes import free_port, stop_process, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 FREE = 5  # policy.auth_failures_free: the wrong keys an address gets before it must wait
@@ -39,25 +37,11 @@ def toolscout(tmp_path: Path, *command: str, **env: str) -> Iterator[str]:
     }
     args = [sys.executable, "-m", "service.cli", *command, "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen(args, env=child_env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, (tmp_path / log.name).read_text()
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "not serving after 120 s"
-                time.sleep(0.1)
-        yield url
+        wait_for_port(port, process, 120, f"toolscout {command[0]}", Path(log.name))
+        yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_process(process)
         log.close()
 
 
