@@ -12,7 +12,7 @@ import time
 
 from redis.exceptions import RedisError, ResponseError
 
-from service.cluster.bus import ClusterBus
+from service.cluster.bus import ClusterBus, refuses_writes
 from service.policy.ratelimit import TokenBucketLimiter
 
 # KEYS[1] bucket; ARGV rate per second, burst, cost. Redis' own clock, so replicas' clocks do not matter.
@@ -70,9 +70,9 @@ class RedisTokenBucketLimiter:
             return self.local.acquire(key, cost)
         try:
             wait = await self._script(keys=[bucket], args=[self.rate, self.burst, cost])
-        except ResponseError:  # Redis answered, refusing this key's bucket (another type there): not Redis down
-            return self.local.acquire(key, cost)
         except (RedisError, OSError) as exc:
+            if isinstance(exc, ResponseError) and not refuses_writes(exc):
+                return self.local.acquire(key, cost)  # Redis refused this key's bucket (another type there) alone
             self.bus.mark_down(exc)
             self._retry_at = time.monotonic() + RETRY_SECONDS
             return self.local.acquire(key, cost)
