@@ -16,7 +16,7 @@ import pytest
 
 from indexer.embedding import HashingEmbedder
 from service.cluster.bus import PING_SECONDS, ClusterBus
-from service.cluster.ratelimit import RedisTokenBucketLimiter
+from service.cluster.ratelimit import RETRY_SECONDS, RedisTokenBucketLimiter
 from service.main import create_app
 from service.settings import ClusterSettings, PolicySettings
 from tests.conftest import WARM_UP_TEXTS, make_settings
@@ -213,3 +213,42 @@ async def test_a_read_only_replica_counts_as_redis_down(tmp_path: Path, read_onl
         assert body["status"] == "degraded", body
         assert body["checks"]["redis"] == "degraded: ReadOnlyError (limits per replica, catalog followed by polling)"
 
+
+async def test_requests_arriving_together_after_the_pause_share_one_timeout() -> None:
+    """Once the pause after a failure is over, one request asks the hung Redis again and the others arriving
+    meanwhile answer locally: each of them waited its own timeout, on a connection of its own."""
+    async with hung_redis() as (url, accepted):
+        bus = ClusterBus(url, "toolscout-test", "replica", timeout_seconds=0.5)
+        limiter = RedisTokenBucketLimiter(bus, rate_per_minute=60, burst=5)
+
+        async def timed(key: str) -> float:
+            started = time.monotonic()
+            assert await limiter.acquire_async(key) == 0.0
+            return time.monotonic() - started
+
+        try:
+            await timed("first")  # the first timeout: Redis is marked down
+            await asyncio.sleep(RETRY_SECONDS)
+            before = len(accepted)
+            durations = sorted(await asyncio.gather(*(timed(f"key-{i}") for i in range(10))))
+            opened = len(accepted) - before
+        finally:
+            await bus.close()
+    assert 0.4 < durations[-1] < 1.5, durations  # the one that asked Redis waited the timeout...
+    assert durations[-2] < 0.05, durations  # ...the nine others did not (each waited 0.5 s)
+    assert opened == 1  # one connection to the hung Redis, not ten
+
+
+async def test_once_redis_answers_again_requests_arriving_together_share_its_buckets() -> None:
+    """Before the bus reconnects (not started here: it never says healthy), a request that Redis answered lets the
+    ones arriving together ask it too, instead of one at a time with the others on the local buckets."""
+    prefix = f"toolscout-test-{uuid.uuid4().hex[:8]}"
+    bus = ClusterBus(REDIS_URL, prefix, "replica")
+    limiter = RedisTokenBucketLimiter(bus, rate_per_minute=3, burst=3)
+    try:
+        assert await limiter.acquire_async("key") == 0.0
+        waits = sorted(await asyncio.gather(*(limiter.acquire_async("key") for _ in range(4))))
+    finally:
+        await bus.redis.delete(*await bus.redis.keys(f"{prefix}:*"))
+        await bus.close()
+    assert waits[:2] == [0.0, 0.0] and all(19.0 < w <= 20.0 for w in waits[2:]), waits  # one bucket of 3
