@@ -17,7 +17,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import (
+    BusyLoadingError,
+    MasterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
 
 if TYPE_CHECKING:
     from service.supervisor import Supervisor
@@ -29,6 +36,18 @@ BUS_TASK = "cluster-bus"
 Handler = Callable[[dict[str, Any]], Awaitable[None]]
 PING_SECONDS = 2.0
 MAX_BACKOFF_SECONDS = 10.0
+# Answers of a Redis that is up but takes no writes at all: a replica (READONLY), one loading its data, one whose
+# master is away, one out of memory under `noeviction`, one whose last save failed (MISCONF) or that lacks the
+# replicas `min-replicas-to-write` asks for. The buckets cannot be shared there: Redis counts as down.
+WRITE_REFUSALS = (ReadOnlyError, BusyLoadingError, MasterDownError, OutOfMemoryError)
+REFUSAL_CODES = frozenset({"MISCONF", "NOREPLICAS"})
+
+
+def refuses_writes(exc: BaseException) -> bool:
+    """Whether a Redis error says the server takes no writes (not: this one key's value is of another type)."""
+    return isinstance(exc, WRITE_REFUSALS) or (
+        isinstance(exc, ResponseError) and str(exc).partition(" ")[0] in REFUSAL_CODES
+    )
 
 
 class ClusterBus:
@@ -63,7 +82,7 @@ class ClusterBus:
     def mark_down(self, exc: BaseException) -> None:
         """Any Redis failure seen by a user of the connection (the rate limiter) counts as Redis down."""
         if self.healthy:
-            logger.warning("Redis is unreachable (%s): degraded to local limits and polling", exc)
+            logger.warning("Redis is unreachable or takes no writes (%s): degraded to local limits and polling", exc)
         self.healthy = False
         self.last_error = f"{exc.__class__.__name__}: {exc}"
 
@@ -109,7 +128,7 @@ class ClusterBus:
     async def _listen(self) -> None:
         async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
             await pubsub.subscribe(self.channel)
-            await self.redis.ping()
+            await self._check()
             if not self.healthy:
                 logger.info("connected to Redis; listening on %s", self.channel)
             self.healthy, self.last_error = True, None
@@ -121,9 +140,14 @@ class ClusterBus:
                 if message is not None and message.get("type") == "message":
                     await self._dispatch(message["data"])
                 if time.monotonic() - pinged >= PING_SECONDS:
-                    await self.redis.ping()  # a dead server shows here even when no message arrives
+                    await self._check()  # a dead server shows here even when no message arrives
                     pinged = time.monotonic()
                     self.healthy = True
+
+    async def _check(self) -> None:
+        """A write, not a PING: a replica or a full Redis answers PING and refuses the buckets' writes (the
+        `refuses_writes` errors end the listening, which marks Redis down and tries again with backoff)."""
+        await self.redis.set(self.key("alive", self.replica_id), "1", px=int(PING_SECONDS * 3000))
 
     async def _dispatch(self, raw: str) -> None:
         # Anyone who can publish on Redis reaches this: whatever is not a JSON object is skipped, so it neither

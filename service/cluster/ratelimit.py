@@ -2,8 +2,8 @@
 
 It implements policy's `RateLimiter` protocol, like the in-process `TokenBucketLimiter`; cluster/runtime.py
 installs it in the key resolver. While Redis is unreachable the local bucket of this replica answers instead
-(limits per replica: fail safe, never open), and Redis is asked again only every `RETRY_SECONDS` or once the bus
-has reconnected: a Redis that hangs would otherwise cost every request its timeout."""
+(limits per replica: fail safe, never open), and Redis is asked again only every `RETRY_SECONDS`, by one request at
+a time, or once the bus has reconnected: a Redis that hangs would otherwise cost every request its timeout."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 
 from redis.exceptions import RedisError, ResponseError
 
-from service.cluster.bus import ClusterBus
+from service.cluster.bus import ClusterBus, refuses_writes
 from service.policy.ratelimit import TokenBucketLimiter
 
 # KEYS[1] bucket; ARGV rate per second, burst, cost. Redis' own clock, so replicas' clocks do not matter.
@@ -55,6 +55,8 @@ class RedisTokenBucketLimiter:
         self.burst = self.local.burst
         self._script = bus.redis.register_script(TOKEN_BUCKET_LUA)
         self._retry_at = 0.0  # monotonic time before which a failed Redis is not asked again
+        self._probing = False  # a request is asking a failed Redis again
+        self._answered = False  # Redis answered a request since its last failure (before the bus reconnected)
 
     @property
     def enabled(self) -> bool:
@@ -66,14 +68,22 @@ class RedisTokenBucketLimiter:
             return 0.0
         # Keys are hashed: a bucket name never carries a caller id or key id into Redis in clear.
         bucket = self.bus.key("ratelimit", hashlib.sha256(key.encode()).hexdigest()[:32])
-        if not self.bus.healthy and time.monotonic() < self._retry_at:
-            return self.local.acquire(key, cost)
+        probe = not self.bus.healthy and not self._answered
+        if probe:
+            if self._probing or time.monotonic() < self._retry_at:
+                return self.local.acquire(key, cost)
+            self._probing = True  # this request asks Redis again; those arriving meanwhile answer locally
         try:
             wait = await self._script(keys=[bucket], args=[self.rate, self.burst, cost])
-        except ResponseError:  # Redis answered, refusing this key's bucket (another type there): not Redis down
-            return self.local.acquire(key, cost)
         except (RedisError, OSError) as exc:
+            if isinstance(exc, ResponseError) and not refuses_writes(exc):
+                return self.local.acquire(key, cost)  # Redis refused this key's bucket (another type there) alone
             self.bus.mark_down(exc)
             self._retry_at = time.monotonic() + RETRY_SECONDS
+            self._answered = False
             return self.local.acquire(key, cost)
+        finally:
+            if probe:
+                self._probing = False
+        self._answered = True  # back: every request asks Redis again, not one at a time until the bus reconnects
         return max(0.0, float(wait))

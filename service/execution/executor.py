@@ -110,6 +110,9 @@ class ExecutionResult:
     returned_tokens: int
     duration_ms: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
+    # Structured content the answer left out for only repeating its text (results.measure_result): a script's
+    # call still returns it (code mode), never over the budget, as the text it repeats fits.
+    left_out: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -294,6 +297,7 @@ class Executor:
             truncated=cut.truncated,
             total_tokens=cut.total_tokens,
             returned_tokens=cut.head_tokens,
+            left_out=result.structured_content if structured is None and not cut.truncated else None,
         )
 
     async def execute_batch(

@@ -194,12 +194,18 @@ class Cut:
 
 
 def cut_text(text: str, budget: int) -> Cut:
-    """The first `budget` tokens of a text, ending on a character boundary."""
-    offsets = token_offsets(text)
-    total = len(offsets) - 1
+    """The first `budget` tokens of a text, ending on a character boundary (where token_offsets puts the next
+    token's start), found from the tokens' byte lengths without the offsets of every token: 4 bytes a token, not
+    the ~25 of token_offsets' arrays."""
+    clean = _encodable(text)
+    tokens = _ordinary_tokens(clean)
+    total = len(tokens)
     if total <= budget:
         return Cut(text, total, total)
-    end = offsets[budget]
+    head_bytes = int(_token_bytes()[tokens[:budget]].sum(dtype=np.int64))
+    # A character is at least a byte: the head is within the first head_bytes characters. The characters wholly
+    # inside those bytes end where the next token starts (one that starts inside a character starts at it).
+    end = len(clean[:head_bytes].encode()[:head_bytes].decode(errors="ignore"))
     return Cut(text[:end], budget, total)
 
 
@@ -213,22 +219,44 @@ async def measure(text: str, budget: int) -> Cut:
     return await _off_loop(cut_text, text, budget)
 
 
+def _repeats(text: str, structured: dict[str, Any]) -> bool:
+    """Whether structured content only repeats the text: MCP's SDKs wrap a tool's plain string return as
+    `{"result": text}`, and the spec asks a server that returns structured content to send its JSON as text too."""
+    if structured.keys() == {"result"} and structured["result"] == text:
+        return True
+    if not text.lstrip().startswith("{"):
+        return False
+    try:
+        return bool(json.loads(text) == structured)
+    except ValueError:
+        return False
+
+
 async def measure_result(
     content: list[dict[str, Any]], structured: dict[str, Any] | None, budget: int
 ) -> tuple[str, Cut, dict[str, Any] | None]:
     """A result's text cut to the budget, and the structured content that goes back beside it (None once cut).
 
-    Beside content blocks the structured content is held to the budget too: over it, the result's text is the
-    blocks' text followed by the structured content's JSON, cut like any other (a one-word text came back with
-    3.9 MB of structured content, counted as one token)."""
+    Beside content blocks the structured content shares the budget: the text measured is the blocks' text
+    followed by the structured content's JSON, so an answer holds at most the budget in all. Over it, that text is
+    cut like any other and the structured content is left out (a one-word text came back with 3.9 MB of structured
+    content, counted as one token; then two parts that fit apart came back whole, up to twice the budget).
+    Structured content that only repeats the text (`_repeats`) is then left out of the text too: the text alone
+    is the answer, cut if over the budget (else a long result would be stored, and read back, twice)."""
     text = render_text(content, structured)
-    cut = await measure(text, budget)
-    if not cut.truncated and content and structured is not None:
-        data = json.dumps(structured, ensure_ascii=False, separators=(",", ":"))
-        if len(data.encode()) > budget and (await measure(data, budget)).truncated:  # a token is at least a byte
-            text = f"{text}\n{data}"
-            cut = await measure(text, budget)
-    return text, cut, None if cut.truncated else structured
+    if not content or structured is None:
+        cut = await measure(text, budget)
+        return text, cut, None if cut.truncated else structured
+    repeats = await _by_size(lambda blocks: _repeats(blocks, structured), text)
+    if repeats:
+        cut = await measure(text, budget)
+        if cut.truncated:
+            return text, cut, None
+    whole = f"{text}\n{json.dumps(structured, ensure_ascii=False, separators=(',', ':'))}"
+    both = await measure(whole, budget)
+    if not both.truncated:
+        return whole, both, structured
+    return (text, cut, None) if repeats else (whole, both, None)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from sqlalchemy import create_engine, insert
 
 from service.db.engine import upgrade_database
 from service.db.models import Execution, Search
+from tests.processes import free_port, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_SERVER = REPO / "tests" / "upstream" / "mcp_test_server.py"
@@ -60,12 +60,6 @@ class Live:
 
     def client(self, key: str) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def hour_label(moment: datetime) -> str:
@@ -202,11 +196,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             wait_for(folded, 60, "the rollups")
         yield live
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process)
         log.close()
 
 

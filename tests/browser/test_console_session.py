@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser.conftest import Live, free_port
+from tests.browser.conftest import Live
 from tests.browser.test_console import browser  # noqa: F401 (the module's browser fixture)
+from tests.processes import free_port
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 pytestmark = [pytest.mark.browser, pytest.mark.upstream, pytest.mark.model]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.upstream.upstream_support import free_port
+from tests.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -117,10 +117,5 @@ class Cluster:
             if replica.process is not None and replica.process.poll() is None:
                 replica.process.terminate()
         for replica in self.replicas:
-            if replica.process is None:
-                continue
-            try:
-                replica.process.wait(40)
-            except subprocess.TimeoutExpired:
-                replica.process.kill()
-                replica.process.wait(10)
+            if replica.process is not None:
+                stop_process(replica.process, 40)

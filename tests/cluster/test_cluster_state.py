@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
 from indexer.embedding import HashingEmbedder
-from service.cluster.bus import ClusterBus
-from service.cluster.ratelimit import RedisTokenBucketLimiter
+from service.cluster.bus import PING_SECONDS, ClusterBus
+from service.cluster.ratelimit import RETRY_SECONDS, RedisTokenBucketLimiter
 from service.main import create_app
 from service.settings import ClusterSettings, PolicySettings
 from tests.conftest import WARM_UP_TEXTS, make_settings
+from tests.processes import free_port, stop_process, wait_for_port
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1
@@ -65,17 +69,24 @@ async def test_with_redis_down_limits_are_enforced_locally() -> None:
     assert bus.healthy is False and "ConnectionError" in (bus.last_error or "")
 
 
-async def test_readyz_says_degraded_while_redis_is_down(tmp_path: Path) -> None:
+@asynccontextmanager
+async def limited_app(tmp_path: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app on this Redis (0.2 s timeout), limited to 60 requests a minute, 2 at once."""
     settings = make_settings(
         tmp_path,
-        cluster=ClusterSettings(redis_url=NO_REDIS, redis_timeout_seconds=0.2),
+        cluster=ClusterSettings(redis_url=redis_url, redis_timeout_seconds=0.2),
         policy=PolicySettings(rate_limit_per_minute=60, rate_limit_burst=2),
     )
     app = create_app(settings, embedder=HashingEmbedder())
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
-            ready = await client.get("/readyz")
-            codes = [(await client.get("/tools")).status_code for _ in range(3)]
+            yield client
+
+
+async def test_readyz_says_degraded_while_redis_is_down(tmp_path: Path) -> None:
+    async with limited_app(tmp_path, NO_REDIS) as client:
+        ready = await client.get("/readyz")
+        codes = [(await client.get("/tools")).status_code for _ in range(3)]
     body = ready.json()
     assert ready.status_code == 200 and body["status"] == "degraded"
     assert body["checks"]["redis"].startswith("degraded: ")
@@ -107,26 +118,36 @@ async def test_a_restart_and_a_new_replica_embed_nothing(tmp_path: Path, postgre
     assert found["results"][0]["name"] == "files__read_file"
 
 
-async def test_a_redis_that_stops_answering_costs_one_timeout_not_one_per_request() -> None:
-    """A Redis that accepts connections but answers nothing (hung, or a network that drops packets): after the
-    first timeout the limiter answers locally at once, instead of every request waiting its timeout."""
+@asynccontextmanager
+async def hung_redis() -> AsyncIterator[tuple[str, list[int]]]:
+    """The URL of a Redis that accepts connections but answers nothing (hung, or a network that drops packets),
+    and the list of the connections it accepted."""
+    accepted: list[int] = []
 
     async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
         await reader.read()  # reads until the client gives up; writes nothing
 
     hung = await asyncio.start_server(never_answer, "127.0.0.1", 0)
-    port = hung.sockets[0].getsockname()[1]
-    bus = ClusterBus(f"redis://127.0.0.1:{port}/0", "toolscout-test", "replica", timeout_seconds=0.5)
-    limiter = RedisTokenBucketLimiter(bus, rate_per_minute=60, burst=5)
     try:
-        durations, waits = [], []
-        for _ in range(5):
-            started = time.monotonic()
-            waits.append(await limiter.acquire_async("key"))
-            durations.append(time.monotonic() - started)
+        yield f"redis://127.0.0.1:{hung.sockets[0].getsockname()[1]}/0", accepted
     finally:
-        await bus.close()
         hung.close()
+
+
+async def test_a_redis_that_stops_answering_costs_one_timeout_not_one_per_request() -> None:
+    """After the first timeout the limiter answers locally at once, instead of every request waiting its timeout."""
+    async with hung_redis() as (url, _):
+        bus = ClusterBus(url, "toolscout-test", "replica", timeout_seconds=0.5)
+        limiter = RedisTokenBucketLimiter(bus, rate_per_minute=60, burst=5)
+        try:
+            durations, waits = [], []
+            for _ in range(5):
+                started = time.monotonic()
+                waits.append(await limiter.acquire_async("key"))
+                durations.append(time.monotonic() - started)
+        finally:
+            await bus.close()
     assert waits == [0.0] * 5  # the local bucket (burst 5) granted each
     assert 0.4 < durations[0] < 1.5, durations  # the first request waited the timeout...
     assert max(durations[1:]) < 0.05, durations  # ...the others did not
@@ -197,3 +218,78 @@ async def test_a_tool_held_on_one_replica_is_out_of_the_others_search_and_calls(
             assert called.status_code == 404 and called.json()["type"].endswith("/not-found")
             assert (await on_b.post("/tools/files__read_file/approve")).status_code == 200
             await until(lambda: found(on_a), True)
+
+
+@pytest.fixture
+def read_only_replica(tmp_path: Path) -> Iterator[str]:
+    """The URL of a real Redis replica of the test Redis: it answers PING, reads and PUBLISH, and refuses writes
+    with `READONLY You can't write against a read only replica`."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed: no read-only replica to start")
+    port = free_port()
+    command = [server, "--port", str(port), "--bind", "127.0.0.1", "--replicaof", "127.0.0.1", "6379"]
+    command += ["--save", "", "--appendonly", "no", "--dir", str(tmp_path)]
+    log = (tmp_path / "replica.log").open("wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, process, 20, "the Redis replica", tmp_path / "replica.log")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop_process(process)
+        log.close()
+
+
+async def test_a_read_only_replica_counts_as_redis_down(tmp_path: Path, read_only_replica: str) -> None:
+    """A Redis that answers PING but refuses every write (a replica, after a failover or a wrong URL): the buckets
+    cannot be shared, so limits are local and /readyz says degraded with the reason, as when Redis is away. The
+    limiter took each refusal for one key's trouble and /readyz said "ok" (the listener's PING kept succeeding)."""
+    async with limited_app(tmp_path, read_only_replica) as client:
+        codes = [(await client.get("/tools")).status_code for _ in range(3)]
+        readiness = [(await client.get("/readyz")).json()]
+        await asyncio.sleep(PING_SECONDS * 1.5)  # the listener has checked Redis again meanwhile
+        readiness.append((await client.get("/readyz")).json())
+    assert codes == [200, 200, 429]  # the local bucket holds the limit
+    for body in readiness:
+        assert body["status"] == "degraded", body
+        assert body["checks"]["redis"] == "degraded: ReadOnlyError (limits per replica, catalog followed by polling)"
+
+
+async def test_requests_arriving_together_after_the_pause_share_one_timeout() -> None:
+    """Once the pause after a failure is over, one request asks the hung Redis again and the others arriving
+    meanwhile answer locally: each of them waited its own timeout, on a connection of its own."""
+    async with hung_redis() as (url, accepted):
+        bus = ClusterBus(url, "toolscout-test", "replica", timeout_seconds=0.5)
+        limiter = RedisTokenBucketLimiter(bus, rate_per_minute=60, burst=5)
+
+        async def timed(key: str) -> float:
+            started = time.monotonic()
+            assert await limiter.acquire_async(key) == 0.0
+            return time.monotonic() - started
+
+        try:
+            await timed("first")  # the first timeout: Redis is marked down
+            await asyncio.sleep(RETRY_SECONDS)
+            before = len(accepted)
+            durations = sorted(await asyncio.gather(*(timed(f"key-{i}") for i in range(10))))
+            opened = len(accepted) - before
+        finally:
+            await bus.close()
+    assert 0.4 < durations[-1] < 1.5, durations  # the one that asked Redis waited the timeout...
+    assert durations[-2] < 0.05, durations  # ...the nine others did not (each waited 0.5 s)
+    assert opened == 1  # one connection to the hung Redis, not ten
+
+
+async def test_once_redis_answers_again_requests_arriving_together_share_its_buckets() -> None:
+    """Before the bus reconnects (not started here: it never says healthy), a request that Redis answered lets the
+    ones arriving together ask it too, instead of one at a time with the others on the local buckets."""
+    prefix = f"toolscout-test-{uuid.uuid4().hex[:8]}"
+    bus = ClusterBus(REDIS_URL, prefix, "replica")
+    limiter = RedisTokenBucketLimiter(bus, rate_per_minute=3, burst=3)
+    try:
+        assert await limiter.acquire_async("key") == 0.0
+        waits = sorted(await asyncio.gather(*(limiter.acquire_async("key") for _ in range(4))))
+    finally:
+        await bus.redis.delete(*await bus.redis.keys(f"{prefix}:*"))
+        await bus.close()
+    assert waits[:2] == [0.0, 0.0] and all(19.0 < w <= 20.0 for w in waits[2:]), waits  # one bucket of 3

@@ -146,6 +146,24 @@ return {{commits: touched.length, content: content.trim(), observations: found.e
     assert row is not None and row.run_id is None and row.scope == "admin,approver"
 
 
+async def test_a_tools_structured_result_reaches_the_script_when_only_the_answer_leaves_it_out(
+    world: dict[str, Any],
+) -> None:
+    # t__echo answers its text beside {"result": text}: together over the token budget, the answer leaves out the
+    # structured content repeating the text (it fits alone), but a script still gets the structured value.
+    script = """
+const small = await tools.t__echo({text: "word", times: 3});
+const large = await tools.t__echo({text: "word", times: 3000});
+return [small, typeof large === "string" ? "text" : large.result.length];
+"""
+    body = await run(world["client"], script)
+    assert body["error"] is None, body["error"]
+    assert body["result"] == [{"result": "word word word"}, len(" ".join(["word"] * 3000))]
+    large = {"name": "t__echo", "arguments": {"text": "word", "times": 3000}}
+    answer = (await world["client"].post("/execute", json=large)).json()
+    assert answer["structured_content"] is None and answer["truncated"] is False
+
+
 async def test_a_denied_tool_is_refused_without_running(world: dict[str, Any]) -> None:
     before = (await world["client"].get("/servers/t")).json()["health"]["calls"]
     body = await run(

@@ -81,7 +81,8 @@ async def test_call_returns_the_mcp_result_and_logs_one_row(tmp_path: Path) -> N
         assert body["content"] == [{"type": "text", "text": "hi hi"}]
         assert body["structured_content"] == {"result": "hi hi"}
         assert body["is_error"] is False and body["truncated"] is False and body["result_id"] is None
-        assert body["total_tokens"] == body["returned_tokens"] == 2
+        # The text and the structured content beside it: 'hi hi\n{"result":"hi hi"}'.
+        assert body["total_tokens"] == body["returned_tokens"] == 9
         rows = await executions(app)
     assert len(rows) == 1
     row = rows[0]
@@ -96,7 +97,7 @@ async def test_call_returns_the_mcp_result_and_logs_one_row(tmp_path: Path) -> N
     digest = hashlib.sha256(json.dumps({"text": "hi", "times": 2}, sort_keys=True, separators=(",", ":")).encode())
     assert row.arguments_digest == digest.hexdigest()
     assert row.arguments is None  # raw arguments only when log_raw_arguments is on
-    assert row.input_tokens > 0 and row.output_tokens == 2
+    assert row.input_tokens > 0 and row.output_tokens == 9
     assert row.error_class is None and row.duration_ms > 0 and row.finished_at >= row.started_at
 
 

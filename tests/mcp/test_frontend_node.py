@@ -4,7 +4,6 @@ the HTTP front end. Node 22 and both npm packages are installed by .ci/run (see 
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,8 @@ import pytest
 from anyio.abc import Process
 from fastapi import FastAPI
 
-from tests.mcp.conftest import free_port, node_env, node_tool, toolscout_command
+from tests.mcp.conftest import node_env, node_tool, toolscout_command
+from tests.processes import accepts, free_port
 
 pytestmark = pytest.mark.node
 
@@ -53,7 +53,7 @@ async def http_frontend(live_api: tuple[str, FastAPI], tmp_path: Path) -> AsyncI
     )
     try:
         with anyio.fail_after(30):
-            while not _accepts(port):  # noqa: ASYNC110 - a child process offers nothing to wait on
+            while not accepts(port):  # noqa: ASYNC110 - a child process offers nothing to wait on
                 assert process.returncode is None, "the front end exited at start-up"
                 await anyio.sleep(0.1)
         yield f"http://127.0.0.1:{port}/mcp"
@@ -64,11 +64,6 @@ async def http_frontend(live_api: tuple[str, FastAPI], tmp_path: Path) -> AsyncI
         if process.returncode is None:
             process.kill()
         await process.aclose()
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 async def test_inspector_lists_and_calls_over_stdio(live_api: tuple[str, FastAPI], tmp_path: Path) -> None:

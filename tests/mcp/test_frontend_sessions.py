@@ -21,16 +21,9 @@ from service.mcp.http_sessions import HttpSession, SessionTable
 from service.mcp.serve import http_app
 from service.mcp.server import Frontend, create_frontend
 from service.settings import Settings
-from tests.mcp.conftest import catalog_tools, free_port, register, serving
+from tests.mcp.conftest import HEADERS, INITIALIZE, catalog_tools, register, serving, session_headers
+from tests.processes import free_port
 
-VERSION = "2025-11-25"
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
-}
 META = ["status", "search_tools", "call_tool", "fetch_result", "run_script"]
 
 
@@ -65,10 +58,6 @@ async def open_session(http: httpx.AsyncClient, url: str) -> str:
     assert initialized.status_code == 202, initialized.text
     assert (await list_tools(http, url, session)).status_code == 200
     return session
-
-
-def session_headers(session: str) -> dict[str, str]:
-    return {"mcp-session-id": session, "mcp-protocol-version": VERSION}
 
 
 async def list_tools(http: httpx.AsyncClient, url: str, session: str) -> httpx.Response:

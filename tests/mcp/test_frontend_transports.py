@@ -19,12 +19,12 @@ from service.settings import Settings
 from tests.mcp.conftest import (
     Recorder,
     catalog_tools,
-    free_port,
     frontend_of,
     serving,
     text_of,
     toolscout_command,
 )
+from tests.processes import free_port
 
 META = ["status", "search_tools", "call_tool", "fetch_result", "run_script"]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -25,6 +24,7 @@ from service.main import create_app
 from service.policy import keys as auth
 from service.resources import Resources
 from service.settings import Settings
+from tests.processes import free_port
 
 TEST_SERVER = Path(__file__).resolve().parents[1] / "upstream" / "mcp_test_server.py"
 PROBLEM_JSON = "application/problem+json"
@@ -156,12 +156,6 @@ def statements(app: FastAPI, matching: Callable[[str], bool]) -> Iterator[list[s
         yield seen
     finally:
         event.remove(engine, "before_cursor_execute", record)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @asynccontextmanager

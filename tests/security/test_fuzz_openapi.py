@@ -28,7 +28,8 @@ from schemathesis.checks import (
 
 from indexer.embedding import HashingEmbedder
 from service.main import create_app
-from tests.security.conftest import TOOLS, free_port, make_settings
+from tests.processes import free_port
+from tests.security.conftest import TOOLS, make_settings
 
 pytestmark = pytest.mark.fuzz
 EXAMPLES = int(os.environ.get("TOOLSCOUT_FUZZ_EXAMPLES", "25"))

@@ -13,6 +13,7 @@ import threading
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,16 +25,18 @@ from tests.security.scripted_servers import scripted_entry
 
 TEXT = "héllo wörld 日本語 😀👍🏽"  # characters of 2, 3 and 4 bytes; emoji tokens start inside characters
 
-# A stdio server whose `report` answers a one-word text beside `rows` rows of structured content.
+# A stdio server whose `report` answers `done` and `words` more words beside `rows` rows of structured content.
 REPORT_SERVER = """
 tools = [{"name": "report", "description": "A summary and its rows.",
-          "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer"}}}}]
+          "inputSchema": {"type": "object", "properties": {"rows": {"type": "integer"}, "words": {"type": "integer"}}}}]
 def handle(method, mid, msg):
     if method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
     elif method == "tools/call":
-        rows = [{"id": i, "name": "row number %d" % i} for i in range(msg["params"]["arguments"]["rows"])]
-        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "done"}],
+        arguments = msg["params"]["arguments"]
+        rows = [{"id": i, "name": "row number %d" % i} for i in range(arguments["rows"])]
+        text = " ".join(["done"] + ["word"] * arguments.get("words", 0))
+        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}],
               "structuredContent": {"rows": rows}}})
 serve("report", handle)
 """
@@ -66,10 +69,11 @@ async def test_a_large_result_is_measured_and_paged_in_bounded_memory(tmp_path: 
         assert answer.status_code == 200, answer.text
         result = answer.json()
         assert result["truncated"] and result["returned_tokens"] == 4000
-        # tiktoken's decode_with_offsets made a Python int and a bytes object of every token: 516 MiB here, 132 now.
+        # tiktoken's decode_with_offsets made a Python int and a bytes object of every token: 516 MiB here, 123 now.
         assert peak < 250 * 2**20, peak // 2**20
         pages = await stored_pages(http, result["result_id"])
         assert len(pages) == -(-result["total_tokens"] // 100_000)
+        # The structured content the SDK wraps a tool's plain return in ({"result": text}) only repeats the text.
         assert "".join(pages) == " ".join([TEXT] * times)
         assert result["content"][0]["text"] == pages[0][: len(result["content"][0]["text"])]
 
@@ -150,15 +154,26 @@ async def test_long_texts_are_measured_two_at_a_time(monkeypatch: pytest.MonkeyP
     assert most == results.TOKEN_WORKERS == 2
 
 
-async def test_structured_content_beside_a_short_text_is_held_to_the_token_budget(tmp_path: Path) -> None:
-    # Only the text blocks were measured: "done" (1 token) came back with 3.9 MB of structured content beside it.
+def compact(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def report_settings(tmp_path: Path) -> Any:
     settings = make_settings(tmp_path, permissions=None)
     settings.execution.servers_file = servers_file(tmp_path, {"rep": scripted_entry(tmp_path, "rep", REPORT_SERVER)})
     settings.execution.startup_wait_seconds = 60
-    async with running(settings) as (_app, http):
+    return settings
+
+
+async def test_structured_content_beside_a_short_text_is_held_to_the_token_budget(tmp_path: Path) -> None:
+    # Only the text blocks were measured: "done" (1 token) came back with 3.9 MB of structured content beside it.
+    small_rows = {"rows": [{"id": i, "name": f"row number {i}"} for i in range(3)]}
+    async with running(report_settings(tmp_path)) as (_app, http):
         small = (await http.post("/execute", json={"name": "rep__report", "arguments": {"rows": 3}})).json()
         assert small["truncated"] is False and small["content"] == [{"type": "text", "text": "done"}]
         assert small["structured_content"] == {"rows": [{"id": i, "name": f"row number {i}"} for i in range(3)]}
+        # The answer's tokens are its text's and its structured content's (only the text's were counted).
+        assert small["total_tokens"] == small["returned_tokens"] == count_tokens("done\n" + compact(small_rows))
         answer = await http.post("/execute", json={"name": "rep__report", "arguments": {"rows": 20_000}})
         assert answer.status_code == 200, answer.text
         result = answer.json()
@@ -168,5 +183,48 @@ async def test_structured_content_beside_a_short_text_is_held_to_the_token_budge
         rows = {"rows": [{"id": i, "name": f"row number {i}"} for i in range(20_000)]}
         pages = await stored_pages(http, result["result_id"])
         text = "".join(pages)
-        assert text == "done\n" + json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+        assert text == "done\n" + compact(rows)
         assert result["content"][0]["text"] == text[: len(result["content"][0]["text"])]
+
+
+async def test_text_and_structured_content_that_fit_apart_share_one_budget(tmp_path: Path) -> None:
+    # 3,001 tokens of text and 3,304 of structured content each fit the 4,000-token budget: the answer held both,
+    # 6,600 tokens, and said total_tokens 3,001.
+    rows = {"rows": [{"id": i, "name": f"row number {i}"} for i in range(300)]}
+    text = " ".join(["done"] + ["word"] * 3000)
+    assert count_tokens(text) < 4000 and count_tokens(compact(rows)) < 4000
+    whole = f"{text}\n{compact(rows)}"
+    async with running(report_settings(tmp_path)) as (_app, http):
+        answer = await http.post("/execute", json={"name": "rep__report", "arguments": {"rows": 300, "words": 3000}})
+        assert answer.status_code == 200, answer.text
+        result = answer.json()
+        assert result["truncated"] is True and result["structured_content"] is None
+        assert result["returned_tokens"] == 4000 and result["total_tokens"] == count_tokens(whole)
+        assert result["content"][0]["text"] == whole[: len(result["content"][0]["text"])]
+        assert "".join(await stored_pages(http, result["result_id"])) == whole
+        # A text over the budget alone keeps its structured content in the stored text (it was dropped).
+        answer = await http.post("/execute", json={"name": "rep__report", "arguments": {"rows": 3, "words": 5000}})
+        result = answer.json()
+        assert result["truncated"] is True and result["structured_content"] is None
+        small = {"rows": [{"id": i, "name": f"row number {i}"} for i in range(3)]}
+        long_text = " ".join(["done"] + ["word"] * 5000)
+        assert "".join(await stored_pages(http, result["result_id"])) == f"{long_text}\n{compact(small)}"
+
+
+async def test_structured_content_that_repeats_the_text_is_counted_and_left_out_first(tmp_path: Path) -> None:
+    # The SDK answers a tool's plain string return as that text beside {"result": text}: both are counted, and
+    # over the budget the text alone is the answer (it fits here: nothing to page, nothing lost).
+    settings = make_settings(tmp_path, permissions=None)
+    settings.execution.servers_file = servers_file(tmp_path, {"probe": probe_entry()})
+    settings.execution.startup_wait_seconds = 60
+    async with running(settings) as (_app, http):
+        small = (await http.post("/execute", json={"name": "probe__echo", "arguments": {"text": "hello"}})).json()
+        assert small["structured_content"] == {"result": "hello"} and small["truncated"] is False
+        assert small["total_tokens"] == small["returned_tokens"] == count_tokens('hello\n{"result":"hello"}')
+        text = " ".join([TEXT] * 150)
+        assert count_tokens(text) < 4000 < count_tokens(f"{text}\n{compact({'result': text})}")
+        answer = await http.post("/execute", json={"name": "probe__echo", "arguments": {"text": TEXT, "times": 150}})
+        result = answer.json()
+        assert result["truncated"] is False and result["result_id"] is None
+        assert result["content"] == [{"type": "text", "text": text}] and result["structured_content"] is None
+        assert result["total_tokens"] == result["returned_tokens"] == count_tokens(text)

@@ -16,7 +16,8 @@ from service.errors import ToolscoutError
 from service.mcp.api import ToolscoutApi
 from service.mcp.serve import http_app
 from service.mcp.server import create_frontend
-from tests.security.conftest import free_port, make_settings
+from tests.processes import free_port
+from tests.security.conftest import make_settings
 
 INITIALIZE = {
     "jsonrpc": "2.0",

@@ -4,7 +4,6 @@ the gateway never holds the message."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,8 @@ from typing import Any
 import pytest
 
 from service.execution.runtime import get_gateway
-from tests.security.conftest import assert_problem, free_port, make_settings, probe_entry, running, servers_file
+from tests.processes import free_port, stop_process, wait_for_port
+from tests.security.conftest import assert_problem, make_settings, probe_entry, running, servers_file
 from tests.security.scripted_servers import scripted_entry
 from tests.upstream.upstream_support import HttpServer
 
@@ -173,18 +173,10 @@ def raw_http_port(tmp_path: Path) -> Iterator[int]:
     port = free_port()
     process = subprocess.Popen([sys.executable, str(script), str(port), str(HUGE_MB)])
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the raw HTTP server did not start"
-                time.sleep(0.05)
+        wait_for_port(port, process, 20, "the raw HTTP server")
         yield port
     finally:
-        process.kill()
-        process.wait(10)
+        stop_process(process)
 
 
 async def test_an_http_upstream_cannot_send_an_oversized_or_compressed_body(tmp_path: Path, raw_http_port: int) -> None:

@@ -18,10 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from upstream_support import TEST_SERVER, free_port
+from upstream_support import TEST_SERVER
 
 from service.db.engine import sync_url
 from service.upstream.children import ChildRegistry, process_info, wrap_command
+from tests.processes import free_port
 
 pytestmark = [pytest.mark.postgres, pytest.mark.upstream]
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,6 +24,7 @@ from service.upstream.demo import (
     default_toolchain_dir,
     node_entry,
 )
+from tests.processes import free_port, wait_for_port
 
 TEST_SERVER = Path(__file__).resolve().parent / "mcp_test_server.py"
 
@@ -42,12 +41,6 @@ def node_server(node_modules: Path, key: str, *args: str, **extra: Any) -> dict[
 def local_server(*args: str, **extra: Any) -> dict[str, Any]:
     """An mcpServers entry running tests/upstream/mcp_test_server.py."""
     return {"command": sys.executable, "args": [str(TEST_SERVER), *args], **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class HttpServer:
@@ -68,14 +61,7 @@ class HttpServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("the streamable HTTP test server did not start")
+        wait_for_port(self.port, self.process, 20, "the streamable HTTP test server")
 
     def kill(self) -> None:
         if self.process is not None:

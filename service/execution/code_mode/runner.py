@@ -104,8 +104,9 @@ class ScriptRun:
 
 def value_of(result: ExecutionResult) -> Any:
     """What a tool call returns inside a script: the structured content, else the text of the result."""
-    if result.structured_content is not None:
-        return result.structured_content
+    structured = result.structured_content if result.structured_content is not None else result.left_out
+    if structured is not None:
+        return structured
     return "\n".join(str(b.get("text", "")) for b in result.content if b.get("type") == "text")
 
 
