@@ -6,6 +6,8 @@ goes wrong to UpstreamTimeout (504) or UpstreamError (502), marking the session 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,29 @@ from service.upstream.config import ServerSpec
 from service.upstream.health import ServerHealth, describe
 
 CLOSED_PING_SECONDS = 5.0  # after a CONNECTION_CLOSED error: does the session still answer?
+OutputSchema = tuple[str, dict[str, Any]]  # a listed output schema's digest (its version) and the schema
+
+
+def output_schemas_of(tools: list[dict[str, Any]]) -> dict[str, OutputSchema]:
+    """The output schema each listed tool declares, by the server's name of the tool."""
+    found: dict[str, OutputSchema] = {}
+    for tool in tools:
+        schema = tool.get("outputSchema")
+        if isinstance(schema, dict) and isinstance(tool.get("name"), str):
+            text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+            found[tool["name"]] = (hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), schema)
+    return found
+
+
+async def _unchecked(name: str, result: types.CallToolResult) -> None:
+    """The MCP client's check of a result against the tool's output schema, left to the executor: the client
+    runs jsonschema on the event loop with Python's re and no bound on its work, over a schema and a result the
+    server both chose (and it lists the tools again for a name it has not seen)."""
+
+
+def leave_results_to_the_executor(client: Client) -> None:
+    """Turn off the client's own output-schema check (see _unchecked) on this session."""
+    client.session.validate_tool_result = _unchecked  # type: ignore[method-assign]
 
 
 class ToolCalls:
@@ -29,6 +54,7 @@ class ToolCalls:
 
     spec: ServerSpec
     health: ServerHealth
+    output_schemas: dict[str, OutputSchema]  # by the server's tool name, from its latest listing
     _client: Client | None
     _ready: asyncio.Event
     _lost: asyncio.Event
