@@ -271,8 +271,8 @@ class FrontendSettings(Section):
     http_path: str = "/mcp"
     # When set, `toolscout mcp --transport http` requires `Authorization: Bearer <this key>` on every request.
     http_api_key: str | None = None
-    # Streamable-HTTP sessions open at once, per client address and in all; past either bound a new session first
-    # closes an idle one (the client's least recently used; in all: that of the client holding the most).
+    # Sessions (and 2026 listen streams, at most 1,024 in all) per client address and in all; past either bound a new
+    # one first ends another (the client's least recently used idle one; in all: that of the client holding the most).
     http_max_sessions_per_client: int = Field(default=64, ge=1)
     http_max_sessions: int = Field(default=10_000, ge=1)
     run_script: bool = True  # offer the run_script meta-tool (code mode over POST /run) in every mode

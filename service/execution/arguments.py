@@ -34,7 +34,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import extend, validator_for
 
 from service.db.models import Tool
-from service.errors import InvalidArguments, InvalidTool, json_pointer
+from service.errors import InvalidArguments, InvalidTool, UpstreamError, json_pointer
 
 logger = logging.getLogger(__name__)
 
@@ -222,26 +222,31 @@ def _checking_class(schema: dict[str, Any]) -> Any:
     return extend(cls, {name: _metered(keyword) for name, keyword in keywords.items()})
 
 
+class _Unusable(Exception):
+    """A schema that cannot check a value: the message says why."""
+
+
 class ArgumentValidator:
-    """Input-schema validation with compiled validators cached per tool version.
+    """Input-schema validation with compiled validators cached per tool version, and the same bounded check of a
+    result's structured content against the output schema its server listed.
 
     A `$ref` is resolved within the schema only: a remote one is never fetched (jsonschema would fetch it on every
     call, from wherever the schema's author pointed it). A schema that cannot be used to check arguments (such a
     `$ref`, one that loops, a `pattern` that is no regular expression, one that takes more than
-    MAX_CHECK_CPU_SECONDS to check these arguments) refuses the call (422 invalid-tool)."""
+    MAX_CHECK_CPU_SECONDS to check these arguments) refuses the call (422 invalid-tool); an output schema that
+    cannot check a result fails the call as the server's error (502)."""
 
     def __init__(self) -> None:
         self._cache: OrderedDict[tuple[str, str], Validator | None] = OrderedDict()
         self._lock = threading.Lock()  # the cache is read and filled by the checking threads
         self._limiter = anyio.CapacityLimiter(CHECK_THREADS)
 
-    def _validator(self, tool: Tool) -> Validator | None:
-        key = (tool.qualified_name, tool.content_hash)
+    def _validator(self, key: tuple[str, str], schema: dict[str, Any], what: str) -> Validator | None:
+        """The compiled validator of a schema (None for an empty or invalid one), cached under `key`."""
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        schema = tool.input_schema or {}
         validator: Validator | None = None
         if schema:
             try:
@@ -249,7 +254,7 @@ class ArgumentValidator:
                 validator_for(schema, default=Draft202012Validator).check_schema(schema, format_checker=None)
                 validator = _checking_class(schema)(schema, registry=referencing.Registry())
             except SchemaError:
-                logger.warning("tool %s has an invalid input schema; arguments are not validated", tool.qualified_name)
+                logger.warning("%s is not a valid JSON Schema; it checks nothing", what)
         with self._lock:
             self._cache[key] = validator
             while len(self._cache) > _VALIDATOR_CACHE_SIZE:
@@ -259,40 +264,12 @@ class ArgumentValidator:
     def errors(self, tool: Tool, arguments: dict[str, Any]) -> list[dict[str, str]]:
         """Each error as {pointer, reason, keyword}; a missing required property points at that property. Blocks
         for up to MAX_CHECK_CPU_SECONDS of CPU: `check` runs it in a worker thread."""
-        validator = self._validator(tool)
-        if validator is None:
-            return []
-        found = []
-        for error in self._iter_errors(tool, validator, arguments):
-            path = list(error.absolute_path)
-            if error.validator == "required" and isinstance(error.instance, dict):
-                missing = [p for p in error.validator_value if p not in error.instance and repr(p) in error.message]
-                path += missing[:1]
-            reason = error.message
-            if len(reason) > MAX_REASON_CHARS:
-                reason = f"{reason[: MAX_REASON_CHARS - 20]}… ({len(reason):,} characters)"
-            found.append({"pointer": json_pointer(path), "reason": reason, "keyword": str(error.validator)})
-        found.sort(key=lambda e: (e["pointer"], e["reason"]))
-        return found[:MAX_REPORTED_ERRORS]
-
-    @staticmethod
-    def _iter_errors(tool: Tool, validator: Validator, arguments: dict[str, Any]) -> list[ValidationError]:
-        token = _METER.set(_Meter(MAX_CHECK_CPU_SECONDS))
+        what = f"the input schema of {tool.qualified_name}"
+        validator = self._validator((tool.qualified_name, tool.content_hash), tool.input_schema or {}, what)
         try:
-            return list(validator.iter_errors(arguments))
-        except referencing.exceptions.Unresolvable as exc:
-            reason = f"$ref {exc.ref!r} does not resolve within the schema (remote references are never fetched)"
-        except _Unmatchable as exc:
-            reason = f"pattern {exc.args[0]!r} is not a valid regular expression"
-        except RecursionError:
-            reason = "checking these arguments recursed without end (a $ref loop, or arguments nested too deeply)"
-        except _TooCostly:
-            reason = (
-                f"checking these arguments took more than {MAX_CHECK_CPU_SECONDS:g} s of CPU (MAX_CHECK_CPU_SECONDS):"
-                " a schema whose references or branches multiply its work, or arguments too large for it"
-            )
-        finally:
-            _METER.reset(token)
+            return _reported(validator, arguments, "these arguments")
+        except _Unusable as exc:
+            reason = str(exc)
         raise InvalidTool(
             f"The input schema of {tool.qualified_name} cannot be used to check arguments: {reason}",
             tool=tool.qualified_name,
@@ -311,7 +288,7 @@ class ArgumentValidator:
             )
         errors = await anyio.to_thread.run_sync(self.errors, tool, arguments, limiter=self._limiter)
         if errors:
-            summary = "; ".join(f"{e['pointer'] or '(root)'}: {e['reason']}" for e in errors[:5])
+            summary = _summary(errors)
             invalid = InvalidArguments(
                 f"Arguments do not match the input schema of {tool.qualified_name}: {summary}",
                 tool=tool.qualified_name,
@@ -321,6 +298,85 @@ class ArgumentValidator:
             places = "; ".join(f"{e['pointer'] or '(root)'}: {e['keyword']}" for e in errors[:5])
             invalid.logged_detail = f"Arguments do not match the input schema of {tool.qualified_name}: {places}"
             raise invalid
+
+    def result_errors(self, name: str, digest: str, schema: dict[str, Any], structured: Any) -> list[dict[str, str]]:
+        """The errors of a result's structured content against the output schema its server listed (`digest`
+        names the schema's version); _Unusable when the schema cannot check it. Blocks like `errors`."""
+        validator = self._validator((f"output {name}", digest), schema, f"the output schema of {name}")
+        return _reported(validator, structured, "this result")
+
+    async def check_result(
+        self, tool: Tool, output_schema: tuple[str, dict[str, Any]] | None, structured: Any, server: str
+    ) -> None:
+        """Raise UpstreamError (502) when a result does not match the output schema (digest, schema) that its
+        server listed, or comes without structured content, or the schema cannot check it: what the MCP client
+        checked on the event loop with Python's re, without bound (an upstream's `^(a+)+$` over 30 characters of
+        its own result held every request of the service for a minute)."""
+        if output_schema is None:
+            return
+        name = tool.qualified_name
+        if structured is None:
+            raise UpstreamError(f"{name} has an output schema but did not return structured content", server=server)
+        digest, schema = output_schema
+        try:
+            if too_deep(structured, MAX_ARGUMENT_DEPTH):
+                raise _Unusable(f"its structured content is nested more than {MAX_ARGUMENT_DEPTH} levels deep")
+            errors = await anyio.to_thread.run_sync(
+                self.result_errors, name, digest, schema, structured, limiter=self._limiter
+            )
+        except _Unusable as exc:
+            raise UpstreamError(
+                f"The output schema of {name} cannot be used to check its result: {exc}", server=server
+            ) from None
+        if errors:
+            raise UpstreamError(
+                f"{name} returned structured content that does not match its output schema: {_summary(errors)}",
+                server=server,
+                errors=errors,
+            )
+
+
+def _summary(errors: list[dict[str, str]]) -> str:
+    return "; ".join(f"{e['pointer'] or '(root)'}: {e['reason']}" for e in errors[:5])
+
+
+def _reported(validator: Validator | None, instance: Any, what: str) -> list[dict[str, str]]:
+    """The errors of an instance, each as {pointer, reason, keyword}, sorted and at most MAX_REPORTED_ERRORS;
+    _Unusable when the schema cannot check it within the bounds (`what` names the instance in the reason)."""
+    if validator is None:
+        return []
+    found = []
+    for error in _iter_errors(validator, instance, what):
+        path = list(error.absolute_path)
+        if error.validator == "required" and isinstance(error.instance, dict):
+            missing = [p for p in error.validator_value if p not in error.instance and repr(p) in error.message]
+            path += missing[:1]
+        reason = error.message
+        if len(reason) > MAX_REASON_CHARS:
+            reason = f"{reason[: MAX_REASON_CHARS - 20]}… ({len(reason):,} characters)"
+        found.append({"pointer": json_pointer(path), "reason": reason, "keyword": str(error.validator)})
+    found.sort(key=lambda e: (e["pointer"], e["reason"]))
+    return found[:MAX_REPORTED_ERRORS]
+
+
+def _iter_errors(validator: Validator, instance: Any, what: str) -> list[ValidationError]:
+    token = _METER.set(_Meter(MAX_CHECK_CPU_SECONDS))
+    try:
+        return list(validator.iter_errors(instance))
+    except referencing.exceptions.Unresolvable as exc:
+        reason = f"$ref {exc.ref!r} does not resolve within the schema (remote references are never fetched)"
+    except _Unmatchable as exc:
+        reason = f"pattern {exc.args[0]!r} is not a valid regular expression"
+    except RecursionError:
+        reason = f"checking {what} recursed without end (a $ref loop, or a value nested too deeply)"
+    except _TooCostly:
+        reason = (
+            f"checking {what} took more than {MAX_CHECK_CPU_SECONDS:g} s of CPU (MAX_CHECK_CPU_SECONDS):"
+            " a schema whose references or branches multiply its work, or a value too large for it"
+        )
+    finally:
+        _METER.reset(token)
+    raise _Unusable(reason)
 
 
 def too_deep(value: Any, limit: int) -> bool:

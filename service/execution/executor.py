@@ -271,6 +271,9 @@ class Executor:
                 if exc.caller_detail is not None and not caller.is_admin:
                     exc.detail = exc.caller_detail
                 raise
+        if not result.is_error:
+            schema = connection.output_schemas.get(tool.name)
+            await self.validator.check_result(tool, schema, result.structured_content, tool.server_id)
         content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
         budget = self.resources.settings.execution.result_token_budget
         text, cut, structured = await measure_result(content, result.structured_content, budget)

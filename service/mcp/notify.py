@@ -5,7 +5,9 @@
   change comes from its own request, otherwise on its standalone stream (stdio pipe, HTTP GET stream).
 - 2026 era (`subscriptions/listen`): the SDK's `ListenHandler` serves the streams over a bus that records
   which session opened each stream, so a session's activation reaches only that session's listeners while an
-  upstream change reaches everyone.
+  upstream change reaches everyone. The streams are bounded per client address and in all, as HTTP sessions are
+  (`ListenStreams`): the SDK's own bound, 1,024 in all, let one client hold every stream and refused everyone
+  else's ("Subscription limit reached").
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -20,7 +23,7 @@ import anyio.lowlevel
 import mcp.types as types
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
-from mcp.server.subscriptions import ListenHandler, ServerEvent, ToolsListChanged
+from mcp.server.subscriptions import SUBSCRIPTION_ID_META_KEY, ListenHandler, ServerEvent, ToolsListChanged
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +68,67 @@ class SessionScopedBus:
         return unsubscribe
 
 
+MAX_LISTEN_STREAMS = 1024  # in all, the SDK's bound (or frontend.http_max_sessions when lower)
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One listen stream being served: whose it is, and how to end it."""
+
+    client: str
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+
+class ListenStreams:
+    """The listen streams of each client address, oldest first. A new stream past the client's bound ends that
+    client's oldest; past the bound in all, the oldest of the client holding the most: no client can hold every
+    stream and lock the others out (a client that listens again has usually dropped its older stream anyway)."""
+
+    def __init__(self, per_client: int, total: int) -> None:
+        self.per_client = max(1, per_client)
+        self.total = max(1, total)
+        self.clients: dict[str, list[_Stream]] = {}
+        self.count = 0
+
+    def admit(self, client: str) -> tuple[_Stream, list[_Stream]]:
+        """A new stream of `client`, and the streams to end first to make room for it."""
+        victims: list[_Stream] = []
+        if len(self.clients.get(client, ())) >= self.per_client:
+            victims.append(self.release(self.clients[client][0]))
+        elif self.count >= self.total:
+            victims.append(self.release(max(self.clients.values(), key=len)[0]))
+        stream = _Stream(client)
+        self.clients.setdefault(client, []).append(stream)
+        self.count += 1
+        return stream, victims
+
+    def release(self, stream: _Stream) -> _Stream:
+        """Stop counting a stream (ended, or about to be)."""
+        held = self.clients.get(stream.client, [])
+        if stream in held:
+            held.remove(stream)
+            self.count -= 1
+            if not held:
+                del self.clients[stream.client]
+        return stream
+
+
+def _client_of(ctx: ServerRequestContext[Any, Any]) -> str:
+    """The address of the request's client (as the ASGI server sees it, proxies of policy.trusted_proxies
+    applied), `stdio` without an HTTP request."""
+    client = getattr(ctx.request, "client", None)
+    return str(getattr(client, "host", None) or "stdio")
+
+
 class Notifier:
     """Tells connected clients that their tool list changed."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_client: int = 64, total: int = MAX_LISTEN_STREAMS) -> None:
         self.bus = SessionScopedBus()
-        self._listen = ListenHandler(self.bus)
+        self.streams = ListenStreams(per_client, min(total, MAX_LISTEN_STREAMS))
+        # The SDK's own bound is never reached first: ListenStreams makes room before the handler starts.
+        self._listen = ListenHandler(self.bus, max_subscriptions=self.streams.total)
         self._connections: dict[Connection, str] = {}
 
     @property
@@ -91,12 +149,22 @@ class Notifier:
         ctx: ServerRequestContext[Any, Any],
         params: types.SubscriptionsListenRequestParams,
     ) -> types.SubscriptionsListenResult:
-        """Serve one `subscriptions/listen` stream on behalf of a session."""
+        """Serve one `subscriptions/listen` stream on behalf of a session, within the bounds of ListenStreams: a
+        stream ended to make room for another ends as a graceful closure does (the result, stamped with its id)."""
+        stream, victims = self.streams.admit(_client_of(ctx))
+        for victim in victims:
+            victim.scope.cancel()
+            with anyio.move_on_after(5):
+                await victim.ended.wait()  # its slot in the SDK's handler is free once it has unwound
         token = _LISTENING_SESSION.set(session)
         try:
-            return await self._listen(ctx, params)
+            with stream.scope:
+                return await self._listen(ctx, params)
+            return types.SubscriptionsListenResult(_meta={SUBSCRIPTION_ID_META_KEY: ctx.request_id})
         finally:
             _LISTENING_SESSION.reset(token)
+            self.streams.release(stream)
+            stream.ended.set()
 
     async def tools_changed(
         self,

@@ -116,7 +116,7 @@ class Frontend:
         self.sessions = SessionStore(
             frontend.dynamic_max_sessions, frontend.dynamic_max_active, frontend.dynamic_idle_seconds
         )
-        self.notifier = Notifier()
+        self.notifier = Notifier(frontend.http_max_sessions_per_client, frontend.http_max_sessions)
         self._api_transport = api_transport
         self._api: ToolscoutApi | None = None
         self.view = CatalogView(lambda: self.api, profile)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -19,7 +20,7 @@ from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.service import permission_filter
 from service.resources import Resources
 from service.search.log import SearchLog
-from service.search.retrieval import Retriever, SearchOutcome
+from service.search.retrieval import NameDirectory, Retriever, SearchOutcome
 from service.settings import SearchSettings
 from service.usage.signal import scope_key
 
@@ -108,8 +109,8 @@ async def search_tools(
     chosen = SearchFilter(
         servers=_filter_values("servers", servers, settings), tags=_filter_values("tags", tags, settings)
     )
-    where = permission_filter(resources, caller, chosen)
     assert resources.retriever is not None
+    where = _within_view(resources.retriever.directory, permission_filter(resources, caller, chosen))
     with span("search", k=k):
         outcome = await resources.retriever.search(
             query,
@@ -123,6 +124,24 @@ async def search_tools(
     search_id = str(uuid.uuid4())
     observe_search(resources, search_id, outcome.latency_ms, len(outcome.results))
     return search_id, outcome
+
+
+# A server and a tag no tool has (a NUL is refused in both): what a filter value the caller may not see becomes.
+NO_LABEL = "\x00"
+
+
+def _within_view(directory: NameDirectory, where: SearchFilter) -> SearchFilter:
+    """The filter with the servers and tags that no tool the caller may use has replaced by NO_LABEL: the index
+    marks each value's rows, every row, so a tag of 10,000 hidden tools made a search that finds nothing take 2.6
+    ms against 2.1 for an unknown tag (a server of theirs 2.2 against 2.0), telling the caller they exist."""
+    if where.allowed is None or not (where.servers or where.tags):
+        return where
+    servers, tags = directory.labels(where.allowed)
+    return replace(
+        where,
+        servers=tuple(dict.fromkeys(s if s in servers else NO_LABEL for s in where.servers)),
+        tags=tuple(dict.fromkeys(t if t in tags else NO_LABEL for t in where.tags)),
+    )
 
 
 def _filter_values(field: str, values: list[str] | None, settings: SearchSettings) -> tuple[str, ...]:

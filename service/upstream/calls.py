@@ -6,6 +6,8 @@ goes wrong to UpstreamTimeout (504) or UpstreamError (502), marking the session 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +21,32 @@ from pydantic import ValidationError
 
 from service.errors import UpstreamError, UpstreamTimeout
 from service.upstream.config import ServerSpec
-from service.upstream.health import ServerHealth, describe
+from service.upstream.health import ServerHealth, describe, said
 
 CLOSED_PING_SECONDS = 5.0  # after a CONNECTION_CLOSED error: does the session still answer?
+OutputSchema = tuple[str, dict[str, Any]]  # a listed output schema's digest (its version) and the schema
+
+
+def output_schemas_of(tools: list[dict[str, Any]]) -> dict[str, OutputSchema]:
+    """The output schema each listed tool declares, by the server's name of the tool."""
+    found: dict[str, OutputSchema] = {}
+    for tool in tools:
+        schema = tool.get("outputSchema")
+        if isinstance(schema, dict) and isinstance(tool.get("name"), str):
+            text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+            found[tool["name"]] = (hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), schema)
+    return found
+
+
+async def _unchecked(name: str, result: types.CallToolResult) -> None:
+    """The MCP client's check of a result against the tool's output schema, left to the executor: the client
+    runs jsonschema on the event loop with Python's re and no bound on its work, over a schema and a result the
+    server both chose (and it lists the tools again for a name it has not seen)."""
+
+
+def leave_results_to_the_executor(client: Client) -> None:
+    """Turn off the client's own output-schema check (see _unchecked) on this session."""
+    client.session.validate_tool_result = _unchecked  # type: ignore[method-assign]
 
 
 class ToolCalls:
@@ -29,6 +54,7 @@ class ToolCalls:
 
     spec: ServerSpec
     health: ServerHealth
+    output_schemas: dict[str, OutputSchema]  # by the server's tool name, from its latest listing
     _client: Client | None
     _ready: asyncio.Event
     _lost: asyncio.Event
@@ -44,12 +70,12 @@ class ToolCalls:
         async def wait_ready(self, wait_seconds: float) -> bool: ...
 
     def _not_connected(self) -> UpstreamError:
-        said = f"MCP server {self.id!r} is not connected ({self.health.state})"
+        text = f"MCP server {self.id!r} is not connected ({self.health.state})"
         reason = f"; last error: {self.health.last_error}" if self.health.last_error else ""
-        error = UpstreamError(said + reason, server=self.id, state=self.health.state)
+        error = UpstreamError(text + reason, server=self.id, state=self.health.state)
         # The last error holds the child's stderr and exit, or the address it was refused: what GET /servers shows
         # admins only. The executor tells other callers this instead.
-        error.caller_detail = said + "; an admin sees why in GET /servers"
+        error.caller_detail = text + "; an admin sees why in GET /servers"
         return error
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, timeout_seconds: float) -> types.CallToolResult:
@@ -98,8 +124,8 @@ class ToolCalls:
                     with anyio.move_on_after(0.5):
                         await self._lost.wait()
                 # The transport's own reason when it gave one (the SDK's closure says only "Connection closed").
-                said = exc.message if exc.message and exc.message != "Connection closed" else None
-                reason = self._lost_reason or said or "the connection closed"
+                told = said(exc.message) if exc.message and exc.message != "Connection closed" else None
+                reason = self._lost_reason or told or "the connection closed"
                 self._mark_lost(reason)
                 raise UpstreamError(
                     f"MCP server {self.id!r} failed during {name}: {reason}; it is being restarted",
@@ -107,7 +133,7 @@ class ToolCalls:
                     restarting=True,
                 ) from exc
             raise UpstreamError(
-                f"MCP server {self.id!r} answered {name} with error {exc.code}: {exc.message}",
+                f"MCP server {self.id!r} answered {name} with error {exc.code}: {said(exc.message)}",
                 server=self.id,
                 upstream_code=exc.code,
             ) from exc

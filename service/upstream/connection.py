@@ -28,7 +28,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from service.db.models import utcnow
 from service.errors import UpstreamError, UpstreamTimeout
-from service.upstream.calls import ToolCalls
+from service.upstream.calls import ToolCalls, leave_results_to_the_executor, output_schemas_of
 from service.upstream.checked_http import checked_http_client
 from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
@@ -78,6 +78,7 @@ class UpstreamConnection(ToolCalls):
         self.health = ServerHealth()
         self.server_info: dict[str, Any] = {}  # initialize's serverInfo and instructions (server-aware scoring)
         self.last_report: dict[str, Any] | None = None
+        self.output_schemas = {}
         self._on_tools = on_tools
         self._prepare = prepare
         self._backoff = backoff or Backoff()
@@ -225,6 +226,7 @@ class UpstreamConnection(ToolCalls):
             cache=None,
         )
         async with client:
+            leave_results_to_the_executor(client)
             self.health.pid = self._child.pid if self.spec.transport == "stdio" else None
             self.health.protocol_version = client.protocol_version
             info = client.server_info
@@ -283,6 +285,7 @@ class UpstreamConnection(ToolCalls):
             if not cursor or cursor in seen:
                 break
             seen.add(cursor)
+        self.output_schemas = output_schemas_of(tools)
         return tools
 
     async def _sync_tools(self, tools: list[dict[str, Any]]) -> dict[str, Any] | None:

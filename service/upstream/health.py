@@ -14,16 +14,27 @@ from mcp.shared.exceptions import MCPError
 
 from service.db.models import utcnow
 
+# Of what a server says in an error: a JSON-RPC error's message is as long as the server likes (up to
+# execution.max_message_bytes), and it reaches the caller's answer, a script, the execution log and GET /servers.
+MAX_SAID_CHARS = 2000
+
+
+def said(text: str) -> str:
+    """A server's own words in an error, cut to MAX_SAID_CHARS (saying how long they were)."""
+    if len(text) <= MAX_SAID_CHARS:
+        return text
+    return f"{text[:MAX_SAID_CHARS]}… ({len(text):,} characters)"
+
 
 def describe(exc: BaseException) -> str:
-    """A one-line account of an exception, looking inside exception groups."""
+    """A one-line account of an exception, looking inside exception groups (what a server said: `said`)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     if isinstance(exc, MCPError):
-        return f"MCP error {exc.code}: {exc.message}"
+        return f"MCP error {exc.code}: {said(exc.message)}"
     if isinstance(exc, FileNotFoundError) and exc.filename:
-        return f"command not found: {exc.filename}"
-    text = str(exc).strip()
+        return f"command not found: {said(str(exc.filename))}"
+    text = said(str(exc).strip())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

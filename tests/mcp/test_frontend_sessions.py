@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 
 import anyio
@@ -14,6 +14,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ToolsListChanged
 
 from indexer.embedding import HashingEmbedder
 from service.main import create_app
@@ -149,3 +150,57 @@ def test_at_the_global_bound_the_client_holding_the_most_gives_up_its_least_rece
     assert sorted(table.by_id) == ["a1", "b1", "c1"] and table.opening == {"d": 1, "b": 1}
     table.opened("d", None)  # refused by the SDK: the reservation is released
     assert table.opening == {"b": 1}
+
+
+def modern_client_at(address: str) -> httpx2.AsyncClient:
+    """An HTTP client for the SDK's Client whose requests come from `address`, with no bound on its connections."""
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+    return httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(local_address=address, limits=limits), timeout=30)
+
+
+async def settled(condition: Callable[[], bool]) -> None:
+    """Wait until the condition holds (at most 20 s)."""
+    with anyio.fail_after(20):
+        while not condition():  # noqa: ASYNC110 - the SDK's listen handler offers no event to wait on
+            await anyio.sleep(0.05)
+
+
+async def test_listen_streams_are_bounded_per_client_and_in_all(front: tuple[str, Frontend]) -> None:
+    # Measured before the bound: one address opened the SDK's 1,024 listen streams and every other client's listen
+    # was refused ("Subscription limit reached") while they stayed open.
+    url, frontend = front
+    served = frontend.notifier._listen._streams  # the SDK handler's open streams
+    ended = {"127.0.0.2": 0, "127.0.0.3": 0}
+
+    async def hold(client: Client, address: str) -> None:
+        async with client.listen(tools_list_changed=True) as subscription:
+            async for _ in subscription:  # a graceful closure ends the loop
+                pass
+        ended[address] += 1
+
+    flood_http, second_http, third_http = map(modern_client_at, ("127.0.0.2", "127.0.0.3", "127.0.0.4"))
+    async with (
+        flood_http,
+        second_http,
+        third_http,
+        Client(streamable_http_client(url, http_client=flood_http), mode="auto") as flood,
+        Client(streamable_http_client(url, http_client=second_http), mode="auto") as second,
+        Client(streamable_http_client(url, http_client=third_http), mode="auto") as third,
+        anyio.create_task_group() as streams,
+    ):
+        for _ in range(20):
+            streams.start_soon(hold, flood, "127.0.0.2")
+        await settled(lambda: ended["127.0.0.2"] >= 15 and len(served) >= 5)
+        assert len(served) == 5 and ended["127.0.0.2"] == 15  # the client's bound: its oldest ones ended
+        for _ in range(5):
+            streams.start_soon(hold, second, "127.0.0.3")
+        await settled(lambda: ended["127.0.0.2"] >= 17 and len(served) >= 8)  # 8 in all: the flood gives 2 up
+        assert len(served) == 8 and ended == {"127.0.0.2": 17, "127.0.0.3": 0}
+        # A third client listens, and hears of its own activation while the others keep their streams.
+        async with third.listen(tools_list_changed=True) as subscription:
+            await settled(lambda: ended["127.0.0.3"] >= 1)  # the second client held 5 of the 8, the flood 3
+            assert len(served) == 8 and ended == {"127.0.0.2": 17, "127.0.0.3": 1}
+            await third.call_tool("search_tools", {"query": "echo", "k": 1})
+            with anyio.fail_after(10):
+                assert await subscription.__anext__() == ToolsListChanged()
+        streams.cancel_scope.cancel()

@@ -234,3 +234,39 @@ async def test_another_callers_call_does_not_mark_a_search_followed(world: dict[
     assert await followed() == 0
     await http.post("/execute", json=call, headers=bearer(dev))
     assert await followed() == 1
+
+
+async def test_a_hidden_server_or_tag_reaches_the_index_as_an_unknown_one_does(world: dict[str, Any]) -> None:
+    """The index marks the rows of each server and tag a search names, every one of them: a tag of 10,000 hidden
+    tools made a dev's search that finds nothing take 2.6 ms against 2.1 for an unknown tag (a server of theirs 2.2
+    against 2.0, medians of 300, served in process), so the dev learnt that they exist. The index now gets the
+    same filter for both."""
+    http, admin, dev = world["http"], world["admin"], world["dev"]
+    tagged = [
+        {"server": "vault", "name": "rotate_key", "description": "Rotate a key of the vault", "tags": ["secret"]},
+        {"server": "public", "name": "get_news", "description": "Read the news of the day", "tags": ["open"]},
+    ]
+    assert (await http.post("/tools", json={"tools": tagged}, headers=bearer(admin))).status_code == 200
+    retriever = world["app"].state.resources.retriever
+    filters = []
+    search = retriever.search
+
+    async def recorded(query: str, k: int, where: Any, **options: Any) -> Any:
+        filters.append((where.servers, where.tags))
+        return await search(query, k, where, **options)
+
+    retriever.search = recorded
+    for chosen in ({"servers": ["vault"]}, {"servers": ["nowhere"]}, {"tags": ["secret"]}, {"tags": ["unknown"]}):
+        answer = await http.post("/search", json={"query": "rotate the key", **chosen}, headers=bearer(dev))
+        assert answer.status_code == 200 and answer.json()["results"] == []
+    assert filters[0] == filters[1] and filters[2] == filters[3], filters
+    # What the caller may use is kept, the rest dropped: the search finds the same tools as before.
+    answer = await http.post(
+        "/search",
+        json={"query": "news", "servers": ["public", "vault"], "tags": ["open", "secret"]},
+        headers=bearer(dev),
+    )
+    assert [r["name"] for r in answer.json()["results"]] == ["public__get_news"]
+    assert filters[-1][0][0] == "public" and filters[-1][1][0] == "open" and len(filters[-1][0]) == 2
+    answer = await http.post("/search", json={"query": "rotate", "tags": ["secret"]}, headers=bearer(admin))
+    assert [r["name"] for r in answer.json()["results"]] == ["vault__rotate_key"] and filters[-1][1] == ("secret",)

@@ -80,3 +80,35 @@ async def test_a_server_flapping_its_tool_list_is_listed_again_at_most_once_a_se
         assert (await http.get("/tools", params={"limit": 100})).json()["tools"] == []  # changed since listed: held
         tools = (await http.get("/tools", params={"limit": 100, "held": "true"})).json()["tools"]
         assert len(tools) == 50 and all("version" in tool["description"] for tool in tools)  # still in step
+
+
+# A server whose error answer says 5 MB: its message reached the caller whole, past the result token budget.
+LOUD_SERVER = """
+tools = [{"name": "loud", "description": "Fails at length", "inputSchema": {"type": "object"}}]
+def handle(method, mid, msg):
+    if method == "tools/list":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
+    elif method == "tools/call":
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32602, "message": "bad " + "x" * 5_000_000}})
+serve("loud", handle)
+"""
+
+
+async def test_an_error_answer_is_quoted_to_its_caller_in_bounded_length(tmp_path: Path) -> None:
+    entry = scripted_entry(tmp_path, "loud", LOUD_SERVER)
+    execution = {"servers_file": servers_file(tmp_path, {"loud": entry}), "startup_wait_seconds": 60}
+    async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (_app, http):
+        failed = await http.post("/execute", json={"name": "loud__loud", "arguments": {}})
+        problem = assert_problem(failed, 502)
+        assert problem["detail"].startswith("MCP server 'loud' answered loud with error -32602: bad xxx"), problem
+        assert problem["detail"].endswith("… (5,000,004 characters)"), problem["detail"][-80:]
+        assert len(failed.content) < 4000  # 5,000,289 bytes
+        # A script made 20 such calls: a 100 MB answer (and 50 of them 250 MB, the service's memory 5 times that).
+        script = (
+            "let n = 0; for (let i = 0; i < 20; i++) "
+            "{ try { await tools.loud__loud({}) } catch (e) { n += e.message.length } } return n"
+        )
+        run = await http.post("/run", json={"script": script})
+        assert run.status_code == 200, run.text[:300]
+        assert run.json()["error"] is None and run.json()["result"] < 20 * 2200
+        assert len(run.content) < 200_000
