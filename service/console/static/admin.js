@@ -1,4 +1,4 @@
-/* Approvals (pending ones with grant / deny) and, for admins, API keys and callers. */
+/* Approvals (pending ones with grant / deny) and, for admins, the tools held for review, API keys and callers. */
 "use strict";
 (function (TS) {
   const { h, get, post, api, qs, fmt, table, card, problemBox } = TS;
@@ -33,6 +33,38 @@
       ], recent.approvals, { id: "recent-approvals" })));
   }
 
+  function heldDetail(t) {
+    const held = t.held || {};
+    const previous = held.previous;
+    return h("div", { class: "tool-detail" },
+      h("p", {}, h("strong", {}, "Why: "), held.reason || ""),
+      held.matched ? h("p", {}, "matched in ", h("code", {}, (held.field || "") + (held.at || "")), ": ", h("code", { class: "matched" }, held.matched)) : null,
+      h("h4", {}, previous ? "Description now (agents were given the previous one)" : "Description"), h("p", { class: "held-description" }, t.description),
+      previous ? [h("h4", {}, "Previous description"), h("p", {}, previous.description || "")] : null,
+      held.changes ? [h("h4", {}, "What changed"), h("pre", { class: "json small" }, fmt.json(held.changes))] : null,
+      h("h4", {}, "Input schema"), h("pre", { class: "json small" }, fmt.json(t.input_schema || {})));
+  }
+
+  async function renderHeld(root) {
+    const page = await get("/tools" + qs({ held: true, limit: 1000 }));
+    const note = h("div", { id: "held-message" });
+    async function approve(t) {
+      if (!window.confirm("Approve " + t.name + "? Agents will be given its text and may call it.")) return;
+      try {
+        await post("/tools/" + encodeURIComponent(t.name) + "/approve");
+        TS.fill(note, h("p", { class: "ok" }, t.name + " is approved: it is searchable and callable again."));
+        setTimeout(() => TS.route(), 600);
+      } catch (err) { TS.fill(note, problemBox(err)); }
+    }
+    root.append(h("h1", {}, "Held tools"), note,
+      h("p", { class: "muted" }, "Tools whose text bears a poisoning signature, or whose definition an upstream changed since it was trusted, are held: no search, listing or call reaches them until an admin approves them."),
+      card("Held for review (" + page.total + ")", table([
+        { title: "tool", cell: (t) => h("code", {}, t.name) }, { title: "held", cell: (t) => fmt.time((t.held || {}).held_at) },
+        { title: "review", cell: heldDetail },
+        { title: "", cell: (t) => h("button", { type: "button", class: "grant", onclick: () => approve(t) }, "Approve") },
+      ], page.tools, { id: "held-table", rowAttrs: (t) => ({ "data-name": t.name }), empty: "No tool is held for review." })));
+  }
+
   async function renderKeys(root) {
     const [keys, callers] = await Promise.all([get("/keys"), get("/analytics/callers" + qs({ limit: 100 }))]);
     const out = h("div", { id: "key-message" });
@@ -64,5 +96,6 @@
   }
 
   TS.pages.approvals = { title: "Approvals", render: renderApprovals };
+  TS.pages.held = { title: "Held tools", render: renderHeld, admin: true };
   TS.pages.keys = { title: "Keys & callers", render: renderKeys, admin: true };
 })(window.TS);
