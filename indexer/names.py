@@ -73,9 +73,9 @@ def lead_verb(text: str) -> str:
 
 
 # A request to remember something asks a tool to write it down: "remember that Alice works at Acme" is an add or a
-# create, though no tool's name says "remember". Only the verbs that ask for nothing else: "save" and "store" lead
-# requests for files and uploads too ("save the file"), where a write or upload tool is the one asked for.
-REMEMBER_VERBS = frozenset(_stem(verb) for verb in ("remember", "memorize", "memorise"))
+# create, though no tool's name says "remember"; so does "store a fact about Bob" (a write for "store this in
+# notes.txt"). Not "save": "save a note that Bob likes tea" lifted slack_add_reaction among the three best.
+REMEMBER_VERBS = frozenset(_stem(verb) for verb in ("remember", "memorize", "memorise", "store"))
 WRITE_VERBS = frozenset(
     _stem(verb) for verb in ("add", "create", "save", "store", "write", "record", "insert", "remember")
 )
