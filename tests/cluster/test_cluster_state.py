@@ -19,7 +19,7 @@ from service.cluster.bus import PING_SECONDS, ClusterBus
 from service.cluster.ratelimit import RETRY_SECONDS, RedisTokenBucketLimiter
 from service.main import create_app
 from service.settings import ClusterSettings, PolicySettings
-from tests.conftest import WARM_UP_TEXTS, make_settings
+from tests.conftest import WARM_UP_TEXTS, make_settings, missing_extra
 from tests.processes import free_port, stop_process, wait_for_port
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -226,7 +226,7 @@ def read_only_replica(tmp_path: Path) -> Iterator[str]:
     with `READONLY You can't write against a read only replica`."""
     server = shutil.which("redis-server")
     if server is None:
-        pytest.skip("redis-server is not installed: no read-only replica to start")
+        missing_extra("redis-server is not installed: no read-only replica to start")
     port = free_port()
     command = [server, "--port", str(port), "--bind", "127.0.0.1", "--replicaof", "127.0.0.1", "6379"]
     command += ["--save", "", "--appendonly", "no", "--dir", str(tmp_path)]
