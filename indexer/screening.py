@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from indexer.json_pointer import pointer_token
+
 # --------------------------------------------------------------------------------------------- hidden characters
 
 # Format and control characters that render as nothing (or reorder what is around them), by kind. Unicode's Cf
@@ -138,10 +140,6 @@ def hidden_character(text: str) -> HiddenCharacter | None:
 # ------------------------------------------------------------------------------------------- what a tool says
 
 
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def strings(value: Any, pointer: str = "") -> Iterator[tuple[str, str, bool]]:
     """Every string inside a JSON value, keys included, with its JSON pointer and whether it is a key (a key's
     pointer is that of its value). Iterative: schemas are bounded in depth but not in breadth."""
@@ -153,7 +151,7 @@ def strings(value: Any, pointer: str = "") -> Iterator[tuple[str, str, bool]]:
         elif isinstance(item, Mapping):
             children = []
             for key, child in item.items():
-                child_at = f"{at}/{_escape(str(key))}"
+                child_at = f"{at}/{pointer_token(key)}"
                 yield child_at, str(key), True
                 children.append((child_at, child))
             stack.extend(reversed(children))

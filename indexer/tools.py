@@ -16,6 +16,7 @@ import jsonschema_rs
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.documents import DOCUMENT_FORMAT
+from indexer.json_pointer import pointer_token
 from indexer.screening import definition_hash, find_hidden
 
 QUALIFIED_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -171,7 +172,7 @@ def _outsized_integer(value: Any) -> tuple[str, int] | None:
         if isinstance(item, int) and not isinstance(item, bool) and not low <= item <= high:
             return pointer, item
         if isinstance(item, dict):
-            children = [(f"{pointer}/{str(k).replace('~', '~0').replace('/', '~1')}", v) for k, v in item.items()]
+            children = [(f"{pointer}/{pointer_token(k)}", v) for k, v in item.items()]
         elif isinstance(item, list):
             children = [(f"{pointer}/{i}", v) for i, v in enumerate(item)]
         else:

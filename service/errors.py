@@ -40,6 +40,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from indexer.json_pointer import pointer_token
 from service.observability.tracing import current_ids
 
 logger = logging.getLogger(__name__)
@@ -215,7 +216,7 @@ def problem_responses() -> dict[int | str, dict[str, Any]]:
 
 def json_pointer(parts: Iterable[Any]) -> str:
     """An RFC 6901 JSON pointer to the value at these keys and indices ("" is the whole document)."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+    return "".join("/" + pointer_token(p) for p in parts)
 
 
 def echoed_path(path: str) -> str:

@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.screening import Finding, definition_hash, find_instruction
-from service.db.models import Tool, as_utc
+from service.db.models import Tool, as_utc, held_for_review
 from service.settings import PolicySettings
 
 logger = logging.getLogger(__name__)
@@ -47,9 +47,14 @@ def schema_changes(old: Any, new: Any) -> list[str]:
         changes += [f"property changed: {k}" for k in after if k in before and after[k] != before[k]]
     if old.get("required") != new.get("required"):
         changes.append(f"required: {old.get('required') or []} -> {new.get('required') or []}")
-    others = sorted(k for k in set(old) | set(new) if k not in ("properties", "required") and old.get(k) != new.get(k))
-    changes += [f"{k} changed" for k in others]
+    changes += [f"{k} changed" for k in changed_keys(old, new) if k not in ("properties", "required")]
     return changes
+
+
+def changed_keys(old: Any, new: Any) -> list[str]:
+    """The keys whose values differ between two JSON objects (a missing object counts as empty), sorted."""
+    old, new = old if isinstance(old, dict) else {}, new if isinstance(new, dict) else {}
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
 def _changes(previous: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any] | None:
@@ -58,11 +63,7 @@ def _changes(previous: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, 
     return {
         "description": previous.get("description") != now["description"],
         "input_schema": schema_changes(previous.get("input_schema"), now["input_schema"]),
-        "annotations": sorted(
-            k
-            for k in set(previous.get("annotations") or {}) | set(now["annotations"] or {})
-            if (previous.get("annotations") or {}).get(k) != (now["annotations"] or {}).get(k)
-        ),
+        "annotations": changed_keys(previous.get("annotations"), now["annotations"]),
     }
 
 
@@ -156,9 +157,7 @@ def held_view(row: Tool) -> dict[str, Any]:
 
 async def held_by_server(session: AsyncSession, server_id: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """The held tools of every server (or one): name and reason, by server."""
-    query = select(Tool.server_id, Tool.qualified_name, Tool.held_reason).where(
-        Tool.deprecated.is_(False), Tool.held_reason.is_not(None)
-    )
+    query = select(Tool.server_id, Tool.qualified_name, Tool.held_reason).where(held_for_review())
     if server_id is not None:
         query = query.where(Tool.server_id == server_id)
     held: dict[str, list[dict[str, Any]]] = {}

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.tools import MAX_NAME_CHARS
 from service.db.among import among
-from service.db.models import Tool, active
+from service.db.models import Tool, active, held_for_review
 from service.errors import HiddenTool, NotFound
 from service.policy.callers import Caller
 from service.policy.service import visible_names
@@ -62,7 +62,7 @@ async def list_tools(
     """A page of active tools (`held`: of the tools held for review instead), ordered by qualified name, and the
     total. Only the page's rows are read (reading every row of a 100k-tool catalog cost 2.5 s of the event loop a
     request); with a tag, whose column is a JSON list, the names and tags of the others are."""
-    terms = [Tool.deprecated.is_(False), Tool.held_reason.is_not(None) if held else Tool.held_reason.is_(None)]
+    terms = [held_for_review() if held else active()]
     if server:
         terms.append(Tool.server_id == server)
     if allowed is not None:

@@ -96,13 +96,14 @@ def _repair_node(node: dict[str, Any]) -> None:
 
 
 def repair_schema(schema: Any) -> tuple[Any, list[str]]:
-    """A dataset's schema in the form the registration accepts, and what was changed."""
+    """A dataset's schema in the form the registration accepts, and what was changed. Repaired in place: the
+    caller owns it (repair_tool's copy of the line)."""
     if schema in (None, {}, [], ""):
         return {}, []
     if not isinstance(schema, dict):
         return {}, [f"input_schema was {type(schema).__name__}, not an object: left out"]
     before = repr(schema)
-    repaired = _copy(schema)
+    repaired = schema
     _repair_node(repaired)
     if repaired.get("type") not in (None, "object"):
         repaired = {"type": "object", "properties": {"input": repaired}}

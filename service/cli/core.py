@@ -138,13 +138,13 @@ def _api(settings: Settings) -> httpx.Client | None:
     return client
 
 
-def _post_to_service(settings: Settings, path: str, payload: Any) -> httpx.Response | None:
-    """POST to the running service, or None when it is not running (the caller then works directly)."""
+def _service_request(settings: Settings, method: str, path: str, **options: Any) -> httpx.Response | None:
+    """A request to the running service, or None when it is not running (the caller then works directly)."""
     client = _api(settings)
     if client is None:
         return None
     try:
-        return client.post(path, json=payload)
+        return client.request(method, path, **options)
     finally:
         client.close()
 
@@ -287,7 +287,7 @@ def _print_results(body: dict[str, Any]) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     settings = Settings()
     request = {"query": args.query, "k": args.k, "servers": args.server, "explain": args.explain}
-    response = _post_to_service(settings, "/search", request)
+    response = _service_request(settings, "POST", "/search", json=request)
     if response is not None:
         body = response.json()
         if response.status_code >= 400:

@@ -11,7 +11,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from service.cli.core import _api, _direct, fail
+from service.cli.core import _direct, _service_request, fail
 from service.cli.terminal import printable
 from service.errors import ToolscoutError
 from service.settings import Settings
@@ -32,13 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _through_service(method: str, path: str, **options: Any) -> dict[str, Any] | int | None:
     """The service's answer (an exit status on an error), or None when no service runs."""
-    client = _api(Settings())
-    if client is None:
+    response = _service_request(Settings(), method, path, **options)
+    if response is None:
         return None
-    try:
-        response = client.request(method, path, **options)
-    finally:
-        client.close()
     body: dict[str, Any] = response.json()
     return fail(body) if response.status_code >= 400 else body
 

@@ -104,6 +104,11 @@ def active(tool: Any = Tool) -> ColumnElement[bool]:
     return and_(tool.deprecated.is_(False), tool.held_reason.is_(None))
 
 
+def held_for_review(tool: Any = Tool) -> ColumnElement[bool]:
+    """The catalog rows held for an admin's review (service/catalog/holds.py): not deprecated, held."""
+    return and_(tool.deprecated.is_(False), tool.held_reason.is_not(None))
+
+
 class Search(Base):
     """Every /search: who asked what and what came back."""
 

@@ -9,6 +9,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from indexer.json_pointer import pointer_token
+
 SHORTEST_REDACTED = 4  # shorter values ("ok", "1", "id") are mostly words of the message itself
 MAX_VALUES = 10_000  # a call may carry 2 MB of arguments: looking for the first values found is enough
 
@@ -17,7 +19,7 @@ def _leaves(value: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
     """(JSON pointer, text) of each scalar in the arguments, as an upstream would write it back."""
     if isinstance(value, dict):
         for key, item in value.items():
-            yield from _leaves(item, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}")
+            yield from _leaves(item, f"{pointer}/{pointer_token(key)}")
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _leaves(item, f"{pointer}/{index}")
