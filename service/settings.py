@@ -81,8 +81,7 @@ class SearchSettings(Section):
     # Added, among the same three, to the tools that read (get, list, show, ...) when the request is a question
     # ("what time is it in Tokyo?": get_current_time over convert_time). No change on either dev set offline.
     weight_question_read: float = 0.2
-    # Times the z-score of the similarity of a tool's server document (name, title, description, instructions,
-    # its tools' names) to the request; 0 turns server-aware scoring off. A one-server catalog is unaffected.
+    # Times the z-score of a tool's server document's similarity to the request (server-aware scoring; 0: off).
     weight_server: float = 0.4
     # Hits per signal and text, the pool each signal is z-scored over: 50 did as well as 100 on both dev sets
     # (README, Quality) and halves the hits converted and fused per query.
@@ -191,6 +190,7 @@ class PolicySettings(Section):
     max_tools_per_registration: int = 5_000  # tools in one POST /tools (the CLI sends big catalogs in parts)
     hold_suspicious_tools: bool = True  # hold tools bearing a poisoning signature; hold_changed_tools: upstream
     hold_changed_tools: bool = True  # tools whose definition changed since their first listing (rug pulls)
+    screen_results: bool = True  # invisible characters left out of tool results, text addressed to models flagged
     # Failed authentications per client address: this many in a row are free, then each waits twice as long.
     auth_failures_free: int = 5
     auth_failure_max_delay_seconds: float = 300.0

@@ -33,6 +33,7 @@ from service.execution.arguments import ArgumentValidator
 from service.execution.log import ExecutionLog
 from service.execution.redaction import redact_arguments
 from service.execution.results import ResultStore, count_tokens_async, measure_result
+from service.execution.screening import MAX_WARNINGS, clean_result, flag_answer
 from service.observability import observe_execution, span
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
@@ -113,6 +114,8 @@ class ExecutionResult:
     # Structured content the answer left out for only repeating its text (results.measure_result): a script's
     # call still returns it (code mode), never over the budget, as the text it repeats fits.
     left_out: dict[str, Any] | None = None
+    # What screening found in the result (policy.screen_results, execution/screening.py): [{pointer, reason}].
+    warnings: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -128,6 +131,7 @@ class ExecutionResult:
             "total_tokens": self.total_tokens,
             "returned_tokens": self.returned_tokens,
             "duration_ms": self.duration_ms,
+            "warnings": self.warnings,
         }
 
 
@@ -275,8 +279,12 @@ class Executor:
             schema = connection.output_schemas.get(tool.name)
             await self.validator.check_result(tool, schema, result.structured_content, tool.server_id)
         content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
+        given, warnings, screening = result.structured_content, [], self.resources.settings.policy.screen_results
+        if screening:
+            cleaned = await clean_result(content, given)
+            content, given, warnings = cleaned.content, cleaned.structured, cleaned.warnings
         budget = self.resources.settings.execution.result_token_budget
-        text, cut, structured = await measure_result(content, result.structured_content, budget)
+        text, cut, structured = await measure_result(content, given, budget)
         result_id = None
         if cut.truncated:
             result_id = await self.results.save(caller.id, tool.qualified_name, text, cut.total_tokens)
@@ -288,6 +296,10 @@ class Executor:
                     f"GET /results/{result_id}?offset={cut.head_tokens} returns the rest]",
                 },
             ]
+        if screening:
+            warnings = (warnings + await flag_answer(content, structured))[:MAX_WARNINGS]
+            if warnings:
+                logger.warning("%s: result screened: %s", tool.qualified_name, warnings[0]["reason"][:200])
         return ExecutionResult(
             execution_id=execution_id,
             name=tool.qualified_name,
@@ -300,7 +312,8 @@ class Executor:
             truncated=cut.truncated,
             total_tokens=cut.total_tokens,
             returned_tokens=cut.head_tokens,
-            left_out=result.structured_content if structured is None and not cut.truncated else None,
+            left_out=given if structured is None and not cut.truncated else None,
+            warnings=warnings,
         )
 
     async def execute_batch(

@@ -14,7 +14,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -52,7 +52,7 @@ RUN_RESULT_TOOL = "run_script"  # the "tool" of a stored code-mode return value
 _JSON_MARK = "\ufdd0json:"
 
 
-async def _off_loop(function: Callable[..., T], *args: Any) -> T:
+async def off_loop(function: Callable[..., T], *args: Any) -> T:
     """function(*args) on a worker thread, TOKEN_WORKERS at a time (one limiter per event loop)."""
     loop = asyncio.get_running_loop()
     limiter = _token_limiters.get(loop)
@@ -117,8 +117,8 @@ def count_tokens(text: str) -> int:
 
 
 async def _by_size(function: Callable[[str], T], text: str) -> T:
-    """function(text): on the event loop for a short text, else off it (`_off_loop`)."""
-    return function(text) if len(text) < INLINE_CHARS else await _off_loop(function, text)
+    """function(text): on the event loop for a short text, else off it (`off_loop`)."""
+    return function(text) if len(text) < INLINE_CHARS else await off_loop(function, text)
 
 
 async def count_tokens_async(text: str) -> int:
@@ -216,7 +216,7 @@ async def measure(text: str, budget: int) -> Cut:
         if total <= budget:
             return Cut(text, total, total)
         return cut_text(text, budget)
-    return await _off_loop(cut_text, text, budget)
+    return await off_loop(cut_text, text, budget)
 
 
 def _repeats(text: str, structured: dict[str, Any]) -> bool:
@@ -270,6 +270,7 @@ class ResultPage:
     total_tokens: int
     text: str
     next_offset: int | None
+    warnings: list[dict[str, str]] = field(default_factory=list)  # the page's screening (execution/screening.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -281,6 +282,7 @@ class ResultPage:
             "returned_tokens": max(0, min(self.limit, self.total_tokens - self.offset)),
             "text": self.text,
             "next_offset": self.next_offset,
+            "warnings": self.warnings,
         }
 
 
@@ -346,7 +348,7 @@ class ResultStore:
         full = await _by_size(_stored, row.text)
         offsets = self._offsets.get(result_id)
         if offsets is None:
-            offsets = await _off_loop(token_offsets, full)
+            offsets = await off_loop(token_offsets, full)
             self._offsets[result_id] = offsets
             while len(self._offsets) > _OFFSET_CACHE_SIZE:
                 self._offsets.popitem(last=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Query
@@ -10,6 +11,7 @@ from pydantic import BaseModel, Field
 from service.catalog.json_body import StrictJsonBodyRoute
 from service.deps import CallerDep, GatewayDep, ResourcesDep
 from service.errors import InvalidRequest, RateLimited, RequestBody, Text
+from service.execution.screening import flag_page
 from service.policy.keys import key_resolver
 
 router = APIRouter(tags=["execute"], route_class=StrictJsonBodyRoute)
@@ -39,6 +41,11 @@ class ExecuteResponse(BaseModel):
     total_tokens: int = Field(description="Tokens (cl100k_base) of the full result")
     returned_tokens: int
     duration_ms: float
+    warnings: list[dict[str, str]] = Field(
+        default_factory=list,
+        description="What screening found in the result (policy.screen_results): invisible characters left out, "
+        "text addressed to the model; each {pointer, reason}",
+    )
 
 
 class BatchRequest(RequestBody):
@@ -75,6 +82,9 @@ class ResultPageResponse(BaseModel):
     returned_tokens: int
     text: str
     next_offset: int | None
+    warnings: list[dict[str, str]] = Field(
+        default_factory=list, description="Text of the page addressed to the model (policy.screen_results)"
+    )
 
 
 @router.post("/execute", response_model=ExecuteResponse)
@@ -132,4 +142,6 @@ async def get_result(
     """Page through a result that /execute cut to the token budget."""
     limit = limit or resources.settings.execution.result_token_budget
     page = await gateway.results.page(caller, result_id, offset, limit)
+    if resources.settings.policy.screen_results:
+        page = replace(page, warnings=await flag_page(page.text))
     return page.as_dict()

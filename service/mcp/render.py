@@ -145,6 +145,13 @@ def run_result(body: Mapping[str, Any]) -> types.CallToolResult:
         if error.get("type") == "approval_required":
             shown["hint"] = "Once granted, run the same script again with approval_ids."
     shown["calls"] = len(body.get("calls") or [])
+    screened = [
+        {"call": call.get("index"), "name": call.get("name"), **warning}
+        for call in body.get("calls") or []
+        for warning in call.get("warnings") or []
+    ]
+    if screened:  # what the tools returned reached the script; the model reads the script's value
+        shown["screened"] = screened
     return types.CallToolResult(content=[types.TextContent(text=compact(shown))], is_error=bool(error))
 
 
@@ -337,6 +344,9 @@ def execution_result(body: Mapping[str, Any]) -> types.CallToolResult:
                 "text": f"[Cut at {returned} of {total} tokens. Read on with fetch_result({compact(more)}).]",
             }
         )
+    warnings = body.get("warnings") or []
+    if warnings:  # first, so that a model reads it before the text it is about
+        blocks.insert(0, {"type": "text", "text": f"[Toolscout screened this result. {_said(warnings)}]"})
     return types.CallToolResult(
         content=[_content_block(b) for b in blocks],
         structured_content=body.get("structured_content"),
@@ -344,9 +354,16 @@ def execution_result(body: Mapping[str, Any]) -> types.CallToolResult:
     )
 
 
+def _said(warnings: Sequence[Mapping[str, Any]]) -> str:
+    return "; ".join(f"{w.get('pointer')}: {w.get('reason')}" for w in warnings)
+
+
 def fetch_result_text(body: Mapping[str, Any]) -> str:
     """A page of a stored result, and where the next one starts."""
     text = str(body.get("text") or "")
+    warnings = body.get("warnings") or []
+    if warnings:
+        text = f"[Toolscout screened this page. {_said(warnings)}]\n{text}"
     next_offset = body.get("next_offset")
     if next_offset is None:
         return text + "\n[End of result.]"

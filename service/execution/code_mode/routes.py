@@ -39,6 +39,9 @@ class RunCall(BaseModel):
     execution_id: str | None
     duration_ms: float
     error: dict[str, Any] | None
+    warnings: list[dict[str, str]] = Field(
+        default_factory=list, description="What screening found in the call's result, as /execute's warnings"
+    )
 
 
 class RunResponse(BaseModel):

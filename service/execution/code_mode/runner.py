@@ -68,6 +68,7 @@ class CallRecord:
     execution_id: str | None = None
     duration_ms: float = 0.0
     error: dict[str, Any] | None = None
+    warnings: list[dict[str, str]] = field(default_factory=list)  # the result's screening (ExecutionResult)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +80,7 @@ class CallRecord:
             "execution_id": self.execution_id,
             "duration_ms": self.duration_ms,
             "error": self.error,
+            "warnings": self.warnings,
         }
 
 
@@ -297,6 +299,7 @@ class CodeMode:
         executor = get_gateway(self.resources).executor
         result = await executor.execute(run.caller, record.name, arguments, approval_id=approval_id, run_id=run.run_id)
         record.execution_id, record.status = result.execution_id, result.status
+        record.warnings = result.warnings
         if result.is_error:
             text = value_of(result)
             message = text if isinstance(text, str) and text else json.dumps(text, ensure_ascii=False)
