@@ -93,6 +93,14 @@ def event_hub(resources: Resources) -> EventHub:
     return resources.events
 
 
+def shown_tools(resources: Resources, names: Iterable[str]) -> set[str]:
+    """Of these tools, those in the name directory: active and not held for review, the ones callers are shown. A
+    change concerns callers only for a tool shown before or after it: one held since its registration (a 404 to
+    all but admins) was never shown, and /events must not tell of it."""
+    directory = resources.retriever.directory if resources.retriever is not None else None
+    return {name for name in names if directory is not None and directory.server(name) is not None}
+
+
 def publish_tools_changed(resources: Resources, server_id: str | None, names: Iterable[str] | None = None) -> None:
     """The tools of a server changed (None: the catalog changed in ways not tied to one server); `names`: which
     ones, when known (only callers that may use one of them hear of it)."""

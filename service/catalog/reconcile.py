@@ -94,8 +94,8 @@ async def follow_tools(resources: Resources, names: list[str]) -> dict[str, set[
         active = {t.qualified_name for t in tools}
         gone = [name for name in names if name not in active]
         await unindex(resources, gone)
-    for row in rows:
-        touched.setdefault(row.server_id, set()).add(row.qualified_name)
+    for tool in tools:  # shown now; a held one is told of only if it was shown before (the directory's loop above)
+        touched.setdefault(tool.server, set()).add(tool.qualified_name)
     return touched
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.documents import content_hash
 from indexer.pipeline import DenseVectors, SyncReport, index_tools
 from indexer.tools import ToolDefinition, ToolProblem, ValidatedBatch, normalize_server_id, validate_batch
-from service.catalog.events import publish_tools_changed
+from service.catalog.events import publish_tools_changed, shown_tools
 from service.catalog.holds import Review, judged, trust
 from service.catalog.lookup import find_tool
 from service.catalog.server_info import screened, store_info
@@ -43,6 +43,7 @@ class RegisterReport:
     errors: list[ToolProblem] = field(default_factory=list)
     held: dict[str, str] = field(default_factory=dict)  # the batch's tools held for review, and why
     notes: list[str] = field(default_factory=list)  # what was dropped of the servers' own info blocks
+    shown: set[str] = field(default_factory=set)  # the changed tools callers were or are shown (events.shown_tools)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -117,14 +118,8 @@ async def _upsert_rows(
                 untrusted.add(name)
     digests = {t.qualified_name: content_hash(t) for t in tools}
     stale = [name for name, digest in digests.items() if name in hashes and hashes[name] != (digest, False)]
-    existing = (
-        {
-            row.qualified_name: row
-            for row in (await session.scalars(select(Tool).where(among(Tool.qualified_name, stale)))).all()
-        }
-        if stale
-        else {}
-    )
+    loaded = (await session.scalars(select(Tool).where(among(Tool.qualified_name, stale)))).all() if stale else []
+    existing = {row.qualified_name: row for row in loaded}
     now = utcnow()
     await _ensure_servers(session, {t.server for t in tools})
     unchanged: list[str] = []
@@ -210,13 +205,15 @@ async def register_tools(
             _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed])
             described = await store_info(session, screened(infos, report.notes), cluster_state(resources).replica_id)
             await session.commit()
+        report.shown = shown_tools(resources, changed)
         await _index_unheld(resources, batch.tools, vectors, report, changed)
+        report.shown |= shown_tools(resources, changed)
         await refresh_servers(resources, {t.server for t in batch.tools} | described)
     if report.held and (gateway := resources.gateway) is not None:  # its cached rows of the tools now held
         for server in {t.server for t in batch.tools if t.qualified_name in report.held}:
             gateway.executor.tools.invalidate_server(server)
     for server in sorted({t.server for t in batch.tools if t.qualified_name in changed}):
-        names = [t.qualified_name for t in batch.tools if t.server == server and t.qualified_name in changed]
+        names = [t.qualified_name for t in batch.tools if t.server == server and t.qualified_name in report.shown]
         publish_tools_changed(resources, server, names)  # MCP front ends re-list (GET /events)
     if changed or described:
         await announce(resources)
@@ -332,7 +329,9 @@ async def sync_server_tools(
             infos = screened({server_id: info} if info else {}, report.notes)
             described = await store_info(session, infos, cluster_state(resources).replica_id)
             await session.commit()
+        report.shown = shown_tools(resources, [*changed, *report.removed])
         await _index_unheld(resources, batch.tools, vectors, report, changed)
+        report.shown |= shown_tools(resources, changed)
         if report.removed:
             await unindex(resources, report.removed)
         await refresh_servers(resources, [server_id])
@@ -372,9 +371,10 @@ async def delete_tool(resources: Resources, name: str) -> None:
             await session.delete(row)
             record_change(session, TOOLS, [name], server=server_id, origin=cluster_state(resources).replica_id)
             await session.commit()
+        shown = shown_tools(resources, [name])
         await unindex(resources, [name])
         await refresh_servers(resources, [server_id])
-    publish_tools_changed(resources, server_id, [name])
+    publish_tools_changed(resources, server_id, shown)
     await announce(resources)
 
 

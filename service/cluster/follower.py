@@ -144,8 +144,8 @@ class CatalogFollower:
                 continue
             if row.kind == SERVER_REMOVED:
                 changed[row.server_id] = None  # as the replica that removed it tells it: of the server
-            elif (known := changed.setdefault(row.server_id, set())) is not None:
-                known.update(row.names)
+            else:  # its tools shown before or after (follow_tools); one held since it came concerns no caller
+                changed.setdefault(row.server_id, set())
         await self._changed(changed)
         self.applied += len(rows)
         self.last_applied_at = time.time()

@@ -78,7 +78,8 @@ def build_gateway(resources: Resources) -> Gateway:
         if (gateway := resources.gateway) is not None:
             gateway.executor.tools.invalidate_server(spec.id)
         if changed := [*report.created, *report.updated, *report.removed]:
-            publish_tools_changed(resources, spec.id, changed)  # MCP front ends re-list (GET /events)
+            # MCP front ends re-list (GET /events); a tool held since it came was never shown and is not told of
+            publish_tools_changed(resources, spec.id, report.shown.intersection(changed))
         return report
 
     async def prepare(spec: ServerSpec) -> ServerSpec:

@@ -49,5 +49,4 @@ class BearerKeyMiddleware:
             bearer = [(b"www-authenticate", b"Bearer")]
             await send_problem(send, 401, "unauthorized", "Missing or invalid API key", detail, bearer)
             return
-        self.failures.succeeded(address)
         await self.app(scope, receive, send)

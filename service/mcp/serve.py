@@ -7,11 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
 from service.mcp.guard import BearerKeyMiddleware
 from service.mcp.http_sessions import SessionBoundMiddleware, SessionTable
 from service.mcp.server import Frontend
+from service.security.openmode import is_loopback
 from service.security.proxies import forwarding_options
 
 logger = logging.getLogger(__name__)
@@ -24,13 +26,30 @@ async def serve_stdio(frontend: Frontend) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+def rebinding_protection(host: str) -> TransportSecuritySettings | None:
+    """The SDK's Host and Origin checks for a front end bound to any loopback address (the SDK turns them on for
+    127.0.0.1, localhost and ::1 only: bound to 127.0.0.2, a page whose name rebinds there called tools with the
+    front end's key). Off loopback the front end needs its key, which no page can send."""
+    if not is_loopback(host):
+        return None
+    bare = host.strip().strip("[]")
+    names = ["127.0.0.1", "localhost", "[::1]", f"[{bare}]" if ":" in bare else bare]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*names, *(f"{name}:*" for name in names)],
+        allowed_origins=[origin for name in names for origin in (f"http://{name}", f"http://{name}:*")],
+    )
+
+
 def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = None) -> Starlette:
-    """The streamable-HTTP app (both protocol eras); DNS-rebinding protection is on for localhost hosts."""
+    """The streamable-HTTP app (both protocol eras); DNS-rebinding protection is on for every loopback host."""
     settings = frontend.settings.frontend
     path = path or settings.http_path
+    host = host or settings.http_host
     app = frontend.server.streamable_http_app(
         streamable_http_path=path,
-        host=host or settings.http_host,
+        host=host,
+        transport_security=rebinding_protection(host),
         session_idle_timeout=float(settings.dynamic_idle_seconds),
         max_sessions=settings.http_max_sessions,
     )

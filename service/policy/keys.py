@@ -247,10 +247,8 @@ class KeyResolver:
             raise RateLimited("Too many failed authentications from this address", retry_after=wait)
 
     def counted(self, address: str, found: bool) -> None:
-        """Record whether the credential this address presented was found."""
-        if found:
-            self.failures.succeeded(address)
-        else:
+        """Record a credential this address presented that was not found (one found forgets no failure)."""
+        if not found:
             self.failures.failed(address)
 
     async def resolve(self, presented: str | None, address: str = "?") -> Caller:

@@ -2,7 +2,8 @@
 
 The first `free` wrong keys of an address cost nothing; after that the address must wait 1 s, 2 s, 4 s ...
 (at most `max_delay`) before its next attempt is even looked at, so guessing keys costs time, not queries.
-A success clears the address's record."""
+An address's failures are forgotten once it has been quiet (no failure, no wait) for `max_delay`; a success
+forgets nothing: a holder of one valid key reset its count between guesses at others' keys and was never slowed."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class FailedAuthLimiter:
             if record is None:
                 return 0.0
             remaining = record.blocked_until - self.clock()
-            if remaining <= 0 and record.count >= self.free and self.clock() - record.blocked_until > self.max_delay:
+            if -remaining > self.max_delay:
                 del self._records[address]  # quiet long enough: forgiven
                 return 0.0
             return max(0.0, remaining)
@@ -53,7 +54,9 @@ class FailedAuthLimiter:
         """Record a failure; returns the delay now imposed on the address."""
         now = self.clock()
         with self._lock:
-            record = self._records.pop(address, None) or _Failures(0, now)
+            record = self._records.pop(address, None)
+            if record is None or now - record.blocked_until > self.max_delay:
+                record = _Failures(0, now)  # quiet long enough: a first failure again
             record.count += 1
             delay = 0.0 if record.count <= self.free else min(self.max_delay, 2.0 ** (record.count - self.free - 1))
             record.blocked_until = now + delay
@@ -61,8 +64,3 @@ class FailedAuthLimiter:
             while len(self._records) > self.max_addresses:
                 self._records.popitem(last=False)
             return delay
-
-    def succeeded(self, address: str) -> None:
-        """A valid key from this address: forget its failures."""
-        with self._lock:
-            self._records.pop(address, None)

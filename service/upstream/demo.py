@@ -43,6 +43,12 @@ NODE_DEMO = {
 }
 
 
+# The hosts everything's gzip-file-as-resource may fetch from (its default URL's); data: URIs need none. Left
+# empty, it fetched any http(s) URL from this machine for any caller who may use it: 127.0.0.1's services, the
+# cloud metadata address, the private network (the fetch demo server refuses non-public addresses itself).
+EVERYTHING_GZIP_DOMAINS = "raw.githubusercontent.com"
+
+
 class ToolchainError(RuntimeError):
     """A demo server's packages could not be installed (no network, no Node, a failing pip or npm)."""
 
@@ -120,6 +126,7 @@ def demo_servers(settings: Settings) -> list[ServerSpec]:
                 transport="stdio",
                 command="node",
                 args=("stdio",),
+                env={"GZIP_ALLOWED_DOMAINS": EVERYTHING_GZIP_DOMAINS},
                 source="demo",
                 demo=("node", "everything"),
             ),

@@ -157,3 +157,26 @@ async def test_a_web_page_cannot_drive_the_keyless_loopback_front_end(world: dic
             preflight = {"Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST"}
             answer = await http.options("/mcp", headers=preflight)
             assert answer.status_code >= 400 and "access-control-allow-origin" not in answer.headers
+
+
+@pytest.mark.parametrize("bound", ["127.0.0.2", "localhost.localdomain", "127.0.0.1"])
+async def test_a_rebinding_name_cannot_reach_the_keyless_front_end_on_any_loopback_address(
+    world: dict[str, Any], bound: str
+) -> None:
+    """The CLI lets the keyless HTTP front end listen on any loopback address, but the SDK turns its Host check on
+    for 127.0.0.1, localhost and ::1 only: bound to 127.0.0.2, a page whose name rebinds there (Host and Origin
+    attacker.example) initialized a session and called time__get_current_time with the front end's API key."""
+    settings = make_settings(world["tmp_path"])
+    settings.frontend.api_key = world["admin"]
+    frontend = create_frontend(settings, transport="http", api_transport=httpx.ASGITransport(app=world["app"]))
+    app = http_app(frontend, host=bound)
+    initialize = json.dumps(INITIALIZE)
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    literal = f"{bound}:8766"
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"http://{literal}") as http:
+            rebound = {**headers, "Host": "attacker.example:8766", "Origin": "http://attacker.example:8766"}
+            refused = await http.post("/mcp", content=initialize, headers=rebound)
+            own = await http.post("/mcp", content=initialize, headers={**headers, "Host": literal})
+    assert refused.status_code == 421, refused.text
+    assert own.status_code == 200, own.text

@@ -87,6 +87,38 @@ async def test_wrong_credentials_are_slowed_per_address_and_stop_costing_queries
             assert (await elsewhere.get(requests[0][1], headers=bearer(admin))).status_code == 200
 
 
+async def test_a_valid_key_between_guesses_does_not_reset_the_wait(tmp_path: Path) -> None:
+    """A success forgot its address's failures: a holder of any key (a dev's) made four guesses at others' keys, one
+    request of its own, four more guesses ... (240 guesses in 300 requests on a live service, none slowed)."""
+    settings = make_settings(tmp_path, permissions=None, policy={"auth_failures_free": 3})
+    async with running(settings) as (app, http):
+        dev = await cli_key(app, "dev", ["dev"])
+        statuses = []
+        for i in range(3):
+            for j in range(3):
+                statuses.append((await http.get("/tools", headers=bearer(f"tsk_guess-{i}-{j}"))).status_code)
+            statuses.append((await http.get("/tools", headers=bearer(dev))).status_code)
+    # Three free guesses and the dev's own request; the fourth guess imposes a wait that every request then meets,
+    # the dev's own included, as it does for an address that never presented a valid key.
+    assert statuses == [401, 401, 401, 200, 401, 429, 429, 429, 429, 429, 429, 429], statuses
+
+
+def test_failures_are_forgotten_after_a_quiet_while_not_after_a_success() -> None:
+    from service.security.auth_failures import FailedAuthLimiter
+
+    now = [0.0]
+    limiter = FailedAuthLimiter(free=2, max_delay=8.0, clock=lambda: now[0])
+    assert [limiter.failed("a") for _ in range(2)] == [0.0, 0.0]
+    now[0] = 8.0
+    assert limiter.failed("a") == 1.0  # within the quiet while: the third failure of three
+    now[0] = 9.0 + 8.0 + 0.1  # quiet for longer than max_delay after its wait
+    assert limiter.wait("a") == 0.0 and limiter.failed("a") == 0.0  # forgotten: a first failure again
+    # Fewer failures than the free ones are forgotten after the same quiet while (a success used to be what
+    # forgot them, so they stayed until one came).
+    now[0] = 30.0
+    assert [limiter.failed("a") for _ in range(2)] == [0.0, 0.0]
+
+
 def test_failure_delay_doubles_and_is_bounded() -> None:
     from service.security.auth_failures import FailedAuthLimiter
 
@@ -95,5 +127,3 @@ def test_failure_delay_doubles_and_is_bounded() -> None:
     delays = [limiter.failed("a") for _ in range(8)]
     assert delays == [0.0, 0.0, 1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
     assert limiter.wait("a") == 8.0 and limiter.wait("b") == 0.0
-    limiter.succeeded("a")
-    assert limiter.wait("a") == 0.0
