@@ -5,6 +5,9 @@
     python tests/upstream/mcp_test_server.py paged N      (low-level server listing N tools, 2 per page)
     python tests/upstream/mcp_test_server.py listed FILE  (low-level server listing the tools of a JSON file as
                                                            given, unchecked; a call answers `NAME:ARGUMENTS`)
+    python tests/upstream/mcp_test_server.py deep         (JSON-RPC written by hand: `nested` answers a result whose
+                                                           structuredContent nests `depth` levels, which the SDK
+                                                           cannot write, or a number; `echo` answers its text)
 
 Tools: `echo`, `sleep` (outlives timeouts), `big` (a result of many tokens), `pid`, `fail` (a tool error),
 `add_tool` (adds a tool and sends notifications/tools/list_changed) and `crash` (the process exits mid-call).
@@ -132,12 +135,57 @@ def run_listed(path: str) -> None:
     anyio.run(serve)
 
 
+def run_deep() -> None:
+    """A stdio server writing its JSON-RPC by hand, as a hostile server would: `nested` answers a result nested
+    `depth` arrays deep in its structuredContent (or, with `result: "number"`, a result that is a number)."""
+    import json
+
+    from mcp_types import LATEST_PROTOCOL_VERSION
+
+    tools = [
+        {"name": "nested", "description": "A deeply nested result.", "inputSchema": {"type": "object"}},
+        {"name": "echo", "description": "Echo the text.", "inputSchema": {"type": "object"}},
+    ]
+    for line in sys.stdin:
+        request = json.loads(line)
+        method, params, ident = request.get("method"), request.get("params") or {}, request.get("id")
+        if ident is None:
+            continue  # a notification
+        if method == "initialize":
+            result: object = {
+                "protocolVersion": params.get("protocolVersion", LATEST_PROTOCOL_VERSION),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "toolscout-deep", "version": "1.0.0"},
+            }
+        elif method == "tools/list":
+            result = {"tools": tools}
+        elif method == "tools/call" and params.get("name") == "nested":
+            arguments = params.get("arguments") or {}
+            depth = int(arguments.get("depth", 300))
+            value = "[" * depth + "]" * depth
+            text = f'{{"content":[{{"type":"text","text":"ok"}}],"structuredContent":{{"deep":{value}}}}}'
+            if arguments.get("result") == "number":  # a result that is no object: not of JSON-RPC's shape
+                text = "5"
+            sys.stdout.write(f'{{"jsonrpc":"2.0","id":{json.dumps(ident)},"result":{text}}}\n')
+            sys.stdout.flush()
+            continue
+        elif method == "tools/call":
+            text = str((params.get("arguments") or {}).get("text", ""))
+            result = {"content": [{"type": "text", "text": text}]}
+        else:
+            result = {}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}) + "\n")
+        sys.stdout.flush()
+
+
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
     if mode == "paged":
         run_paged(int(sys.argv[2]))
     elif mode == "listed":
         run_listed(sys.argv[2])
+    elif mode == "deep":
+        run_deep()
     elif mode == "stdio":
         server.run("stdio")
     else:
