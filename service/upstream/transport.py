@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -114,6 +115,8 @@ def unreadable(text: str) -> str:
             f"it nests arrays and objects more than {PARSER_MAX_DEPTH} levels deep "
             "(the limit of the MCP client's JSON parser)"
         )
+    if (invalid := re.search(r"Invalid JSON: (.*?) \[type=", text)) is not None:
+        return f"it is not JSON the MCP client's parser reads: {said(invalid[1])}"
     if "validation error" in text:
         return "it is not a JSON-RPC response (its result must be an object; its error, a code and a message)"
     return said(" ".join(text.split()))
