@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from upstream_support import local_server, running
+from upstream_support import TEST_SERVER, local_server, running
+
+from tests.processes import free_port, stop_process, wait_for_port
 
 pytestmark = pytest.mark.upstream
 
@@ -106,3 +111,32 @@ async def test_a_result_nested_past_the_parsers_depth_fails_the_call_at_once_and
         status, body, _ = await call("echo", text="restarted")
         assert (status, body["content"][0]["text"]) == (200, "restarted"), body
         assert (await client.get("/servers/d")).json()["health"]["pid"] != pid
+
+
+@pytest.fixture
+def deep_http_port() -> Iterator[int]:
+    """The hand-written JSON-RPC server over streamable HTTP on a free local port."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(TEST_SERVER), "deep-http", str(port)])
+    try:
+        wait_for_port(port, process, 20, "the hand-written HTTP server")
+        yield port
+    finally:
+        stop_process(process)
+
+
+async def test_over_http_a_result_nested_past_the_parsers_depth_is_a_502_saying_so(
+    tmp_path: Path, deep_http_port: int
+) -> None:
+    # The SDK's HTTP client answered the call itself, as error -32700 quoting pydantic ("answered nested with error
+    # -32700: Failed to parse JSON response: 1 validation error for union[...]").
+    servers = {"d": {"url": f"http://127.0.0.1:{deep_http_port}/mcp"}}
+    async with running(tmp_path, servers, upstream_allowed_hosts=["127.0.0.0/8"]) as (_, client):
+        problem = (await client.post("/execute", json={"name": "d__nested", "arguments": {"depth": 300}})).json()
+        assert (problem["status"], problem["detail"]) == (
+            502,
+            "MCP server 'd' sent a result for nested that cannot be read: it nests arrays and objects more than "
+            "200 levels deep (the limit of the MCP client's JSON parser)",
+        )
+        echoed = (await client.post("/execute", json={"name": "d__echo", "arguments": {"text": "on"}})).json()
+        assert echoed["content"][0]["text"] == "on"
