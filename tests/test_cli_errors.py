@@ -128,3 +128,18 @@ async def test_servers_list_with_a_key_that_is_not_an_admins_prints_the_servers_
     rows = [line.split() for line in printed.out.splitlines()[1:]]
     assert rows == [["public", "catalog", "1"], ["util", "catalog", "1"]], printed  # the tools it may use
     assert printed.err == ""
+
+
+@pytest.mark.parametrize(("name", "text"), [("empty.jsonl", "\n"), ("empty.json", '{"tools": []}')])
+def test_indexing_a_file_without_tools_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, text: str
+) -> None:
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_DEMO_CATALOG", "false")
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
+    path = tmp_path / name
+    path.write_text(text)
+    assert main(["index", str(path)]) == 1
+    printed = capsys.readouterr()
+    assert printed.err == f"error: {path}: no tools in it (a JSON Lines tool a line, or an MCP tools/list)\n"
+    assert printed.out == ""

@@ -241,6 +241,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     except ToolscoutError as exc:
         return fail(exc)
     tools, servers = catalog_file.tools, catalog_file.servers
+    if not tools:  # exit status 1 said nothing but "created 0, ..."
+        return fail({"detail": f"{args.file}: no tools in it (a JSON Lines tool a line, or an MCP tools/list)"})
     for line in _kept_and_lost(len(catalog_file.repairs), catalog_file.repairs, 0, []):
         print(printable(line), file=sys.stderr)
     body = _post_in_parts(settings, tools, servers)
