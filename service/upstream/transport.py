@@ -125,6 +125,8 @@ def unreadable(text: str) -> str:
 def _response_id(line: str) -> types.RequestId | None:
     """The id of a line that is a JSON-RPC response or error by its keys (Python's parser reads nesting the SDK's
     refuses, up to the interpreter's recursion limit), else None."""
+    if not line.lstrip().startswith("{"):  # a log line, or a 16 MB array: no response, and not parsed again
+        return None
     try:
         message = json.loads(line)
     except (ValueError, RecursionError):
