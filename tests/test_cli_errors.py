@@ -109,3 +109,37 @@ def test_the_http_front_end_refuses_to_listen_beyond_loopback_without_a_key(
     assert main(["mcp", "--transport", "http", "--host", "0.0.0.0", "--port", "9"]) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: refusing to listen on 0.0.0.0") and "TOOLSCOUT_FRONTEND__HTTP_API_KEY" in error
+
+
+async def test_servers_list_with_a_key_that_is_not_an_admins_prints_the_servers_it_may_see(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A non-admin's GET /servers gives id, state, tools and last sync only: the table read `transport` (KeyError).
+    import anyio
+
+    from tests.security.conftest import opened_world, serving
+
+    async with opened_world(tmp_path) as world, serving(world["app"]) as url:
+        monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", url)
+        monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_KEY", world["dev"])
+        capsys.readouterr()
+        assert await anyio.to_thread.run_sync(main, ["servers", "list"]) == 0
+    printed = capsys.readouterr()
+    rows = [line.split() for line in printed.out.splitlines()[1:]]
+    assert rows == [["public", "catalog", "1"], ["util", "catalog", "1"]], printed  # the tools it may use
+    assert printed.err == ""
+
+
+@pytest.mark.parametrize(("name", "text"), [("empty.jsonl", "\n"), ("empty.json", '{"tools": []}')])
+def test_indexing_a_file_without_tools_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, text: str
+) -> None:
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_DEMO_CATALOG", "false")
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
+    path = tmp_path / name
+    path.write_text(text)
+    assert main(["index", str(path)]) == 1
+    printed = capsys.readouterr()
+    assert printed.err == f"error: {path}: no tools in it (a JSON Lines tool a line, or an MCP tools/list)\n"
+    assert printed.out == ""

@@ -131,6 +131,8 @@ class PoolMatrix:
                 return
             if tags is not None:
                 self._untag(row)
+                for scope in self._scopes.values():
+                    scope.tag_rows = None
             self._label(row, server, tags)
 
     def remove(self, name: str) -> None:
@@ -293,15 +295,28 @@ class PoolMatrix:
             scope = self._scopes[permissions] = _Scope(rows)
         return scope
 
+    def _scope_tag_rows(self, permissions: tuple[frozenset[str] | None, frozenset[str]]) -> dict[str, list[int]]:
+        """The rows of each tag inside a permission scope, gathered once per scope from its own rows: marking every
+        row of a tag, hidden ones too, made a caller's search with a tag it sees slower by the number of tools it
+        may not see that carry the tag (0.6 ms at 10,000), which told it they exist."""
+        scope = self._scope(permissions)
+        if scope.tag_rows is None:
+            scope.tag_rows = {}
+            for row in np.flatnonzero(scope.rows & self._live[: len(scope.rows)]).tolist():
+                for tag in self._tags[row]:
+                    scope.tag_rows.setdefault(tag, []).append(row)
+        return scope.tag_rows
+
     def _mask(self, where: SearchFilter, used: int) -> np.ndarray:
         mask = self._live[:used].copy()
         if where.servers:
             codes = [self._servers[s] for s in where.servers if s in self._servers]
             mask &= np.isin(self._server_codes[:used], codes)
         if where.tags:
+            tag_rows = self._tag_rows if where.permissions is None else self._scope_tag_rows(where.permissions)
             tagged = np.zeros_like(mask)
             for tag in where.tags:
-                tagged[list(self._tag_rows.get(tag, ()))] = True
+                tagged[list(tag_rows.get(tag, ()))] = True
             mask &= tagged
         if where.permissions is not None:
             mask &= self._scope(where.permissions).rows[:used]
@@ -341,7 +356,9 @@ class PoolMatrix:
 
 @dataclass
 class _Scope:
-    """One permission scope: a mask over every row, and each field's mean over its live rows once asked for."""
+    """One permission scope: a mask over every row, and each field's mean over its live rows and the rows of each
+    tag once asked for."""
 
     rows: np.ndarray
     mean: np.ndarray | None = None
+    tag_rows: dict[str, list[int]] | None = None  # once a search names a tag (`_scope_tag_rows`)

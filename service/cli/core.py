@@ -241,6 +241,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     except ToolscoutError as exc:
         return fail(exc)
     tools, servers = catalog_file.tools, catalog_file.servers
+    if not tools:  # exit status 1 said nothing but "created 0, ..."
+        return fail({"detail": f"{args.file}: no tools in it (a JSON Lines tool a line, or an MCP tools/list)"})
     for line in _kept_and_lost(len(catalog_file.repairs), catalog_file.repairs, 0, []):
         print(printable(line), file=sys.stderr)
     body = _post_in_parts(settings, tools, servers)
@@ -269,9 +271,13 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0 if body["created"] + body["updated"] + body["unchanged"] else 1
 
 
-def _print_results(body: dict[str, Any]) -> None:
+def _print_results(body: dict[str, Any], servers: list[str] | None) -> None:
     print(f"{len(body['results'])} tools in {body['latency_ms']:.1f} ms")
-    if not body["results"]:
+    if not body["results"] and servers:
+        # A filter that leaves nothing is not an empty catalog (`toolscout servers list` shows the ids).
+        names = ", ".join(printable(server) for server in servers)
+        print(f"No tool of the servers {names} matched (`toolscout servers list` lists the servers).", file=sys.stderr)
+    elif not body["results"]:
         print(
             "No tool matched. Is the catalog empty? Start `toolscout serve` (it indexes demo tools) or run "
             "`toolscout index FILE`.",
@@ -313,7 +319,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, indent=2))
     else:
-        _print_results(body)
+        _print_results(body, args.server)
     return 0
 
 

@@ -74,10 +74,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     header = f"{'server':<16} {'transport':<9} {'state':<10} {'tools':>5} {'restarts':>8} {'p50 ms':>8}"
     print(f"{header}  last error")
     for server in servers:
+        # A caller who is not an admin is shown id, state, tools and last sync only (no transport or health).
         health = server.get("health") or {}
         latency = (health.get("latency") or {}).get("p50_ms")
         print(
-            f"{server['id']:<16} {server['transport']:<9} {server['state']:<10} {server['tools']:>5} "
+            f"{server['id']:<16} {server.get('transport', ''):<9} {server['state']:<10} {server['tools']:>5} "
             f"{health.get('restarts', ''):>8} {'' if latency is None else latency:>8}  "
             f"{printable((health.get('last_error') or '')[:60])}"
         )

@@ -307,7 +307,10 @@ def status_text(
 
 def error_result(error: ToolscoutError) -> types.CallToolResult:
     """An error as a tool result: `isError` and the problem's detail (plus what helps fix it)."""
-    lines = [f"{error.title}: {error.detail}"]
+    # A detail that opens as its title does says it once ("Arguments do not match the tool's input schema:
+    # Arguments do not match the input schema of ...").
+    said_already = error.detail.lower().startswith(" ".join(error.title.lower().split()[:3]))
+    lines = [error.detail if said_already else f"{error.title}: {error.detail}"]
     for key in ("retry_after", "approval_id"):  # the detail already names invalid arguments and closest tools
         if error.extensions.get(key):
             lines.append(f"{key}: {compact(error.extensions[key])}")

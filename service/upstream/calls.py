@@ -16,12 +16,13 @@ import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from mcp_types import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
 from service.errors import UpstreamError, UpstreamTimeout
 from service.upstream.config import ServerSpec
 from service.upstream.health import ServerHealth, describe, said
+from service.upstream.transport import unreadable
 
 CLOSED_PING_SECONDS = 5.0  # after a CONNECTION_CLOSED error: does the session still answer?
 OutputSchema = tuple[str, dict[str, Any]]  # a listed output schema's digest (its version) and the schema
@@ -131,6 +132,11 @@ class ToolCalls:
                     f"MCP server {self.id!r} failed during {name}: {reason}; it is being restarted",
                     server=self.id,
                     restarting=True,
+                ) from exc
+            if exc.code == PARSE_ERROR:  # the transport's answer for a response it could not read
+                raise UpstreamError(
+                    f"MCP server {self.id!r} sent a result for {name} that cannot be read: {unreadable(exc.message)}",
+                    server=self.id,
                 ) from exc
             raise UpstreamError(
                 f"MCP server {self.id!r} answered {name} with error {exc.code}: {said(exc.message)}",

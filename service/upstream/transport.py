@@ -9,8 +9,10 @@ lifecycle: close stdin, wait, terminate the process group, kill it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import signal
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +22,7 @@ from typing import AnyStr, Generic
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import httpx2
 import mcp_types as types
 from anyio.streams.text import TextReceiveStream
@@ -30,7 +33,7 @@ from mcp.shared.message import SessionMessage
 
 from service.security.scrub import Scrubber
 from service.upstream.children import ChildRegistry, wrap_command
-from service.upstream.health import exit_reason
+from service.upstream.health import exit_reason, said
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ EXIT_POLL_SECONDS = 0.1
 STDERR_TAIL_LINES = 40
 STDERR_LINE_CHARS = 500  # of each stderr line, kept for /servers and the log
 DEFAULT_MAX_MESSAGE_BYTES = 16_000_000  # execution.max_message_bytes
+PARSER_MAX_DEPTH = 200  # arrays and objects the SDK's JSON parser (pydantic-core's jiter) reads into, at most
 
 
 @dataclass
@@ -103,6 +107,50 @@ class LineSplitter(Generic[AnyStr]):
             self._size += len(piece)
 
 
+def unreadable(text: str) -> str:
+    """Why a message from a server could not be read, from its parser's error (ours, or the SDK's HTTP client's,
+    which also says why it read no further than it did)."""
+    if "recursion limit exceeded" in text:
+        return (
+            f"it nests arrays and objects more than {PARSER_MAX_DEPTH} levels deep "
+            "(the limit of the MCP client's JSON parser)"
+        )
+    if (invalid := re.search(r"Invalid JSON: (.*?) \[type=", text)) is not None:
+        return f"it is not JSON the MCP client's parser reads: {said(invalid[1])}"
+    if "validation error" in text:
+        return "it is not a JSON-RPC response (its result must be an object; its error, a code and a message)"
+    return said(" ".join(text.split()))
+
+
+def _response_id(line: str) -> types.RequestId | None:
+    """The id of a line that is a JSON-RPC response or error by its keys (Python's parser reads nesting the SDK's
+    refuses, up to the interpreter's recursion limit), else None."""
+    if not line.lstrip().startswith("{"):  # a log line, or a 16 MB array: no response, and not parsed again
+        return None
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or "method" in message or not ("result" in message or "error" in message):
+        return None
+    ident = message.get("id")
+    return ident if isinstance(ident, int | str) and not isinstance(ident, bool) else None
+
+
+async def _refused_response(line: str, exc: ValueError, on_lost: Callable[[str], None]) -> SessionMessage | Exception:
+    """What the session gets for a stdout line the SDK's parser refuses. A response (nested past the parser's
+    depth, or not of JSON-RPC's shape) becomes an error answer to its request, which fails now and not at its
+    timeout; a line too deep to find its request in breaks the session (its calls fail now, and it restarts);
+    anything else (a log line on stdout) stays an exception, which the session only logs."""
+    ident = await anyio.to_thread.run_sync(_response_id, line)
+    if ident is not None:
+        error = types.ErrorData(code=types.PARSE_ERROR, message=f"Failed to parse a message on stdout: {exc}")
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=ident, error=error))
+    if "recursion limit exceeded" in str(exc):
+        on_lost(f"the server sent a message that cannot be read: {unreadable(str(exc))}")
+    return exc
+
+
 @asynccontextmanager
 async def stdio_transport(
     command: str,
@@ -146,7 +194,7 @@ async def stdio_transport(
                             )
                         except ValueError as exc:
                             server_log.warning("not a JSON-RPC message on stdout: %.200s", scrub(line))
-                            item = exc
+                            item = await _refused_response(line, exc, on_lost)
                         await read_writer.send(item)
         except MessageTooLarge as exc:
             server_log.warning("%s", exc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -196,3 +198,36 @@ def test_top_rows_are_the_highest_scores_whatever_the_sample_finds(count: int) -
     assert set(pool_matrix.top_rows(skewed, min(count, 625)).tolist()) == set(
         np.flatnonzero(skewed)[: min(count, 625)].tolist()
     )
+
+
+def test_a_tag_costs_a_scope_what_its_own_tools_carrying_it_cost_not_the_hidden_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Marking every row of a tag made a caller's search with a tag it sees slower by the tools it may not see that
+    # carry it (0.6 ms a search at 10,000 over HTTP): a count of them, told by timing.
+    monkeypatch.setattr(pool_matrix, "REDUCE_ABOVE", 10**9)
+    matrix = PoolMatrix(8)
+    vector = [1.0] + [0.0] * 7
+    for i in range(100_000):
+        matrix.put(f"hidden{i}", vector, dict.fromkeys(DENSE_FIELDS, vector), server="vault", tags=("shared",))
+    matrix.put("mine_a", vector, dict.fromkeys(DENSE_FIELDS, vector), server="public", tags=("shared",))
+    matrix.put("mine_b", vector, dict.fromkeys(DENSE_FIELDS, vector), server="public", tags=("own",))
+    allowed = frozenset({"mine_a", "mine_b"})
+
+    def seen(tag: str) -> set[str]:
+        return {name for name, _ in matrix.search([vector], 10, SearchFilter(tags=(tag,), allowed=allowed))[0]}
+
+    assert (seen("shared"), seen("own")) == ({"mine_a"}, {"mine_b"})
+
+    def median_ms(tag: str) -> float:
+        where, used, times = SearchFilter(tags=(tag,), allowed=allowed), len(matrix), []
+        for _ in range(41):
+            started = time.perf_counter()
+            matrix._mask(where, used)
+            times.append((time.perf_counter() - started) * 1000)
+        return float(np.median(times))
+
+    shared, own = median_ms("shared"), median_ms("own")
+    assert shared - own < 0.5, (shared, own)  # 9.7 ms against 0.02 before
+    matrix.relabel("mine_b", tags=("shared",))  # a scope's tag rows follow a payload update
+    assert seen("shared") == {"mine_a", "mine_b"} and seen("own") == set()

@@ -67,6 +67,7 @@ async def test_upstream_errors_and_bad_arguments_are_error_results_with_detail(
         assert failed.is_error and "disk on fire" in text_of(failed)
         invalid = await client.call_tool("probe__echo", {"times": "twice"})
         assert invalid.is_error
+        assert text_of(invalid).startswith("Arguments do not match the input schema of probe__echo: "), text_of(invalid)
         assert "/text: 'text' is a required property" in text_of(invalid)
         assert "/times: 'twice' is not of type 'integer'" in text_of(invalid)
         unknown = await client.call_tool("probe__ecco", {})

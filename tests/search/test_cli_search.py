@@ -103,3 +103,17 @@ def test_an_upstreams_hidden_characters_are_refused_by_toolscout_index_and_print
     assert not {ch for ch in out if (ord(ch) < 32 and ch != "\n") or 0x7F <= ord(ch) < 0xA0 or ch == "\u202e"}
     assert main(["search", "weather forecast"]) == 0
     assert "wx__forecast" in capsys.readouterr().out
+
+
+def test_a_search_whose_server_filter_leaves_nothing_says_so_not_that_the_catalog_is_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    direct_cli(tmp_path, monkeypatch)
+    assert main(["index", str(CATALOG)]) == 0
+    capsys.readouterr()
+    assert main(["search", "send an email", "--server", "nosuch", "--server", "other"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.startswith("0 tools in ")
+    assert printed.err == (
+        "No tool of the servers nosuch, other matched (`toolscout servers list` lists the servers).\n"
+    )

@@ -5,6 +5,10 @@
     python tests/upstream/mcp_test_server.py paged N      (low-level server listing N tools, 2 per page)
     python tests/upstream/mcp_test_server.py listed FILE  (low-level server listing the tools of a JSON file as
                                                            given, unchecked; a call answers `NAME:ARGUMENTS`)
+    python tests/upstream/mcp_test_server.py deep         (JSON-RPC written by hand: `nested` answers a result whose
+                                                           structuredContent nests `depth` levels, which the SDK
+                                                           cannot write, or a number; `echo` answers its text)
+    python tests/upstream/mcp_test_server.py deep-http PORT  (the same over streamable HTTP, JSON bodies)
 
 Tools: `echo`, `sleep` (outlives timeouts), `big` (a result of many tokens), `pid`, `fail` (a tool error),
 `add_tool` (adds a tool and sends notifications/tools/list_changed) and `crash` (the process exits mid-call).
@@ -132,12 +136,81 @@ def run_listed(path: str) -> None:
     anyio.run(serve)
 
 
+def deep_answer(line: str) -> str | None:
+    """The answer of the hand-written server to one JSON-RPC message (None to a notification): `nested` answers a
+    result nested `depth` arrays deep in its structuredContent (or, with `result: "number"`, a result that is a
+    number), which the SDK cannot write; `echo` answers its text."""
+    import json
+
+    from mcp_types import LATEST_PROTOCOL_VERSION
+
+    tools = [
+        {"name": "nested", "description": "A deeply nested result.", "inputSchema": {"type": "object"}},
+        {"name": "echo", "description": "Echo the text.", "inputSchema": {"type": "object"}},
+    ]
+    request = json.loads(line)
+    method, params, ident = request.get("method"), request.get("params") or {}, request.get("id")
+    if ident is None:
+        return None
+    if method == "initialize":
+        result: object = {
+            "protocolVersion": params.get("protocolVersion", LATEST_PROTOCOL_VERSION),
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "toolscout-deep", "version": "1.0.0"},
+        }
+    elif method == "tools/list":
+        result = {"tools": tools}
+    elif method == "tools/call" and params.get("name") == "nested":
+        arguments = params.get("arguments") or {}
+        depth = int(arguments.get("depth", 300))
+        value = "[" * depth + "]" * depth
+        text = f'{{"content":[{{"type":"text","text":"ok"}}],"structuredContent":{{"deep":{value}}}}}'
+        if arguments.get("result") == "number":  # a result that is no object: not of JSON-RPC's shape
+            text = "5"
+        return f'{{"jsonrpc":"2.0","id":{json.dumps(ident)},"result":{text}}}'
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": str((params.get("arguments") or {}).get("text", ""))}]}
+    else:
+        result = {}
+    return json.dumps({"jsonrpc": "2.0", "id": ident, "result": result})
+
+
+def run_deep() -> None:
+    """The hand-written server (deep_answer) over stdio, as a hostile server would write."""
+    for line in sys.stdin:
+        if (answer := deep_answer(line)) is not None:
+            sys.stdout.write(answer + "\n")
+            sys.stdout.flush()
+
+
+def run_deep_http(port: int) -> None:
+    """The hand-written server (deep_answer) over streamable HTTP: each POST answered with one JSON body."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def post(request: Request) -> Response:
+        answer = deep_answer((await request.body()).decode())
+        if answer is None:
+            return Response(status_code=202)
+        return Response(answer, media_type="application/json")
+
+    app = Starlette(routes=[Route("/mcp", post, methods=["POST"])])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
     if mode == "paged":
         run_paged(int(sys.argv[2]))
     elif mode == "listed":
         run_listed(sys.argv[2])
+    elif mode == "deep":
+        run_deep()
+    elif mode == "deep-http":
+        run_deep_http(int(sys.argv[2]))
     elif mode == "stdio":
         server.run("stdio")
     else:
