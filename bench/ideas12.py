@@ -10,6 +10,8 @@ Variants (keys of a configuration dict, on top of BASE):
   norm ("exp", t[, signals]) each signal's (or those signals') z replaced by t (exp(z / t) - 1): the same near 0,
                        convex above; ("exp2", t_dense, t_lexical): each kind its own t
   rows "parts"/"whole"  the norm on a split request's parts only, or on whole texts only
+  local beta           centring by (1 - beta) the catalog's mean + beta the mean of the text's 100 best scanned tools
+  whole_mix lam        a split request's score (1 - lam) the max-merge + lam the whole text's own score
   qb (bank, beta, T)   query-bank normalisation (QB-Norm's inverted softmax, as a per-tool offset): each dense
                        field's (centred) cosine less beta * T * log(mean over the bank of exp(cos(bank, tool) / T));
                        banks: `desc` (the catalog's other descriptions), `params`, `names`, `other` (the other dev
@@ -103,8 +105,28 @@ def qb_offsets(data: pv.Data, bank: np.ndarray, docs: np.ndarray, t: float, self
     return m + t * np.log(np.mean(np.exp((sims - m) / t), axis=0))
 
 
+def local_centred(data: pv.Data, scan: np.ndarray, beta: float) -> dict[str, np.ndarray]:
+    """Each field's cosine to d - m, m = (1 - beta) (the catalog's mean) + beta (the mean of the text's 100 best
+    scanned tools): (q.d - q.m) / |d - m|."""
+    near = pv.top_mask(scan, pv.S.pool_candidates).astype(np.float64)
+    near /= near.sum(axis=1, keepdims=True)
+    out = {}
+    for f in pv.FIELDS:
+        d = data.d[f].astype(np.float64)
+        m = (1 - beta) * d.mean(axis=0)[None, :] + beta * (near @ d)  # texts x dim
+        qd = data.q @ d.T
+        qm = (data.q * m).sum(axis=1, keepdims=True)
+        dm = m @ d.T
+        mm = (m * m).sum(axis=1, keepdims=True)
+        norm = np.sqrt(np.maximum(1 - 2 * dm + mm, 1e-12))
+        out[f] = (qd - qm) / norm
+    return out
+
+
 def per_text(data: pv.Data, p: dict) -> np.ndarray:
     scores, scan = pv.field_scores(data, p)
+    if p.get("local"):
+        scores = local_centred(data, scan, p["local"])
     if p.get("qb"):
         bank_name, beta, t, fields = p["qb"]
         for f in fields:
@@ -148,10 +170,24 @@ def per_text(data: pv.Data, p: dict) -> np.ndarray:
 _MEMO: dict = {}
 
 
+def whole_mixed(data: pv.Data, per: np.ndarray, lam: float) -> np.ndarray:
+    """(1 - lam) the max-merge + lam the whole request's own score (its lowest where it did not rank the tool):
+    a part's tool must also fit the whole request a little."""
+    merged = pv.query_scores(data, per.copy())
+    for i, rows in enumerate(data.s.text_rows):
+        if len(rows) > 1:
+            whole = per[rows[0]]
+            low = whole[np.isfinite(whole)].min()
+            merged[i] = (1 - lam) * merged[i] + lam * np.where(np.isfinite(whole), whole, low)
+    return merged
+
+
 def run(data: pv.Data, p: dict) -> dict[str, float]:
     key = (data.s.name, repr(sorted(p.items())))
     if key not in _MEMO:
-        _MEMO[key] = metrics(data.s, pv.query_scores(data, per_text(data, p)))
+        per = per_text(data, p)
+        scores = whole_mixed(data, per, p["whole_mix"]) if p.get("whole_mix") else pv.query_scores(data, per)
+        _MEMO[key] = metrics(data.s, scores)
     return _MEMO[key]
 
 
@@ -264,6 +300,8 @@ GROUPS: dict[str, list[dict]] = {
     "exp_rows": [{"norm": n, "rows": r} for r in ("parts", "whole")
                  for n in (("exp", 4.0, ("lexical",)), ("exp", 8.0), ("exp2", 10.0, 4.0))],
     "robust": [{"norm": ("robust", c)} for c in (0.5, 0.75, 1.0)],
+    "local": [{"local": b} for b in (0.25, 0.5, 1.0)],
+    "whole_mix": [{"whole_mix": lam} for lam in (0.1, 0.2, 0.3)],
     "qb": [{"qb": (b, beta, t, fields)} for b in ("other", "self_description", "names", "params")
            for fields in (("description",), ("name", "description", "params"))
            for beta, t in ((0.25, 0.05), (0.5, 0.05), (0.5, 1.0))],
