@@ -24,7 +24,8 @@ Variants (keys of a configuration dict, on top of BASE):
                        documents; the catalog's first principal direction removed) for the text and the tool's
                        description (or name: description) as one more signal with weight w
 
-Usage: python bench/ideas12.py EMBEDDINGS.pkl [GROUP ...]"""
+Usage: python bench/ideas12.py EMBEDDINGS.pkl [GROUP ...] (groups: see GROUPS; `sif` embeds token vectors with
+torch once, into EMBEDDINGS.tokens.pkl: about 20 minutes on this machine; IDEAS12_SETS=metatool runs one set)"""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ from indexer.documents import build_document
 from indexer.lexical import Bm25Encoder
 
 BASE = {"centre": 1.0, "part_pool": 50}
-TOKEN_CACHE = Path("/tmp/ideas12/tokens.pkl")
+TOKEN_CACHE = Path("tokens.pkl")  # set by main(): beside the embeddings, EMBEDDINGS.tokens.pkl
 
 
 def rank_z(scores: np.ndarray, hits: np.ndarray, union: np.ndarray, k: float) -> np.ndarray:
@@ -312,7 +313,9 @@ GROUPS: dict[str, list[dict]] = {
 
 
 def main() -> None:
+    global TOKEN_CACHE
     cache = EmbeddingCache(Path(sys.argv[1]))
+    TOKEN_CACHE = Path(sys.argv[1]).with_suffix(".tokens.pkl")
     chosen = sys.argv[2:] or list(GROUPS)
     sets = [pv.prepare(cache, load_set("metatool", 3000, 1)), pv.prepare(cache, load_set("sealtools", None, 0))]
     for a, b in ((sets[0], sets[1]), (sets[1], sets[0])):
