@@ -31,6 +31,19 @@ def leaked(text: str, *asked: str) -> set[str]:
     }
 
 
+
+async def follow_events(
+    http: httpx.AsyncClient, key: str, received: list[str], connected: anyio.Event, seen: anyio.Event, count: int
+) -> None:
+    """Read the key's /events stream into `received`; `connected` at its first line, `seen` once `count` data lines
+    have come."""
+    async with http.stream("GET", "/events", headers=bearer(key)) as stream:
+        async for line in stream.aiter_lines():
+            received.append(line)
+            connected.set()
+            if sum(x.startswith("data:") for x in received) >= count:
+                seen.set()
+
 async def test_tools_by_name_hidden_and_missing_get_the_same_404(world: dict[str, Any]) -> None:
     http, dev = world["http"], world["dev"]
     hidden = await http.get("/tools/vault__get_secret", headers=bearer(dev))
@@ -184,17 +197,8 @@ async def test_events_followed_from_another_replica_name_only_changes_the_caller
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
         received: list[str] = []
         connected, data = anyio.Event(), anyio.Event()
-
-        async def follow() -> None:
-            async with http.stream("GET", "/events", headers=bearer(dev)) as stream:
-                async for line in stream.aiter_lines():
-                    received.append(line)
-                    connected.set()
-                    if line.startswith("data:"):
-                        data.set()
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(follow)
+            tg.start_soon(follow_events, http, dev, received, connected, data, 1)
             with anyio.fail_after(20):
                 await connected.wait()
             await changed_elsewhere("public__delete_account")
@@ -290,17 +294,8 @@ async def test_events_say_nothing_of_a_tool_held_since_its_registration(world: d
     async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
         received: list[str] = []
         connected, sentinel = anyio.Event(), anyio.Event()
-
-        async def follow() -> None:
-            async with http.stream("GET", "/events", headers=bearer(dev)) as stream:
-                async for line in stream.aiter_lines():
-                    received.append(line)
-                    connected.set()
-                    if line.startswith("data:") and len([x for x in received if x.startswith("data:")]) > 1:
-                        sentinel.set()
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(follow)
+            tg.start_soon(follow_events, http, dev, received, connected, sentinel, 2)
             with anyio.fail_after(20):
                 await connected.wait()
             held = await http.post("/tools", json={"tools": [poisoned]}, headers=bearer(admin))
