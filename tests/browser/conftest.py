@@ -161,6 +161,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         "TOOLSCOUT_EXECUTION__DEMO_SERVERS": "false",
         "TOOLSCOUT_POLICY__PERMISSIONS_FILE": str(data / "permissions.yaml"),
         "TOOLSCOUT_POLICY__RATE_LIMIT_PER_MINUTE": "0",
+        # The session's tests sign in with wrong keys from one address, and a valid key forgets no failure
+        # (service/security/auth_failures.py, tested in tests/security/test_rate_limits.py): never slowed here.
+        "TOOLSCOUT_POLICY__AUTH_FAILURES_FREE": "1000",
         "TOOLSCOUT_LEARNING__REFRESH_SECONDS": "1",
         "TOOLSCOUT_LEARNING__REFRESH_LAG_SECONDS": "0",
         "TOOLSCOUT_POLICY__KEY_CACHE_SECONDS": "0",
