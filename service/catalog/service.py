@@ -6,7 +6,7 @@ between loses nothing."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,9 +205,7 @@ async def register_tools(
             _record_tools(resources, session, [t for t in batch.tools if t.qualified_name in changed])
             described = await store_info(session, screened(infos, report.notes), cluster_state(resources).replica_id)
             await session.commit()
-        report.shown = shown_tools(resources, changed)
-        await _index_unheld(resources, batch.tools, vectors, report, changed)
-        report.shown |= shown_tools(resources, changed)
+        await _index_unheld(resources, batch.tools, vectors, report, changed, shown_before=changed)
         await refresh_servers(resources, {t.server for t in batch.tools} | described)
     if report.held and (gateway := resources.gateway) is not None:  # its cached rows of the tools now held
         for server in {t.server for t in batch.tools if t.qualified_name in report.held}:
@@ -329,9 +327,7 @@ async def sync_server_tools(
             infos = screened({server_id: info} if info else {}, report.notes)
             described = await store_info(session, infos, cluster_state(resources).replica_id)
             await session.commit()
-        report.shown = shown_tools(resources, [*changed, *report.removed])
-        await _index_unheld(resources, batch.tools, vectors, report, changed)
-        report.shown |= shown_tools(resources, changed)
+        await _index_unheld(resources, batch.tools, vectors, report, changed, shown_before=[*changed, *report.removed])
         if report.removed:
             await unindex(resources, report.removed)
         await refresh_servers(resources, [server_id])
@@ -346,11 +342,15 @@ async def _index_unheld(
     vectors: dict[str, DenseVectors],
     report: RegisterReport,
     changed: set[str],
+    shown_before: Iterable[str],
 ) -> None:
-    """Index the batch's tools that are not held; take out of the index those that were just held."""
+    """Index the batch's tools that are not held; take out of the index those that were just held. The report's
+    `shown`: the tools of `shown_before` callers were shown before, and the changed ones they are shown now."""
+    report.shown = shown_tools(resources, shown_before)
     await index_definitions(resources, [t for t in tools if t.qualified_name not in report.held], vectors)
     if newly := sorted(name for name in report.held if name in changed):
         await unindex(resources, newly)
+    report.shown |= shown_tools(resources, changed)
 
 
 async def unindex(resources: Resources, names: list[str]) -> None:

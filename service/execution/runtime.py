@@ -77,9 +77,9 @@ def build_gateway(resources: Resources) -> Gateway:
         )
         if (gateway := resources.gateway) is not None:
             gateway.executor.tools.invalidate_server(spec.id)
-        if changed := [*report.created, *report.updated, *report.removed]:
+        if report.created or report.updated or report.removed:
             # MCP front ends re-list (GET /events); a tool held since it came was never shown and is not told of
-            publish_tools_changed(resources, spec.id, report.shown.intersection(changed))
+            publish_tools_changed(resources, spec.id, sorted(report.shown))
         return report
 
     async def prepare(spec: ServerSpec) -> ServerSpec:
