@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from service.benchmarks import expect
 from service.cli.execute_bench import ARGUMENTS, TOOL, _throughput, _time_it, summary
 
 MODES = ("commit", "batched")
@@ -104,16 +105,19 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         async with (
             Client(params, mode="legacy", cache=None) as direct,
             app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=60) as client,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=60
+            ) as client,
         ):
             log = get_gateway(app.state.resources).log
 
             async def call_direct() -> None:
-                assert not (await direct.call_tool("get_current_time", ARGUMENTS)).is_error
+                result = await direct.call_tool("get_current_time", ARGUMENTS)
+                expect(not result.is_error, f"the direct call failed: {result.content}")
 
             async def call_execute() -> None:
                 response = await client.post("/execute", json={"name": TOOL, "arguments": ARGUMENTS})
-                assert response.status_code == 200, response.text
+                expect(response.status_code == 200, f"POST /execute answered {response.text}")
 
             for _ in range(args.warmup):
                 await call_direct()

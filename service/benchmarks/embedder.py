@@ -21,13 +21,11 @@ from indexer.embedding import Embedder, SentenceTransformerEmbedder
 from indexer.index.base import DENSE_FIELDS
 from indexer.onnx_embedder import OnnxEmbedder
 from indexer.tools import validate_batch
+from service.benchmarks import BenchFailed
+from service.benchmarks.datasets import SHARED, missing_shared
 from service.catalog.files import load_catalog_file
 from service.settings import Settings
 
-# shared/ sits beside the checkout (or beside the folder of work trees).
-SHARED = next(
-    (p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()), Path("shared")
-)
 SHORT_QUERY = "find the weather forecast for tomorrow"
 
 # A serving process: the app with its lifespan, a few tools registered, one search; then its peak RSS.
@@ -72,6 +70,8 @@ def real_texts(limit: int, seed: int = 1) -> list[str]:
     for path in sorted((SHARED / "eval").glob("*/queries.jsonl")):
         texts.extend(json.loads(line)["query"] for line in path.read_text().splitlines()[:2000] if line.strip())
     unique = sorted({text for text in texts if text.strip()})
+    if not unique:
+        raise BenchFailed(missing_shared("real texts to embed", "copy the dev sets there to compare the backends"))
     return random.Random(seed).sample(unique, min(limit, len(unique)))
 
 

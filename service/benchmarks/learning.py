@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import insert
 
 from indexer.index.base import SearchFilter
+from service.benchmarks.datasets import EVAL, require_files
 from service.benchmarks.usage_replay import replay_usage
 from service.catalog.files import CatalogFile, load_catalog_file
 from service.catalog.service import register_tools
@@ -45,10 +46,6 @@ from service.settings import Settings
 from service.usage.learning import boosts_for, learning_state, refresh_stats
 from service.usage.signal import scope_key
 
-EVAL = next(
-    (p / "shared" / "eval" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()),
-    Path(__file__).resolve().parents[2].parent / "shared" / "eval",
-)
 DEPTH = 100
 SPECIALIST = "specialist"
 GENERALISTS = [f"agent-{i}" for i in range(8)]
@@ -265,6 +262,10 @@ def touched_by(
 def run_usage(args: argparse.Namespace) -> int:
     """The usage signal on each dev set: R@1, R@5, MRR on the test half before and after the replayed log."""
     results, table = [], []
+    require_files(
+        [EVAL / name / kind for name in args.sets for kind in ("catalog.jsonl", "queries.jsonl")],
+        "the usage signal is measured on those dev sets only",
+    )
     for name in args.sets:
         result = asyncio.run(
             replay_usage(EVAL / name / "catalog.jsonl", EVAL / name / "queries.jsonl", args.max_queries, args.seed)
@@ -295,6 +296,7 @@ def run_usage(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.signal == "usage":
         return run_usage(args)
+    require_files([args.catalog, args.queries], "pass --catalog FILE --queries FILE (JSON Lines, as toolscout eval)")
     result = asyncio.run(replay(args))
     print(
         f"{result['tools']} tools; {result['history_queries']} history queries replayed as "

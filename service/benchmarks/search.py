@@ -22,15 +22,12 @@ import httpx
 from indexer.documents import build_document
 from indexer.index.base import DENSE_FIELDS
 from indexer.tools import validate_batch
+from service.benchmarks.datasets import SHARED, missing_shared
 from service.catalog.files import demo_catalog, load_catalog_file
 from service.http_transport import nodelay_transport
 from service.settings import Settings
 from service.usage.rollups import percentile
 
-# shared/ sits beside the checkout (or beside the folder of work trees).
-SHARED = next(
-    (p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()), Path("shared")
-)
 # The real tools: Seal-Tools and MetaTool (the dev sets) and the eight catalogs of real MCP servers.
 DEFAULT_SOURCES = [
     SHARED / "eval" / "sealtools" / "catalog.jsonl",
@@ -67,7 +64,14 @@ def source_tools(paths: list[Path] | None = None) -> list[dict[str, Any]]:
         server = None if path.suffix == ".jsonl" else path.stem
         for tool in load_catalog_file(path, server).tools:
             tools.setdefault((str(tool.get("server", server or "bench")), str(tool["name"])), tool)
-    return list(tools.values()) or demo_catalog()
+    if tools:
+        return list(tools.values())
+    print(
+        "note: " + missing_shared("the real tools", "measuring the 85 demo tools instead: not comparable with the "
+        "README's figures (--source FILE names a catalog)"),
+        file=sys.stderr,
+    )
+    return demo_catalog()
 
 
 def bench_queries(kind: str, limit: int) -> list[str]:
@@ -76,6 +80,7 @@ def bench_queries(kind: str, limit: int) -> list[str]:
     and split into 4.6 parts)."""
     path = DEFAULT_QUERIES[kind]
     if not path.is_file():
+        print(f"note: {missing_shared(str(path), f'timing 2 {kind} queries instead')}", file=sys.stderr)
         return ["search the web for news", "read a file and send its summary by email"][: max(1, limit)]
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     texts = [row["query"] for row in rows if kind == "short" or len(row.get("relevant", ())) > 1]

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from service.benchmarks import expect
 from service.http_transport import async_nodelay_transport
 from service.usage.rollups import percentile
 
@@ -174,26 +175,26 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         async with (
             app.router.lifespan_context(app),
             Client(direct_params, mode="legacy", cache=None) as direct,
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench") as asgi,
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as asgi,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60, transport=nodelay) as http,
         ):
             executor = get_gateway(app.state.resources).executor
 
             async def call_direct() -> None:
                 result = await direct.call_tool("get_current_time", ARGUMENTS)
-                assert not result.is_error
+                expect(not result.is_error, f"the direct call failed: {result.content}")
 
             async def call_function() -> None:
                 result = await executor.execute(OPEN_CALLER, TOOL, ARGUMENTS)
-                assert result.status == "ok"
+                expect(result.status == "ok", f"Executor.execute answered {result.status}: {result.content}")
 
             async def call_asgi() -> None:
                 response = await asgi.post("/execute", json={"name": TOOL, "arguments": ARGUMENTS})
-                assert response.status_code == 200, response.text
+                expect(response.status_code == 200, f"POST /execute (ASGI) answered {response.text}")
 
             async def call_http() -> None:
                 response = await http.post("/execute", json={"name": TOOL, "arguments": ARGUMENTS})
-                assert response.status_code == 200, response.text
+                expect(response.status_code == 200, f"POST /execute (HTTP) answered {response.text}")
 
             paths: dict[str, Callable[[], Awaitable[None]]] = {
                 "direct": call_direct,
