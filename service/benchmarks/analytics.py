@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -26,6 +27,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import func, select
 
+from service.benchmarks import BenchFailed
 from service.cli.database import print_table, with_database
 from service.db.engine import upgrade_database
 from service.db.models import Execution
@@ -307,8 +309,23 @@ async def _refresh_new_rows(resources: Resources, generated: Generated, count: i
     }
 
 
+def _connect_admin(url: str) -> psycopg.Connection[Any]:
+    """The admin connection, or one line on why not (nothing listening, a refused login, a malformed URL)."""
+    try:
+        return psycopg.connect(url, autocommit=True)
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        shown = re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)  # never the password
+        raise BenchFailed(
+            f"cannot connect to PostgreSQL at {shown} ({reason}); pass --admin-url postgresql://USER@HOST:PORT/DB "
+            "of a server where that user may create databases"
+        ) from exc
+
+
 def run(args: argparse.Namespace) -> int:
-    admin = psycopg.connect(args.admin_url, autocommit=True)
+    # SQLAlchemy's spelling (TOOLSCOUT_DB__URL's) is accepted too; psycopg reads only the plain scheme.
+    args.admin_url = args.admin_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    admin = _connect_admin(args.admin_url)
     admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
     admin.execute(f'CREATE DATABASE "{DATABASE}"')
     base = args.admin_url.rsplit("/", 1)[0]

@@ -14,6 +14,26 @@ from service.errors import ToolscoutError
 from service.settings import Settings
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of arguments, got {text!r}")
+    return value
+
+
 def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tokens = bench_subparsers.add_parser(
         "tokens",
@@ -34,7 +54,7 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         "--profiles", type=Path, default=None, help="profiles file (default: settings frontend.profiles_file)"
     )
     tokens.add_argument(
-        "-k", type=int, default=None, help="search result size (default: settings search.default_k)"
+        "-k", type=_positive, default=None, help="search result size (default: settings search.default_k)"
     )
     tokens.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     tokens.add_argument("--markdown", action="store_true", help="print the README table instead of JSON")
@@ -43,13 +63,15 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         action="store_true",
         help="add latencies of list, search and call through the front end (needs the API running)",
     )
-    tokens.add_argument("--rounds", type=int, default=20, help="repetitions per live timing (default 20)")
+    tokens.add_argument("--rounds", type=_positive, default=20, help="repetitions per live timing (default 20)")
     tokens.add_argument(
         "--call-tool",
         default=None,
         help="tool to time calls of (default: a read-only tool without required arguments)",
     )
-    tokens.add_argument("--call-arguments", default="{}", help="JSON arguments for --call-tool")
+    tokens.add_argument(
+        "--call-arguments", type=_json_object, default={}, help="JSON object of arguments for --call-tool"
+    )
     tokens.add_argument(
         "--code-mode",
         action="store_true",
@@ -77,7 +99,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
                     settings,
                     rounds=args.rounds,
                     call_tool=args.call_tool,
-                    call_arguments=json.loads(args.call_arguments),
+                    call_arguments=args.call_arguments,
                 )
             )
         if args.code_mode:
