@@ -252,6 +252,8 @@ class Frontend:
     async def list_tools_for(self, session: str) -> list[types.Tool]:
         """The tool list a session sees in this mode."""
         catalog = await self.catalog() if self.mode in ("full", "grouped") else []
+        if self.mode == "grouped" and self.profile is not None:  # no help_<server> of a server outside the profile
+            catalog = [t for t in catalog if self.profile.allows_server(str(t["server"]))]
         state = await self.sessions.load(session) if self.mode == "dynamic" else None
         return render.mode_tools(
             self.mode,
@@ -364,10 +366,7 @@ class Frontend:
         approval_id: str | None = None,
     ) -> types.CallToolResult:
         if self.profile is not None:
-            tool = await self.view.tool(name)  # an unknown name is the API's 404, closest tools named
-            if not self.profile.allows(tool):
-                raise PermissionDenied(f"Tool {name!r} is outside the profile {self.profile.name!r}", tool=name)
-            name = str(tool["name"])
+            name = str((await self.view.tool_in_scope(name))["name"])
         state = await self.sessions.load(self.session_key(ctx))
         search_id = state.search_ids.get(name) if state is not None else None
         return render.execution_result(await self.api.execute(name, arguments, search_id, approval_id))
