@@ -97,6 +97,8 @@ async def test_long_results_are_cut_and_read_on_with_fetch_result(
             pages.append(body)
             more = json.loads(tail.removesuffix(")]"))
         assert "".join(pages).splitlines()[-1] == "line 1499: the quick brown fox jumps over the lazy dog"
+        past = await client.call_tool("fetch_result", {**more, "offset": 10**9})
+        assert not past.is_error and text_of(past).startswith(f"[End of result: offset {10**9} is past its ")
         missing = await client.call_tool("fetch_result", {"result_id": "nope"})
         assert missing.is_error and "No stored result 'nope'" in text_of(missing)
 
