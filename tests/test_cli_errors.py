@@ -164,6 +164,28 @@ def test_a_wrong_choice_is_one_line_and_exit_status_2(
     assert lines[0].endswith(f"(see `toolscout {argv[0]} --help`)")
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["search", "--sizes", "1000,abc"], "argument --sizes: expected a whole number of at least 1, got 'abc'"),
+        (["scale", "--sizes", ","], "argument --sizes: expected comma-separated whole numbers, got ','"),
+        (["load", "--concurrency", "0"], "argument --concurrency: expected a whole number of at least 1, got '0'"),
+        (["execute", "--calls", "0"], "argument --calls: expected a whole number of at least 1, got '0'"),
+        (["durability", "--warmup", "-1"], "argument --warmup: expected a whole number of at least 1, got '-1'"),
+        (["embedder", "--texts", "0"], "argument --texts: expected a whole number of at least 1, got '0'"),
+    ],
+)
+def test_a_bench_count_that_cannot_be_measured_is_refused_before_it_starts(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each of these was a traceback: int('abc'), fmean of no samples, numpy's broadcast of no texts.
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", *argv])
+    assert exited.value.code == 2
+    command = f"toolscout bench {argv[0]}"
+    assert capsys.readouterr().err == f"{command}: error: {said} (see `{command} --help`)\n"
+
+
 def test_a_bench_without_its_dev_set_says_which_files_and_what_to_pass(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

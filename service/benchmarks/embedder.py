@@ -22,6 +22,7 @@ from indexer.index.base import DENSE_FIELDS
 from indexer.onnx_embedder import OnnxEmbedder
 from indexer.tools import validate_batch
 from service.benchmarks import BenchFailed
+from service.benchmarks.arguments import positive_int
 from service.benchmarks.datasets import SHARED, missing_shared
 from service.catalog.files import load_catalog_file
 from service.settings import Settings
@@ -53,10 +54,12 @@ print(json.dumps({"peak_rss_mb": int(hwm.split()[1]) / 1024,
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("embedder", help="ONNX (fp32, int8) vs torch: cosine, latency, throughput, RSS")
-    parser.add_argument("--texts", type=int, default=3000, help="real texts compared (default 3000)")
-    parser.add_argument("--repeats", type=int, default=300, help="single-query embeds timed per backend")
-    parser.add_argument("--throughput-texts", type=int, default=1000)
-    parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.add_argument("--texts", type=positive_int, default=3000, help="real texts compared (default 3000)")
+    parser.add_argument("--repeats", type=positive_int, default=300, help="single-query embeds timed per backend")
+    parser.add_argument(
+        "--throughput-texts", type=positive_int, default=1000, help="texts embedded at once (default 1000)"
+    )
+    parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.set_defaults(func=run)
 
 

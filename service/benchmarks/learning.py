@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import insert
 
 from indexer.index.base import SearchFilter
+from service.benchmarks.arguments import positive_int
 from service.benchmarks.datasets import EVAL, require_files
 from service.benchmarks.usage_replay import replay_usage
 from service.catalog.files import CatalogFile, load_catalog_file
@@ -56,13 +57,22 @@ GROUPS = ("affected", "affected: caller habit", "affected: failing tool", "unaff
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("learning", help="replay a synthetic usage log; R@1/MRR before and after")
-    parser.add_argument("--catalog", type=Path, default=EVAL / "metatool" / "catalog.jsonl")
-    parser.add_argument("--queries", type=Path, default=EVAL / "metatool" / "queries.jsonl")
-    parser.add_argument("--max-queries", type=int, default=4000, help="queries sampled (half history, half test)")
+    parser.add_argument(
+        "--catalog", type=Path, default=EVAL / "metatool" / "catalog.jsonl", help="JSON Lines (default: MetaTool's)"
+    )
+    parser.add_argument(
+        "--queries",
+        type=Path,
+        default=EVAL / "metatool" / "queries.jsonl",
+        help="labelled queries (default: MetaTool's)",
+    )
+    parser.add_argument(
+        "--max-queries", type=positive_int, default=4000, help="queries sampled (half history, half test)"
+    )
     parser.add_argument("--specialist-share", type=float, default=0.1, help="share of tools the specialist owns")
     parser.add_argument("--trust-top", type=float, default=0.7, help="how often an agent calls the first result")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.add_argument("--seed", type=int, default=0, help="of the sample and the agents' choices")
+    parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.add_argument(
         "--signal",
         choices=("boosts", "usage"),

@@ -22,6 +22,7 @@ import httpx
 from indexer.documents import build_document
 from indexer.index.base import DENSE_FIELDS
 from indexer.tools import validate_batch
+from service.benchmarks.arguments import positive_int, positive_ints
 from service.benchmarks.datasets import SHARED, missing_shared
 from service.catalog.files import demo_catalog, load_catalog_file
 from service.http_transport import nodelay_transport
@@ -43,7 +44,9 @@ POST_BATCH = 5000
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("search", help="index and search latency at several catalog sizes")
-    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument(
+        "--sizes", type=positive_ints, default="1000,10000,100000", help="catalog sizes (default 1000,10000,100000)"
+    )
     parser.add_argument(
         "--source",
         type=Path,
@@ -51,9 +54,11 @@ def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ign
         default=None,
         help="catalog with real tool texts (JSONL or tools/list; repeatable)",
     )
-    parser.add_argument("--searches", type=int, default=300, help="searches timed per size and query kind")
-    parser.add_argument("--backend", choices=["edge", "qdrant"], default="edge")
-    parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.add_argument("--searches", type=positive_int, default=300, help="searches timed per size and query kind")
+    parser.add_argument(
+        "--backend", choices=["edge", "qdrant"], default="edge", help="edge: in-process; qdrant: qdrant-client :memory:"
+    )
+    parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.set_defaults(func=run)
 
 
@@ -67,8 +72,12 @@ def source_tools(paths: list[Path] | None = None) -> list[dict[str, Any]]:
     if tools:
         return list(tools.values())
     print(
-        "note: " + missing_shared("the real tools", "measuring the 85 demo tools instead: not comparable with the "
-        "README's figures (--source FILE names a catalog)"),
+        "note: "
+        + missing_shared(
+            "the real tools",
+            "measuring the 85 demo tools instead: not comparable with the "
+            "README's figures (--source FILE names a catalog)",
+        ),
         file=sys.stderr,
     )
     return demo_catalog()
@@ -279,7 +288,7 @@ def _print_row(row: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = args.sizes
     print(
         f"{'tools':>7} {'texts':>8} {'index s':>8} {'tools/s':>8} {'re-idx s':>8} | {'floor':>6} {'short':>6} "
         f"{'p99':>6} | {'floor':>6} {'long':>6} {'p99':>6} | {'RSS MB':>7}   (HTTP ms; floor = one embedding)"

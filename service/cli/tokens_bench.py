@@ -3,35 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 
 import anyio
 
+from service.benchmarks.arguments import json_object, positive_int
 from service.errors import ToolscoutError
 from service.settings import Settings
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
-
-
-def _json_object(text: str) -> dict[str, object]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc}): {text!r}") from exc
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object of arguments, got {text!r}")
-    return value
 
 
 def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,7 +34,7 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         "--profiles", type=Path, default=None, help="profiles file (default: settings frontend.profiles_file)"
     )
     tokens.add_argument(
-        "-k", type=_positive, default=None, help="search result size (default: settings search.default_k)"
+        "-k", type=positive_int, default=None, help="search result size (default: settings search.default_k)"
     )
     tokens.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     tokens.add_argument("--markdown", action="store_true", help="print the README table instead of JSON")
@@ -63,14 +43,14 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         action="store_true",
         help="add latencies of list, search and call through the front end (needs the API running)",
     )
-    tokens.add_argument("--rounds", type=_positive, default=20, help="repetitions per live timing (default 20)")
+    tokens.add_argument("--rounds", type=positive_int, default=20, help="repetitions per live timing (default 20)")
     tokens.add_argument(
         "--call-tool",
         default=None,
         help="tool to time calls of (default: a read-only tool without required arguments)",
     )
     tokens.add_argument(
-        "--call-arguments", type=_json_object, default={}, help="JSON object of arguments for --call-tool"
+        "--call-arguments", type=json_object, default={}, help="JSON object of arguments for --call-tool"
     )
     tokens.add_argument(
         "--code-mode",
