@@ -245,9 +245,24 @@ def _run(args: argparse.Namespace) -> int:
             if process is not None and (problem := stop_server(process)):
                 result["server_stop"] = problem
     _print(result)
+    _say_errors(result)
     if args.json_out:
         args.json_out.write_text(json.dumps(result, indent=2))
     return 0
+
+
+def _say_errors(result: dict[str, Any]) -> None:
+    """Errors answer fast and pull the latencies down: a rate-limited server (--url, the API's default 600 a
+    minute) once printed 2,356 errors of 2,365 requests a second as its figures, without a word."""
+    rows = [row for kind in ("short", "long") for row in result[kind]]
+    errors, requests = sum(r["errors"] for r in rows), sum(r["requests"] for r in rows)
+    if errors:
+        print(
+            f"note: {errors:,} of {requests:,} requests failed (non-2xx answers or socket errors) and their latencies "
+            "are in the figures; against a running server (--url), serve it with "
+            "TOOLSCOUT_POLICY__RATE_LIMIT_PER_MINUTE=0, or leave out --url to start one",
+            file=sys.stderr,
+        )
 
 
 def _print(result: dict[str, Any]) -> None:
