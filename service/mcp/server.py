@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -327,7 +328,12 @@ class Frontend:
         return None
 
     async def _status(self, ctx: ServerRequestContext[Any, Any]) -> types.CallToolResult:
-        servers = [s for s in await self.api.servers() if self.profile is None or self.profile.allows_server(s["id"])]
+        servers = await self.api.servers()
+        if self.profile is not None:  # the tools in scope (tags, always_listed), not every tool of its servers
+            scope = Counter(str(t["server"]) for t in await self.catalog())
+            servers = [
+                {**s, "tools": scope[s["id"]]} for s in servers if scope[s["id"]] or self.profile.allows_server(s["id"])
+            ]
         state = await self.sessions.load(self.session_key(ctx))
         active = list(state.active) if state is not None else []
         return _text(render.status_text(self.mode, self.profile.name if self.profile else None, servers, active))

@@ -133,8 +133,11 @@ async def test_a_profile_scopes_lists_searches_and_calls(
         outside = await client.call_tool("call_tool", {"name": "filesystem__search_filez"})
         assert text_of(outside) == "Not found: No tool named 'filesystem__search_filez' in the profile 'coding'"
         status = json.loads(text_of(await client.call_tool("status", {})))
-        assert status["profile"] == "coding" and [s["id"] for s in status["servers"]] == ["git", "probe"]
+        # What the profile reaches: its servers' tools and the always-listed one of another (time), 20 in all as
+        # full mode lists below (before: git's and probe's only, and any tag filter left uncounted).
+        assert status["profile"] == "coding" and [s["id"] for s in status["servers"]] == ["git", "probe", "time"]
         assert status["servers"][1] == {"id": "probe", "state": "ready", "tools": 7}
+        assert status["servers"][2]["tools"] == 1 and status["tools"] == 12 + 7 + 1
     async with (
         frontend_of(settings, api_transport, "full", profile=profile) as frontend,
         client_of(frontend) as (client, _),
