@@ -17,6 +17,6 @@ def printable(value: object) -> str:
 
 def port_number(text: str) -> int:
     """A TCP port for `--port` (99999 was a traceback from bind(), or a service that never listened)."""
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 1..65535, got {text!r}")
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 0..65535, got {text!r}")
     return int(text)
