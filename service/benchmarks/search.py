@@ -22,6 +22,7 @@ import httpx
 from indexer.documents import build_document
 from indexer.index.base import DENSE_FIELDS
 from indexer.tools import validate_batch
+from service.benchmarks import BenchFailed
 from service.benchmarks.arguments import positive_int, positive_ints
 from service.benchmarks.datasets import SHARED, missing_shared
 from service.catalog.files import demo_catalog, load_catalog_file
@@ -272,7 +273,9 @@ def _in_own_process(size: int, args: argparse.Namespace) -> dict[str, Any]:
         ]
         for path in args.source or []:
             command += ["--source", str(path)]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        code = subprocess.run(command, check=False, stdout=subprocess.DEVNULL).returncode
+        if code != 0:  # the child said why on stderr, above
+            raise BenchFailed(f"the run of {size:,} tools stopped with exit status {code}")
         return json.loads(out.read_text())["sizes"][0]  # type: ignore[no-any-return]
 
 
