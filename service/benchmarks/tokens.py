@@ -179,7 +179,24 @@ def markdown_table(report: Mapping[str, Any]) -> str:
         )
     if "live" in report:
         lines += ["", *_live_table(report["live"])]
+    if "code_mode" in report:
+        lines += ["", *_code_mode_table(report["code_mode"])]
     return "\n".join(lines) + "\n"
+
+
+def _code_mode_table(scenario: Mapping[str, Any]) -> list[str]:
+    """The README's code-mode table: the same task in lazy mode and as one script."""
+    lazy, code = scenario["lazy"], scenario["code_mode"]
+    return [
+        f"Code mode: {scenario['task']}",
+        "",
+        "| | model turns | context tokens (kept) | input tokens (context re-read each turn) |",
+        "|---|---:|---:|---:|",
+        f"| lazy, one call per step | {lazy['model_turns']} | {lazy['context_tokens']:,} | {lazy['input_tokens']:,} |",
+        f"| code mode, one script | {code['model_turns']} | {code['context_tokens']:,} "
+        f"({scenario['context_tokens_saving_pct']:g}% less) | {code['input_tokens']:,} "
+        f"({scenario['input_tokens_saving_pct']:g}% less) |",
+    ]
 
 
 def _live_table(live: Mapping[str, Any]) -> list[str]:

@@ -112,7 +112,7 @@ async def test_live_timings_go_through_the_front_end(live_api: tuple[str, FastAP
     )
 
 
-def test_the_markdown_table_carries_the_live_timings(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_markdown_table_carries_the_live_timings_and_code_mode(capsys: pytest.CaptureFixture[str]) -> None:
     report = {**json.loads(run_bench(capsys)), "live": {"api_url": "http://api", "rounds": 3}}
     for mode in ("lazy", "grouped", "full", "dynamic"):
         timing = {"n": 3, "median_ms": 1.5, "p95_ms": 2.0}
@@ -122,6 +122,18 @@ def test_the_markdown_table_carries_the_live_timings(capsys: pytest.CaptureFixtu
     assert "Through the front end against http://api, 3 rounds (median / p95 ms):" in table
     assert "| lazy | 1.5 / 2.0 | 1.5 / 2.0 | 1.5 / 2.0 (t__x) |" in table
     assert "| full | 1.5 / 2.0 | 1.5 / 2.0 | – |" in table
+    report["code_mode"] = {
+        "task": "Five steps.",
+        "lazy": {"model_turns": 6, "context_tokens": 1195, "input_tokens": 5486},
+        "code_mode": {"model_turns": 2, "context_tokens": 841, "input_tokens": 1336},
+        "context_tokens_saving_pct": 29.6,
+        "input_tokens_saving_pct": 75.6,
+    }
+    table = markdown_table(report).splitlines()
+    assert table[-2:] == [
+        "| lazy, one call per step | 6 | 1,195 | 5,486 |",
+        "| code mode, one script | 2 | 841 (29.6% less) | 1,336 (75.6% less) |",
+    ]
 
 
 @pytest.mark.parametrize(
