@@ -78,6 +78,7 @@ def is_internal(address: IpAddress) -> bool:
     address = embedded_ipv4(address)
     return any(address in network for network in _INTERNAL_NETWORKS) or not address.is_global
 
+
 def _allowed(host: str, addresses: Sequence[IpAddress], allowed: Iterable[str]) -> bool:
     for entry in allowed:
         entry = entry.strip().lower()
