@@ -24,6 +24,7 @@ import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from urllib.parse import urlsplit
 
 from service.upstream import urls
@@ -216,11 +217,10 @@ def _host_port(authority: str, default_port: int | None = None) -> tuple[str, in
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, reason: str) -> None:
-    titles = {400: "Bad Request", 403: "Forbidden", 407: "Proxy Authentication Required", 431: "Too Large"}
     body = f"{reason}\n".encode()
     extra = 'Proxy-Authenticate: Basic realm="toolscout-egress"\r\n' if status == 407 else ""
     writer.write(
-        f"HTTP/1.1 {status} {titles.get(status, 'Bad Gateway')}\r\n{extra}Content-Type: text/plain; charset=utf-8\r\n"
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{extra}Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )

@@ -115,6 +115,49 @@ async def test_proxy_refuses_internal_destinations(internal: Recorder, url: str)
     assert internal.hits == []
 
 
+async def test_a_refusal_is_logged(internal: Recorder, caplog: pytest.LogCaptureFixture) -> None:
+    proxy = EgressProxy()
+    try:
+        env = await proxy.environment("fetch")
+        with caplog.at_level("WARNING", logger="service.upstream.egress"):
+            await get(env["HTTP_PROXY"], "http://169.254.169.254/latest/meta-data/")
+    finally:
+        await proxy.aclose()
+    assert [r.getMessage() for r in caplog.records] == [
+        "egress proxy: MCP server fetch may not reach 169.254.169.254:80: host '169.254.169.254' resolves to an "
+        "internal address (169.254.169.254)"
+    ]
+
+
+async def test_malformed_or_oversized_requests_are_refused(internal: Recorder) -> None:
+    proxy = EgressProxy(["127.0.0.1"])
+    try:
+        env = await proxy.environment("fetch")
+        port = await proxy.start()
+        auth = basic(env["HTTP_PROXY"])
+        answers = []
+        for head in (
+            f"GET /secret HTTP/1.1\r\nHost: 127.0.0.1:{internal.port}\r\nProxy-Authorization: {auth}\r\n\r\n",
+            f"GET ftp://127.0.0.1:{internal.port}/ HTTP/1.1\r\nProxy-Authorization: {auth}\r\n\r\n",
+            f"CONNECT 127.0.0.1 HTTP/1.1\r\nProxy-Authorization: {auth}\r\n\r\n",
+            f"GET http://127.0.0.1:{internal.port}/ HTTP/1.1\r\nX-Pad: {'a' * 40_000}\r\n\r\n",
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(head.encode())
+            await writer.drain()
+            answers.append((await asyncio.wait_for(reader.read(4096), 10)).split(b"\r\n", 1)[0])
+            writer.close()
+    finally:
+        await proxy.aclose()
+    assert answers == [
+        b"HTTP/1.1 400 Bad Request",
+        b"HTTP/1.1 400 Bad Request",
+        b"HTTP/1.1 400 Bad Request",
+        b"HTTP/1.1 431 Request Header Fields Too Large",
+    ]
+    assert internal.hits == []
+
+
 async def test_proxy_refuses_a_tunnel_to_an_internal_address(internal: Recorder) -> None:
     proxy = EgressProxy()
     try:
