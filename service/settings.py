@@ -144,9 +144,9 @@ class ExecutionSettings(Section):
     # The environment variables such a server may set (names, exact): any other could make an allowed command run
     # other code (PYTHONWARNINGS with BROWSER, NODE_OPTIONS, LD_PRELOAD, PATH ...).
     api_stdio_env: list[str] = Field(default_factory=list)
-    # HTTP upstreams added over the API may not point at private, loopback or link-local addresses unless the
-    # host (name or address) or its network (CIDR) is listed here; "*" allows every address.
-    upstream_allowed_hosts: list[str] = Field(default_factory=list)
+    # Internal hosts (names, addresses, CIDR networks; "*": all) reachable anyway (upstream/urls.py) by:
+    upstream_allowed_hosts: list[str] = Field(default_factory=list)  # HTTP upstreams added over the API
+    egress_allowed_hosts: list[str] = Field(default_factory=list)  # stdio servers behind the egress proxy
     result_ttl_hours: float = 24.0
     # Results cut to the budget that one caller keeps stored at once; saving another deletes its oldest.
     max_stored_results_per_caller: int = Field(default=100, ge=1)
