@@ -100,14 +100,12 @@ class SearchSettings(Section):
     max_k: int = 50
     split_multi_intent: bool = True
     # Subtracted from the fused score a tool gets from one part of a split request (the whole request scores as
-    # is): a part that is only a question's framing then wins less often (bench/ideas.py,
-    # docs/quality-history.md).
+    # is): a part that is only a question's framing then wins less often (bench/ideas.py, docs/quality-history.md).
     part_penalty: float = 0.5
     # From this many parts on, a split request's own vector is its parts' vectors' mean (indexer/intents.py)
     # instead of one more embedding of its longest text: a third less embedding for long requests, quality within
     # .001; from 2 parts on it also cost the usage signal's replay on MetaTool R@1 .012 (docs/quality-history.md).
-    # 0 = never.
-    whole_from_parts: int = 3
+    whole_from_parts: int = 3  # 0 = never
     max_query_chars: int = 8000
     # Values of a search's `servers` and of its `tags` (each list on its own; repeats count once): the index
     # marks each value's rows, so 250,000 repeats of one tag in a 2 MB body held every search 24 s.
