@@ -250,7 +250,19 @@ class LearningSettings(Section):
     usage_half_evidence: float = 2.0  # decayed successful queries at which the signal reaches half its weight
     usage_floor: float = 0.7  # a nearest past query this similar weighs as much as "nobody's history"
     usage_temperature: float = 0.05  # softmax temperature over cosines (lower: only near paraphrases count)
-    usage_max_queries: int = 32  # kept per scope and tool (the latest)
+    usage_max_queries: int = 32  # kept per scope and tool (the latest; a caller holding most loses its oldest first)
+    # Learning is shared by the callers of one scope (the same roles), but no one caller may move the others'
+    # ranking much (service/usage/shares.py); its own history counts in full for itself (one key serving a fleet).
+    # A caller's calls of a tool count for the others until its own decayed calls of it reach this: it moves their
+    # popularity by at most 0.006 and their reliability by at most -0.15 (2 failures of a tool nobody else used).
+    shared_calls_per_caller: float = 2.0
+    # Arguments that do not fit count as a failure for the caller itself only: mostly its mistake, not the tool's
+    # (40 such calls by one dev put another dev's first result 0.98 lower).
+    share_invalid_arguments: bool = False
+    # Per other caller, the usage signal reads its latest queries of a tool, and at most this much of their decayed
+    # evidence: one caller adds at most usage_weight * evidence(0.1) = 0.14 to another's score of a tool.
+    usage_queries_per_caller: int = 2
+    usage_evidence_per_caller: float = 0.1
 
 
 class FrontendSettings(Section):

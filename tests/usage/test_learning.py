@@ -289,8 +289,9 @@ async def test_each_scope_learns_its_own_calls_and_a_replica_reads_them(shared_d
     admin = boosts_for(resources, "root", "admin", ["a__x"])["a__x"]
     dev = boosts_for(resources, "alice", "dev", ["a__x"])["a__x"]
     assert admin["reliability"] < -0.5 and "reliability" not in dev
-    assert dev["popularity"] == pytest.approx(SETTINGS.max_popularity_boost * 10 / 30, abs=1e-4)
-    # bob shares alice's scope: the same popularity (and his own habit).
+    # alice's own 5 calls count in full for her, bob's 5 only up to shared_calls_per_caller (2).
+    assert dev["popularity"] == pytest.approx(SETTINGS.max_popularity_boost * 7 / 27, abs=1e-4)
+    # bob shares alice's scope the same way: the same popularity (and his own habit).
     assert boosts_for(resources, "bob", "dev", ["a__x"])["a__x"]["popularity"] == dev["popularity"]
     assert boosts_for(resources, "carol", "ops", ["a__x"]) == {"a__x": {}}  # a scope without calls reads none
     other = build_resources(resources.settings, HashingEmbedder())
@@ -301,7 +302,9 @@ async def test_each_scope_learns_its_own_calls_and_a_replica_reads_them(shared_d
         assert await refresh_stats(other) == 5  # the other replica folds these on top of the stored scopes
         assert boosts_for(other, "alice", "dev", ["a__x"]) == boosts_for(resources, "alice", "dev", ["a__x"])
         assert await refresh_stats(resources) == 0  # and the first one reloads what the other one wrote
-        assert learning_state(resources).snapshot.scopes["admin"]["a__x"].decayed.values[0] == pytest.approx(35)
+        snapshot = learning_state(resources).snapshot
+        assert snapshot.shares["admin"][("root", "a__x")].values[0] == pytest.approx(35)  # root's own calls
+        assert snapshot.scopes["admin"]["a__x"].decayed.values[0] == pytest.approx(2)  # what others count of them
         assert boosts_for(resources, "root", "admin", ["a__x"]) == boosts_for(other, "root", "admin", ["a__x"])
     finally:
         await other.engine.dispose()
