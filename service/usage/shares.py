@@ -86,9 +86,7 @@ def own_view(shared: list[float], own: list[float]) -> list[float]:
     return [max(0.0, s - part + mine) for s, part, mine in zip(shared, own[3:], own[:3], strict=True)]
 
 
-async def load_share_rows(
-    session: AsyncSession, keys: Iterable[tuple[str, str, str]] | None = None
-) -> list[ShareRow]:
+async def load_share_rows(session: AsyncSession, keys: Iterable[tuple[str, str, str]] | None = None) -> list[ShareRow]:
     """scope_caller_tool_stats rows (of these (scope, caller, tool) keys, or all)."""
     table = ScopeCallerToolStats.__table__
     if keys is None:
