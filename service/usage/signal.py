@@ -132,11 +132,11 @@ class UsageVectors:
             nearest = np.array([near for near, _ in part.values()])
             strength = np.array([ev for _, ev in part.values()])
             energy = np.exp((nearest - s.usage_floor) / s.usage_temperature)
-            # Other callers' tools weigh in the softmax by their evidence: a little of it takes little share.
+            # Other callers' tools weigh in their softmax by their evidence too: one caller's little evidence takes
+            # little of the share of a tool many colleagues used (it could otherwise halve it).
             energy = energy * strength if weighted else energy
             share = energy / (1.0 + energy.sum())  # the 1 is "nobody's history": a query near none moves nothing
-            values = share if weighted else strength * share
-            for name, value in zip(part, values, strict=True):
+            for name, value in zip(part, strength * share, strict=True):
                 out[name] = out.get(name, 0.0) + s.usage_weight * float(value)
         return {name: round(min(value, s.usage_weight), 6) for name, value in out.items() if value > 1e-4}
 
