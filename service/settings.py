@@ -256,9 +256,11 @@ class LearningSettings(Section):
     # A caller's calls of a tool count for the others until its own decayed calls of it reach this: it moves their
     # popularity by at most 0.006 and their reliability by at most -0.15 (2 failures of a tool nobody else used).
     shared_calls_per_caller: float = 2.0
-    # Arguments that do not fit count as a failure for the caller itself only: mostly its mistake, not the tool's
-    # (40 such calls by one dev put another dev's first result 0.98 lower).
-    share_invalid_arguments: bool = False
+    # Whether arguments that do not fit count against the tool for the others too (within the cap above; always for
+    # the caller itself). Uncapped, 40 such calls by one dev sank another dev's first result by 0.83, below its
+    # second; capped, by 0.15. False isolates them fully, at one query in 2,000 of `toolscout bench learning`
+    # (R@1 after .6255 -> .6250: agents mostly get arguments wrong on tools chosen for the wrong request).
+    share_invalid_arguments: bool = True
     # Per other caller, the usage signal reads its latest queries of a tool, and at most this much of their decayed
     # evidence: one caller adds at most usage_weight * evidence(0.1) = 0.14 to another's score of a tool.
     usage_queries_per_caller: int = 2

@@ -21,7 +21,7 @@ import pytest
 from indexer.embedding import SentenceTransformerEmbedder
 from service.main import create_app
 from service.settings import LearningSettings, Settings
-from service.usage.learning import refresh_stats
+from service.usage.learning import popularity_boost, refresh_stats, reliability_penalty
 from service.usage.signal import evidence
 from tests.policy.policy_world import bearer, first_key, make_key, make_settings
 
@@ -155,8 +155,14 @@ async def test_one_caller_cannot_sink_or_raise_a_tool_for_another_of_its_scope(
         before = await search(w["http"], w["b"], ECHO_QUERY)
         assert before["ranking"][0] == "t__echo"
         after = await wrong_arguments(w, 40)
-        # Arguments that do not fit count against the tool for A only: B's ranking, scores and explain are as before.
-        assert after["b"]["by_name"] == before["by_name"] and after["b"]["ranking"] == before["ranking"]
+        # For B, A's 40 calls count as 2 (learning.shared_calls_per_caller): the same ranking, the tool a bounded
+        # 0.15 lower, nothing else moved.
+        cap = learning.shared_calls_per_caller
+        sunk = reliability_penalty(0, cap, learning) + popularity_boost(cap, learning)
+        assert -0.16 < sunk < -0.1
+        assert after["b"]["ranking"] == before["ranking"]
+        moved = {n: after["b"]["by_name"][n]["score"] - before["by_name"][n]["score"] for n in before["by_name"]}
+        assert moved == {n: pytest.approx(sunk if n == "t__echo" else 0.0, abs=2e-3) for n in moved}
         # A's own view learned: its failures sink the tool below the next one for it.
         assert after["a"]["by_name"]["t__echo"]["boosts"]["reliability"] < -0.5
         assert after["a"]["ranking"][0] == "t__big"
@@ -193,3 +199,14 @@ async def test_without_the_caps_both_attacks_move_another_callers_ranking(tmp_pa
         assert (await search(w["http"], w["b"], DELETE_QUERY))["ranking"][0] == "files__erase_folder"
         after = await flood(w, 32)
         assert after["b"]["ranking"][0] == "files__weather_forecast"
+
+
+@pytest.mark.upstream
+@pytest.mark.model
+async def test_invalid_arguments_can_count_for_their_caller_only(tmp_path: Path) -> None:
+    """With learning.share_invalid_arguments off, A's 40 calls that do not fit leave B's view exactly as it was."""
+    async with scope_world(tmp_path, f"sqlite:///{tmp_path / 'own.db'}", share_invalid_arguments=False) as w:
+        before = await search(w["http"], w["b"], ECHO_QUERY)
+        after = await wrong_arguments(w, 40)
+        assert after["b"] == {**before, "id": after["b"]["id"]}
+        assert after["a"]["ranking"][0] == "t__big"  # A's own view learned
