@@ -37,6 +37,9 @@ from service.usage.stats import as_utc
 logger = logging.getLogger(__name__)
 
 EMBED_CACHE_SIZE = 50_000  # query texts kept embedded (a few MB at 384 floats)
+# Of each other caller, a tool's usage signal reads the latest queries only (with learning.usage_evidence_per_caller
+# of evidence at most): a flood of one request by one caller is two near neighbours, not 32.
+QUERIES_PER_OTHER_CALLER = 2
 
 
 def scope_key(roles: Iterable[str]) -> str:
@@ -58,7 +61,7 @@ class ToolUsage:
     weights: np.ndarray | None = None  # the decayed weight of each kept query
     weight: float = 0.0  # decayed number of kept queries
     callers: np.ndarray | None = None  # the caller of each kept query
-    shared: np.ndarray | None = None  # the rows other callers read: each caller's latest usage_queries_per_caller
+    shared: np.ndarray | None = None  # the rows other callers read: each caller's latest QUERIES_PER_OTHER_CALLER
     capped: dict[str, float] = field(default_factory=dict)  # per caller, the evidence other callers read of it
 
     def keep(self, query: str, at: datetime, caller: str, bound: int) -> None:
@@ -77,7 +80,7 @@ class ToolUsage:
         latest: dict[str, list[int]] = {}
         for i in range(len(callers) - 1, -1, -1):
             rows = latest.setdefault(callers[i], [])
-            if len(rows) < s.usage_queries_per_caller:
+            if len(rows) < QUERIES_PER_OTHER_CALLER:
                 rows.append(i)
         self.shared = np.zeros(len(callers), dtype=bool)
         self.shared[[i for rows in latest.values() for i in rows]] = True

@@ -21,6 +21,7 @@ import pytest
 from indexer.embedding import SentenceTransformerEmbedder
 from service.main import create_app
 from service.settings import LearningSettings, Settings
+from service.usage import signal
 from service.usage.learning import popularity_boost, refresh_stats, reliability_penalty
 from service.usage.signal import evidence
 from tests.policy.policy_world import bearer, first_key, make_key, make_settings
@@ -46,7 +47,6 @@ DELETE_QUERY = "delete all my files"
 UNCAPPED = {
     "shared_calls_per_caller": 1e9,
     "share_invalid_arguments": True,
-    "usage_queries_per_caller": 32,
     "usage_evidence_per_caller": 1e9,
 }
 
@@ -187,8 +187,11 @@ async def test_one_caller_cannot_sink_or_raise_a_tool_for_another_of_its_scope(
 
 @pytest.mark.upstream
 @pytest.mark.model
-async def test_without_the_caps_both_attacks_move_another_callers_ranking(tmp_path: Path) -> None:
+async def test_without_the_caps_both_attacks_move_another_callers_ranking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What the caps close: with them switched off (the learning of before), both attacks work."""
+    monkeypatch.setattr(signal, "QUERIES_PER_OTHER_CALLER", 32)
     async with scope_world(tmp_path, f"sqlite:///{tmp_path / 'uncapped.db'}", **UNCAPPED) as w:
         before = await search(w["http"], w["b"], ECHO_QUERY)
         after = await wrong_arguments(w, 40)
