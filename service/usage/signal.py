@@ -15,7 +15,10 @@ zero without history, grows with the (decayed) evidence and never exceeds `usage
 each value so that no tool passes a candidate without history that led it (service.search.ranking.behind_newcomers):
 a new tool that leads on its text stays ahead, by however little. Nearest past query rather than a centroid:
 LLM-written and real requests for one tool come in several phrasings, and a centroid of them is near none (measured in
-`toolscout bench learning --signal usage`). A scope never reads another scope's evidence."""
+`toolscout bench learning --signal usage`). A scope never reads another scope's evidence, and inside a scope each
+query keeps its caller: the searcher's own past is read as above, each other caller's latest QUERIES_PER_OTHER_CALLER
+with at most `usage_evidence_per_caller` of evidence, in a softmax of their own whose energies are weighted by that
+evidence (one caller adds at most usage_weight * evidence(0.1) = 0.14 and cannot dilute the searcher's own past)."""
 
 from __future__ import annotations
 

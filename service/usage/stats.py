@@ -1,7 +1,8 @@
 """Usage statistics kept in SQL and refreshed incrementally from the logs.
 
 `executions` feed `scope_tool_stats` (decayed calls, successes and failures, latency, per permission scope and
-tool) and `caller_tool_stats` (per-caller reuse) that ranking reads, `tool_stats` (the same over every scope, for
+tool, each caller's part capped), `scope_caller_tool_stats` (each caller's own and capped part: usage/shares.py) and
+`caller_tool_stats` (per-caller reuse) that ranking reads, `tool_stats` (the same over every scope, for
 the analytics) and the analytics rollups (usage/rollups.py); `searches` feed `tool_search_stats` (how often each
 tool came back) and the rollups.
 

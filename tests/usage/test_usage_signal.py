@@ -202,3 +202,26 @@ async def test_a_past_split_request_is_kept_as_the_search_embeds_it(resources: R
     assert kept.tolist() == pytest.approx(whole_from_parts(parts, await resources.embed(parts)), abs=1e-5)
     assert float(kept @ np.asarray((await resources.embed([three]))[0])) < 0.999  # not the text's own embedding
     assert resources.usage.cache[two].tolist() == pytest.approx((await resources.embed([two]))[0], abs=1e-5)
+
+
+def test_another_callers_flood_is_bounded_kept_apart_and_evicts_its_own_past_first() -> None:
+    """In one scope: the searcher's own past counts in full, another caller's at most usage_weight *
+    evidence(usage_evidence_per_caller), whatever it floods, and never dilutes the searcher's own."""
+    state = _vectors_with(40, tool="flooded", rows=[[1.0, 0.0]] * 32, caller="mallory")
+    bound = SETTINGS.usage_weight * evidence(SETTINGS.usage_evidence_per_caller, SETTINGS.usage_half_evidence)
+    theirs = state.signal("dev", "bob", [1.0, 0.0], ["flooded"], SETTINGS)["flooded"]
+    mine = state.signal("dev", "mallory", [1.0, 0.0], ["flooded"], SETTINGS)["flooded"]
+    assert 0.9 * bound < theirs <= bound < 0.15 and mine > 2.5
+    # bob's own past of another tool, asked in the same words: the flood takes next to nothing of its share.
+    _vectors_with(4, tool="right", rows=[[1.0, 0.0]] * 4, caller="bob", state=state)
+    alone = _vectors_with(4, tool="right", rows=[[1.0, 0.0]] * 4, caller="bob").signal(
+        "dev", "bob", [1.0, 0.0], ["right"], SETTINGS
+    )["right"]
+    assert state.signal("dev", "bob", [1.0, 0.0], ["right", "flooded"], SETTINGS)["right"] == alone
+    # A full set loses the oldest query of the caller holding the most: bob's one query outlives mallory's flood.
+    usage = state.tools[("dev", "flooded")]
+    usage.keep("bob's request", NOW, "bob", SETTINGS.usage_max_queries)
+    for i in range(100):
+        usage.keep(f"flood {i}", NOW, "mallory", SETTINGS.usage_max_queries)
+    assert len(usage.queries) == SETTINGS.usage_max_queries
+    assert [q for q, _, c in usage.queries if c == "bob"] == ["bob's request"]
