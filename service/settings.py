@@ -228,9 +228,7 @@ class LearningSettings(Section):
 
     enabled: bool = True
     half_life_days: float = 14.0
-    max_popularity_boost: float = 0.06
-    # Tuned with `toolscout bench learning`: fused scores are sums of z-scores whose gaps are mostly 0.3-2,
-    # so much smaller boosts change nothing; a tool without history leading by > 0.36 stays first.
+    max_popularity_boost: float = 0.06  # these bounds: usage/learning.py, tuned with `toolscout bench learning`
     max_reliability_penalty: float = 1.0
     max_caller_boost: float = 0.3
     refresh_seconds: float = 15.0  # background refresh period (also woken by request_refresh)
@@ -243,14 +241,16 @@ class LearningSettings(Section):
     reliability_tolerance: float = 0.20  # a smoothed failure rate up to this costs nothing
     latency_smoothing: float = 0.1  # weight of a new call in the moving average of latency
     cooccurrence_window_seconds: float = 300.0  # two calls this close by one caller count as used together
-    # The usage signal (issue 12, service/usage/signal.py): weight * n / (n + usage_half_evidence) * the tool's
-    # share of a softmax over the candidates' nearest past queries and "nobody". Tuned with
-    # `toolscout bench learning --signal usage` (MetaTool and Seal-Tools, split by query and by tool).
+    # The usage signal (usage/signal.py): weight * n / (n + usage_half_evidence) * the tool's share of a softmax over
+    # the candidates' nearest past queries and "nobody"; tuned with `toolscout bench learning --signal usage`.
     usage_weight: float = 3.0  # the most it adds to a fused score (sums of z-scores)
     usage_half_evidence: float = 2.0  # decayed successful queries at which the signal reaches half its weight
     usage_floor: float = 0.7  # a nearest past query this similar weighs as much as "nobody's history"
     usage_temperature: float = 0.05  # softmax temperature over cosines (lower: only near paraphrases count)
-    usage_max_queries: int = 32  # kept per scope and tool (the latest)
+    usage_max_queries: int = 32  # kept per scope and tool (when full, a caller holding the most loses its oldest)
+    shared_calls_per_caller: float = 2.0  # of one caller's calls of a tool others count (usage/shares.py): -.15 at most
+    share_invalid_arguments: bool = True  # as failures for the others too (False: 1 query in 2,000 of bench learning)
+    usage_evidence_per_caller: float = 0.1  # one caller's, in its latest 2 queries of a tool: others' usage +.14 max
 
 
 class FrontendSettings(Section):
