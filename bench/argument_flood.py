@@ -46,7 +46,7 @@ FLOOD_SCHEMA = {
         "tree": {"type": "array"},
     },
 }
-FLOOD_TOOL = {"server": "flood", "name": "ingest", "description": "Ingest rows of records", "input_schema": FLOOD_SCHEMA}
+FLOOD_TOOL = {"server": "flood", "name": "ingest", "description": "Ingest rows", "input_schema": FLOOD_SCHEMA}
 
 
 def nested(depth: int) -> Any:
@@ -90,6 +90,11 @@ def create_key(env: dict[str, str], caller: str, role: str) -> str:
         capture_output=True,
     )
     return str(json.loads(out.stdout)["key"])
+
+
+def start_service(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "uvicorn", "--factory", "service.main:app_factory", "--port", str(port)]
+    return subprocess.Popen([*command, "--log-level", "warning", "--no-access-log"], env=env)
 
 
 def summary(values: list[float]) -> str:
@@ -162,8 +167,7 @@ async def run(args: argparse.Namespace) -> None:
     admin = {"Authorization": f"Bearer {create_key(env, 'root', 'admin')}"}
     dev = {"Authorization": f"Bearer {create_key(env, 'dev-agent', 'dev')}"}
     port = args.port or free_port()
-    command = [sys.executable, "-m", "uvicorn", "--factory", "service.main:app_factory", "--port", str(port)]
-    process = subprocess.Popen([*command, "--log-level", "warning", "--no-access-log"], env=env)
+    process = start_service(env, port)
     base = f"http://127.0.0.1:{port}"
     bodies = [flood_body(99), flood_body(150)]
     print(f"flood body: {len(bodies[0]) / 1e6:.2f} MB, {args.clients} clients, {args.seconds:g} s")
