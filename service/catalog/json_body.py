@@ -14,6 +14,7 @@ infinity" of 10**400. The price, measured here: a registration of the most tools
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -74,9 +75,17 @@ def strict_json(body: bytes | str) -> Any:
     """A JSON text as the standard library reads it, NaN, Infinity, overflowing numbers, a key given twice in one
     object and a lone surrogate (`"\\ud800"`: no character, it cannot be hashed, stored or sent on as UTF-8, a
     500 on PostgreSQL) refused (ValueError); integers stay exact (past 4,300 digits, a ValueError too)."""
-    value = json.loads(
-        body, parse_constant=_refuse_constant, parse_float=_finite, object_pairs_hook=_without_duplicate_keys
-    )
+    collecting = gc.isenabled()
+    # Every object the parser makes survives, so each collection it triggers walks the growing value and the
+    # heap for nothing: a 1.5 MB /execute body took 81 ms with collections, 19 ms without, on the event loop.
+    gc.disable()
+    try:
+        value = json.loads(
+            body, parse_constant=_refuse_constant, parse_float=_finite, object_pairs_hook=_without_duplicate_keys
+        )
+    finally:
+        if collecting:
+            gc.enable()
     escape = _SURROGATE_ESCAPE if isinstance(body, str) else _SURROGATE_ESCAPE_BYTES
     if escape.search(body) and (where := _lone_surrogate(value)) is not None:  # type: ignore[arg-type]
         raise ValueError(

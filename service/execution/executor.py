@@ -259,7 +259,7 @@ class Executor:
             if session.in_transaction():
                 await session.commit()
         row["input_tokens"] = await count_tokens_async(json.dumps(arguments, ensure_ascii=False, separators=(",", ":")))
-        await self.validator.check(tool, arguments)
+        await self.validator.check(tool, arguments, caller.id)
         connection = self.pool.get(tool.server_id)
         if connection is None:
             raise UpstreamError(
@@ -277,7 +277,7 @@ class Executor:
                 raise
         if not result.is_error:
             schema = connection.output_schemas.get(tool.name)
-            await self.validator.check_result(tool, schema, result.structured_content, tool.server_id)
+            await self.validator.check_result(tool, schema, result.structured_content, tool.server_id, caller.id)
         content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
         given, warnings, screening = result.structured_content, [], self.resources.settings.policy.screen_results
         if screening:
