@@ -93,11 +93,13 @@ class ArgumentValidator:
         thread. Arguments nested too deep are InvalidArguments: walking 1.5 MB of them takes ~10 ms."""
         if too_deep(arguments, MAX_ARGUMENT_DEPTH):
             reason = f"nested more than {MAX_ARGUMENT_DEPTH} arrays or objects deep"
-            raise InvalidArguments(
+            deep = InvalidArguments(
                 f"Arguments of {tool.qualified_name} are {reason}",
                 tool=tool.qualified_name,
                 errors=[{"pointer": "", "reason": reason, "keyword": "depth"}],
             )
+            deep.logged_detail = deep.detail  # it quotes no value
+            raise deep
         what = f"the input schema of {tool.qualified_name}"
         validator = self._validator((tool.qualified_name, tool.content_hash), tool.input_schema or {}, what)
         try:
