@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
@@ -112,12 +113,21 @@ class ArgumentValidator:
             errors=[{"pointer": "/input_schema", "reason": reason}],
         )
 
-    async def check(self, tool: Tool, arguments: dict[str, Any], caller: str) -> None:
+    async def check(
+        self, tool: Tool, arguments: dict[str, Any], caller: str, before: Callable[[], object] | None = None
+    ) -> None:
         """Raise InvalidArguments with the first MAX_REPORTED_ERRORS errors' JSON pointers and reasons
         (`more_errors` when there are more); the checking runs in a worker thread (at most CHECK_THREADS at
-        once, taken by the waiting callers in turn), never on the event loop."""
+        once, taken by the waiting callers in turn), never on the event loop. `before` runs first in the same
+        thread and turn, whatever the outcome (the executor's digest of the arguments)."""
+
+        def work() -> tuple[list[dict[str, str]], bool]:
+            if before is not None:
+                before()
+            return self.errors(tool, arguments)
+
         async with self._turns.turn(caller):
-            errors, more = await anyio.to_thread.run_sync(self.errors, tool, arguments, limiter=self._limiter)
+            errors, more = await anyio.to_thread.run_sync(work, limiter=self._limiter)
         if errors:
             summary = _summary(errors) + (f" (the first {len(errors)} errors; there are more)" if more else "")
             invalid = InvalidArguments(
