@@ -1,10 +1,10 @@
 """Turns at a few worker threads, taken caller by caller.
 
 The argument checks share CHECK_THREADS threads. Behind one first-come limiter, a caller who sent eight 1.5 MB
-invalid calls at once had every other caller wait behind all eight: an admin's one-line /execute took 2.9 s
-(median; 6.2 s p90) while a dev key flooded (bench/argument_flood.py). Here each caller waiting gets the next
-free thread in turn, so a caller waits for at most one check of each other waiting caller, however many that
-caller has queued."""
+invalid calls at once had every other caller wait behind all eight: an admin's one-line /execute took 3.0 s
+(median; 6.8 s p90) while a dev key flooded (bench/argument_flood.py). Here a caller holds at most one thread at
+a time and the waiting callers take the free ones in turn, so a caller waits for at most one check of each
+other caller, however many that caller has queued, and one caller alone never keeps every thread busy."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from contextlib import asynccontextmanager
 
 
 class Turns:
-    """At most `slots` holders at once; waiting callers take the free ones in turn (round robin), each caller's
-    own waiters first come, first served."""
+    """At most `slots` holders at once and one per caller; waiting callers take free slots in turn (round
+    robin), each caller's own waiters first come, first served."""
 
     def __init__(self, slots: int) -> None:
         self._free = slots
+        self._holding: set[str] = set()
         self._waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
 
     @property
@@ -30,8 +31,9 @@ class Turns:
     @asynccontextmanager
     async def turn(self, caller: str) -> AsyncIterator[None]:
         """Hold one slot for the block, once it is this caller's turn."""
-        if self._free and not self._waiting:
+        if self._free and caller not in self._holding and caller not in self._waiting:
             self._free -= 1
+            self._holding.add(caller)
         else:
             future = asyncio.get_running_loop().create_future()
             self._waiting.setdefault(caller, deque()).append(future)
@@ -39,23 +41,35 @@ class Turns:
                 await future
             except asyncio.CancelledError:
                 if future.done() and not future.cancelled():  # handed a slot just as it was cancelled
-                    self._hand_on()
+                    self._release(caller)
                 raise
         try:
             yield
         finally:
-            self._hand_on()
+            self._release(caller)
+
+    def _release(self, caller: str) -> None:
+        self._free += 1
+        self._holding.discard(caller)
+        self._hand_on()
 
     def _hand_on(self) -> None:
-        """Give a released slot to the caller whose turn it is, who then goes to the back of the line."""
-        while self._waiting:
-            caller, queue = next(iter(self._waiting.items()))
-            future = queue.popleft()
+        """Give the free slots to the waiting callers that hold none, in turn; each served caller goes to the
+        back of the line."""
+        for caller in list(self._waiting):
+            if not self._free:
+                return
+            if caller in self._holding:
+                continue
+            queue = self._waiting[caller]
+            while queue and queue[0].done():  # a cancelled waiter's turn is skipped
+                queue.popleft()
+            if queue:
+                future = queue.popleft()
+                self._free -= 1
+                self._holding.add(caller)
+                future.set_result(None)
             if queue:
                 self._waiting.move_to_end(caller)
             else:
                 del self._waiting[caller]
-            if not future.done():  # a cancelled waiter's turn is skipped
-                future.set_result(None)
-                return
-        self._free += 1

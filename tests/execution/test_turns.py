@@ -47,3 +47,22 @@ async def test_a_cancelled_waiter_gives_up_its_turn_and_slots_are_not_lost() -> 
     assert cancelled.cancelled() and entered == ["a", "b", "d"]
     async with turns.turn("e"), turns.turn("f"):  # both slots are free again: neither waits
         assert turns.waiting == 0
+
+
+async def test_a_caller_holds_one_slot_at_a_time_and_another_takes_the_free_one_at_once() -> None:
+    turns, entered, release = Turns(2), [], asyncio.Event()
+
+    async def hold(caller: str, label: str) -> None:
+        async with turns.turn(caller):
+            entered.append(label)
+            await release.wait()
+
+    flood = [asyncio.create_task(hold("flood", f"flood-{i}")) for i in range(3)]
+    await asyncio.sleep(0)
+    assert entered == ["flood-0"] and turns.waiting == 2  # the second slot stays free for someone else
+    admin = asyncio.create_task(hold("admin", "admin"))
+    await asyncio.sleep(0)
+    assert entered == ["flood-0", "admin"]
+    release.set()
+    await asyncio.gather(*flood, admin)
+    assert entered == ["flood-0", "admin", "flood-1", "flood-2"]
