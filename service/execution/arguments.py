@@ -11,8 +11,9 @@ for as long), and an `enum` of 18,000 values or an `anyOf` of 4,000 branches ove
 for 10-20 s.
 
 A flood of invalid arguments is bounded as well: a check stops at the MAX_REPORTED_ERRORS + 1st error (1.5 MB
-of rows that each broke the schema listed 45,000 errors, for a second of CPU each, to report 20), the depth is
-measured in the worker thread too, and the threads are taken caller by caller (turns.py)."""
+of rows that each broke the schema spent the whole 1 s budget listing 45,000 errors to report 20, and the call
+was refused as invalid-tool), the depth is measured in the worker thread too, and the threads are taken caller
+by caller, one at a time each (turns.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One caller flooding POST /execute with huge, invalid, deeply nested arguments does not hold up the others: the
-admin's call of a real upstream server and its searches still answer within a generous bound (before: 2.9 s
-median, 6.2 s p90, over HTTP, bench/argument_flood.py), and each of the flood's answers lists at most 20 errors,
+admin's call of a real upstream server and its searches still answer within a generous bound (before: 3.0 s
+median, 6.8 s p90, over HTTP, bench/argument_flood.py), and each of the flood's answers lists at most 20 errors,
 with their pointers, and says there were more. Answers carrying results, keys or caller data are not stored by
 caches."""
 
