@@ -6,9 +6,11 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 # Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
 COMMAND_MODULES = [
@@ -46,11 +48,23 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(settings_problems(exc), file=sys.stderr)
         return 2
+    except SettingsError as exc:  # a value pydantic-settings could not even decode (a list not given as JSON)
+        from service.cli.settings_values import unparsed_values
+        from service.settings import Settings
+
+        lines = unparsed_values(Settings) or [f"  {exc}"]
+        print("\n".join([SETTINGS_HEADER, *lines]), file=sys.stderr)
+        return 2
+
+
+SETTINGS_HEADER = "Invalid settings (environment or .env):"
+# user:password@ in a URL a setting was given (TOOLSCOUT_DB__URL, a Redis URL): never printed.
+URL_PASSWORD = re.compile(r"(?<=://)([^/@:]*):[^/@]*@")
 
 
 def settings_problems(error: ValidationError) -> str:
     """Invalid settings by the variable that sets each (TOOLSCOUT_SEARCH__DEFAULT_K), not a stack trace."""
-    lines = ["Invalid settings (environment or .env):"]
+    lines = [SETTINGS_HEADER]
     for problem in error.errors():
         if not problem["loc"]:  # a check of the whole: an unknown section
             lines.append("  " + problem["msg"].removeprefix("Value error, "))
@@ -59,7 +73,9 @@ def settings_problems(error: ValidationError) -> str:
         if problem["type"] == "extra_forbidden":
             lines.append(f"  {variable}: no such setting")
         else:
-            lines.append(f"  {variable}: {problem['msg']} (given: {problem['input']!r})")
+            given = problem["input"]
+            given = URL_PASSWORD.sub(r"\1:***@", given) if isinstance(given, str) else given
+            lines.append(f"  {variable}: {problem['msg'].removeprefix('Value error, ')} (given: {given!r})")
     return "\n".join(lines)
 
 

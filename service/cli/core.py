@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from service.catalog.files import load_catalog_file
+from service.cli.settings_values import port_number
 from service.cli.terminal import printable
 from service.errors import IndexUnavailable, ToolscoutError
 from service.http_transport import nodelay_transport
@@ -23,7 +24,7 @@ from service.settings import Settings
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve = subparsers.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--port", type=port_number, default=None)
     serve.set_defaults(func=cmd_serve)
 
     index = subparsers.add_parser("index", help="register and index a catalog file (JSONL or MCP tools/list JSON)")
