@@ -27,7 +27,18 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """`toolscout X --help` opens with the line `toolscout --help` lists for X, unless X has a longer text."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, command in action.choices.items():
+                command.description = command.description or helps.get(name)
+                _describe(command)
 
 
 def main(argv: list[str] | None = None) -> int:
