@@ -300,7 +300,7 @@ async def sync_server_tools(
     """Make the catalog hold exactly this server's listed tools: new and changed ones indexed, the ones that
     disappeared marked deprecated and removed from the index (`info`: what the server said at initialize)."""
     raw = [{**t, "server": server_id} for t in raw_tools if isinstance(t, dict)]
-    batch = validate_batch(raw, server_id)
+    batch = validate_batch(raw, server_id, ignore_unknown_keys=True)
     report = RegisterReport(errors=list(batch.problems))
     async with resources.index_lock:
         admitted = await _admit(resources, batch, raw, report)

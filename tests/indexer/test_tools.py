@@ -115,3 +115,49 @@ def test_schemas_are_checked_against_2020_12_whatever_their_dialect_and_nothing_
     assert "prefixItems" in reasons["/1/input_schema"]  # 2020-12 rules, as before
     assert "properties/q/type" in reasons["/2/input_schema"]
     assert "$schema" in reasons["/3/input_schema"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "field", "reason"),
+    [
+        ({"server": "s", "name": 123}, "name", "name must be a string, not a number"),
+        ({"server": "s", "name": ""}, "name", "name is missing or empty"),
+        ({"server": "s", "name": "   "}, "name", "name is missing or empty"),
+        ({"server": ["s"], "name": "t"}, "server", "server must be a string, not an array"),
+        ({"server": "s", "name": "t", "description": []}, "description", "description must be a string, not an array"),
+        ({"server": "s", "name": "t", "description": 0}, "description", "description must be a string, not a number"),
+        (
+            {"server": "s", "name": "t", "input_schema": "x"},
+            "input_schema",
+            "input_schema must be a JSON object, not a string",
+        ),
+        ({"server": "s", "name": "t", "annotations": []}, "annotations", "annotations must be an object, not an array"),
+        ({"server": "s", "name": "t", "tags": ""}, "tags", "tags must be an array of strings, not a string"),
+        ({"server": "s", "name": "t", "tags": False}, "tags", "tags must be an array of strings, not a boolean"),
+        (
+            {"server": "s", "name": "t", "descripton": "typo"},
+            "descripton",
+            "'descripton' is not a field of a tool (fields: server, name, description, input_schema, inputSchema, "
+            "annotations, tags)",
+        ),
+    ],
+)
+def test_a_field_of_the_wrong_type_or_an_unknown_key_is_refused_where_it_is(
+    tool: dict[str, object], field: str, reason: str
+) -> None:
+    """An empty list or 0 was taken for "no description" (`or ""`): the tool registered without a word."""
+    batch = validate_batch([{"server": "s", "name": "fine"}, tool])
+    assert [t.name for t in batch.tools] == ["fine"]
+    assert [(p.as_dict()["pointer"], p.reason) for p in batch.problems] == [(f"/1/{field}", reason)]
+
+
+def test_the_keys_an_mcp_tools_list_adds_are_taken_and_an_upstreams_other_keys_ignored() -> None:
+    listed = {
+        "server": "s", "name": "t", "title": "T", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"},
+        "icons": [], "_meta": {"x": 1}, "execution": {"taskSupport": "forbidden"},
+    }
+    assert [t.name for t in validate_batch([listed]).tools] == ["t"]
+    later = {**listed, "futureField": 1, "a/b": 2}
+    assert [p.as_dict()["pointer"] for p in validate_batch([later]).problems] == ["/0/futureField"]
+    assert [t.name for t in validate_batch([later], ignore_unknown_keys=True).tools] == ["t"]
+    assert validate_batch([{"server": "s", "name": "t", "a/b": 1}]).problems[0].as_dict()["pointer"] == "/0/a~1b"
