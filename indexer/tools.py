@@ -31,11 +31,11 @@ MAX_TAG_CHARS = 64
 # The integers the vector index keeps exactly in a tool's payload (i64 and u64); past them qdrant_edge made
 # 2**64 a float and refused 10**30 (a 500), and orjson could not write them into a /search answer.
 INTEGER_RANGE = (-(2**63), 2**64 - 1)
-# The keys of a tool object: Toolscout's, then those an MCP tools/list adds, taken and not stored. Any other is
-# refused in a registration (a misspelt `descripton` would register the tool without its description); an
-# upstream's own listing may carry more (MCP objects are open), which are ignored.
+# The keys of a tool object: Toolscout's, then those of a catalog line (`id`) and of an MCP tools/list, taken and
+# not stored. Any other is named in a registration's warnings (a misspelt `descripton` registers the tool without
+# its description: the caller hears of it); an upstream's own listing may carry more (MCP objects are open).
 TOOL_KEYS = ("server", "name", "description", "input_schema", "inputSchema", "annotations", "tags")
-MCP_TOOL_KEYS = ("title", "outputSchema", "icons", "_meta", "execution")
+OTHER_TOOL_KEYS = ("id", "title", "outputSchema", "icons", "_meta", "execution")
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
@@ -152,6 +152,7 @@ class ValidatedBatch:
 
     tools: list[ToolDefinition] = field(default_factory=list)
     problems: list[ToolProblem] = field(default_factory=list)
+    warnings: list[ToolProblem] = field(default_factory=list)  # keys no tool has, ignored (kind "ignored")
 
 
 def _depth(value: Any) -> int:
@@ -295,20 +296,22 @@ def _mistyped(index: int, label: str, raw: dict[str, Any]) -> ToolProblem | None
     return None
 
 
-def validate_tool(
-    index: int, raw: Any, default_server: str | None = None, *, ignore_unknown_keys: bool = False
-) -> ToolDefinition | ToolProblem:
-    """Check one raw registration; return the tool or the first problem found (`ignore_unknown_keys`: an upstream's
-    own listing, whose MCP objects may carry keys of later protocol versions)."""
+def unknown_keys(index: int, raw: Any) -> list[ToolProblem]:
+    """A warning for each key of a tool object that no tool has (ignored, the tool kept)."""
+    if not isinstance(raw, dict):
+        return []
+    label = raw["name"] if isinstance(raw.get("name"), str) and raw["name"] else f"#{index}"
+    reason = f"not a field of a tool, ignored (fields: {', '.join(TOOL_KEYS)})"
+    known = (*TOOL_KEYS, *OTHER_TOOL_KEYS)
+    return [ToolProblem(index, label, str(key), reason, "ignored") for key in raw if key not in known]
+
+
+def validate_tool(index: int, raw: Any, default_server: str | None = None) -> ToolDefinition | ToolProblem:
+    """Check one raw registration; return the tool or the first problem found."""
     if not isinstance(raw, dict):
         return ToolProblem(index, "?", "", f"each tool must be a JSON object, not {_json_type(raw)}")
     name = raw.get("name")
     label = name if isinstance(name, str) and name else f"#{index}"
-    if not ignore_unknown_keys:
-        for key in raw:
-            if key not in TOOL_KEYS and key not in MCP_TOOL_KEYS:
-                reason = f"{str(key)[:80]!r} is not a field of a tool (fields: {', '.join(TOOL_KEYS)})"
-                return ToolProblem(index, label, str(key), reason)
     if (mistyped := _mistyped(index, label, raw)) is not None:
         return mistyped
     if not isinstance(name, str) or not name.strip():
@@ -359,7 +362,7 @@ def validate_tool(
 
 
 def validate_batch(
-    raw_tools: list[Any], default_server: str | None = None, *, ignore_unknown_keys: bool = False
+    raw_tools: list[Any], default_server: str | None = None, *, warn_unknown_keys: bool = True
 ) -> ValidatedBatch:
     """Validate a registration batch; bad tools and duplicates are reported, the others kept.
 
@@ -368,7 +371,9 @@ def validate_batch(
     batch = ValidatedBatch()
     seen: dict[str, ToolDefinition] = {}
     for index, raw in enumerate(raw_tools):
-        result = validate_tool(index, raw, default_server, ignore_unknown_keys=ignore_unknown_keys)
+        if warn_unknown_keys:
+            batch.warnings += unknown_keys(index, raw)
+        result = validate_tool(index, raw, default_server)
         if isinstance(result, ToolProblem):
             batch.problems.append(result)
             continue

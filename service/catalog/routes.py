@@ -43,6 +43,9 @@ class RegisterResponse(BaseModel):
     removed: int
     tools: list[str]
     errors: list[dict[str, Any]]
+    warnings: list[dict[str, Any]] = Field(
+        default_factory=list, description="Keys of a tool that no tool has, ignored (the tool is kept)"
+    )
     held: list[dict[str, Any]] = Field(default_factory=list, description="Tools held for review: name and reason")
 
 
@@ -106,7 +109,7 @@ async def register(request: RegisterRequest, resources: ResourcesDep, caller: To
     servers = {name: info.model_dump(exclude_none=True) for name, info in (request.servers or {}).items()}
     report = await catalog.register_tools(resources, request.tools, request.server, servers)
     body = report.as_dict()
-    for error in body["errors"]:  # the report's pointers are into the batch; the API's into the request body
+    for error in body["errors"] + body["warnings"]:  # the report's pointers are into the batch; the API's, the body
         error["pointer"] = body_pointer("tools") + error["pointer"]
     if report.errors and not body["tools"]:
         first = report.errors[0]

@@ -164,7 +164,7 @@ def _post_in_parts(
     if client is None:
         return None
     total: dict[str, Any] = {
-        "created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": [], "held": []
+        "created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": [], "held": [], "warnings": []
     }
     try:
         for start in range(0, max(len(tools), 1), INDEX_PART):
@@ -181,6 +181,7 @@ def _post_in_parts(
             total["tools"] += body["tools"]
             total["errors"] += body["errors"]
             total["held"] += body.get("held", [])
+            total["warnings"] += body.get("warnings", [])
     finally:
         client.close()
     return total
@@ -269,6 +270,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     )
     for error in body["errors"][:20]:
         print(printable(f"  rejected {error['tool']} ({error['pointer']}): {error['reason']}"))
+    for warning in body.get("warnings", [])[:20]:
+        print(printable(f"  ignored in {warning['tool']} ({warning['pointer']}): {warning['reason']}"))
     for held in body["held"][:20]:
         print(printable(f"  held {held['name']}: {held['reason']} (`toolscout tools approve NAME` releases it)"))
     return 0 if body["created"] + body["updated"] + body["unchanged"] else 1

@@ -29,6 +29,7 @@ async def test_register_counts_created_updated_unchanged_and_errors(client: http
         "unchanged": 0,
         "removed": 0,
         "errors": [],
+        "warnings": [],
         "held": [],
         "tools": None,
     }
@@ -136,7 +137,7 @@ async def test_servers_described_with_a_batch_rank_their_tools(client: httpx.Asy
     assert refused.status_code == 422 and refused.headers["content-type"].startswith("application/problem+json")
 
 
-async def test_a_batch_refuses_each_mistyped_or_misspelt_tool_with_its_pointer(client: httpx.AsyncClient) -> None:
+async def test_a_batch_refuses_each_mistyped_tool_and_warns_of_a_misspelt_key(client: httpx.AsyncClient) -> None:
     tools = [
         {"server": "s", "name": 123},
         {"server": "s", "name": "a", "description": []},
@@ -146,16 +147,19 @@ async def test_a_batch_refuses_each_mistyped_or_misspelt_tool_with_its_pointer(c
         {"server": "s", "name": "fine", "title": "Fine", "description": "Kept", "outputSchema": {"type": "object"}},
     ]
     body = (await client.post("/tools", json={"tools": tools})).json()
-    assert body["tools"] == ["s__fine"]
     assert [(e["pointer"], e["reason"]) for e in body["errors"]] == [
         ("/body/tools/0/name", "name must be a string, not a number"),
         ("/body/tools/1/description", "description must be a string, not an array"),
         ("/body/tools/2/input_schema", "input_schema must be a JSON object, not a string"),
         ("/body/tools/3/name", "name is missing or empty"),
-        (
-            "/body/tools/4/descripton",
-            "'descripton' is not a field of a tool (fields: server, name, description, input_schema, inputSchema, "
-            "annotations, tags)",
-        ),
     ]
+    assert [(w["tool"], w["pointer"], w["reason"]) for w in body["warnings"]] == [
+        (
+            "c",
+            "/body/tools/4/descripton",
+            "not a field of a tool, ignored (fields: server, name, description, input_schema, inputSchema, "
+            "annotations, tags)",
+        )
+    ]
+    assert body["tools"] == ["s__c", "s__fine"]
     assert (await client.get("/tools/s__a")).status_code == 404  # not registered without its description

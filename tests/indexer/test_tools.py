@@ -134,15 +134,9 @@ def test_schemas_are_checked_against_2020_12_whatever_their_dialect_and_nothing_
         ({"server": "s", "name": "t", "annotations": []}, "annotations", "annotations must be an object, not an array"),
         ({"server": "s", "name": "t", "tags": ""}, "tags", "tags must be an array of strings, not a string"),
         ({"server": "s", "name": "t", "tags": False}, "tags", "tags must be an array of strings, not a boolean"),
-        (
-            {"server": "s", "name": "t", "descripton": "typo"},
-            "descripton",
-            "'descripton' is not a field of a tool (fields: server, name, description, input_schema, inputSchema, "
-            "annotations, tags)",
-        ),
     ],
 )
-def test_a_field_of_the_wrong_type_or_an_unknown_key_is_refused_where_it_is(
+def test_a_field_of_the_wrong_type_is_refused_where_it_is(
     tool: dict[str, object], field: str, reason: str
 ) -> None:
     """An empty list or 0 was taken for "no description" (`or ""`): the tool registered without a word."""
@@ -151,13 +145,22 @@ def test_a_field_of_the_wrong_type_or_an_unknown_key_is_refused_where_it_is(
     assert [(p.as_dict()["pointer"], p.reason) for p in batch.problems] == [(f"/1/{field}", reason)]
 
 
-def test_the_keys_an_mcp_tools_list_adds_are_taken_and_an_upstreams_other_keys_ignored() -> None:
+def test_a_key_no_tool_has_is_a_warning_and_the_keys_of_catalog_lines_and_mcp_listings_are_taken() -> None:
+    """A misspelt `descripton` registers the tool without its description: the caller hears of it. A catalog
+    line's `id` and what an MCP tools/list adds are part of the formats the registration takes."""
     listed = {
-        "server": "s", "name": "t", "title": "T", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"},
-        "icons": [], "_meta": {"x": 1}, "execution": {"taskSupport": "forbidden"},
+        "server": "s", "name": "t", "id": "7", "title": "T", "inputSchema": {"type": "object"},
+        "outputSchema": {"type": "object"}, "icons": [], "_meta": {"x": 1}, "execution": {"taskSupport": "forbidden"},
     }
-    assert [t.name for t in validate_batch([listed]).tools] == ["t"]
-    later = {**listed, "futureField": 1, "a/b": 2}
-    assert [p.as_dict()["pointer"] for p in validate_batch([later]).problems] == ["/0/futureField"]
-    assert [t.name for t in validate_batch([later], ignore_unknown_keys=True).tools] == ["t"]
-    assert validate_batch([{"server": "s", "name": "t", "a/b": 1}]).problems[0].as_dict()["pointer"] == "/0/a~1b"
+    batch = validate_batch([listed, {"server": "s", "name": "u", "descripton": "typo", "a/b": 1}])
+    assert [t.name for t in batch.tools] == ["t", "u"] and batch.problems == []
+    assert [(w.as_dict()["pointer"], w.kind, w.reason) for w in batch.warnings] == [
+        (f"/1/{key}", "ignored", REASON) for key in ("descripton", "a~1b")
+    ]
+    assert validate_batch([{"server": "s", "name": "u", "later": 1}], warn_unknown_keys=False).warnings == []
+
+
+REASON = (
+    "not a field of a tool, ignored "
+    "(fields: server, name, description, input_schema, inputSchema, annotations, tags)"
+)
