@@ -206,3 +206,12 @@ def test_a_port_out_of_range_on_the_command_line_is_refused(
         main(argv)
     assert stopped.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == message
+
+
+def test_a_list_setting_holding_a_url_with_a_password_never_prints_the_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TOOLSCOUT_POLICY__CORS_ORIGINS", "https://admin:hunter2@app.example")
+    assert main(["search", "anything"]) == 2
+    err = capsys.readouterr().err
+    assert "(given: 'https://admin:***@app.example')" in err and "hunter2" not in err

@@ -6,11 +6,12 @@ import argparse
 import importlib
 import logging
 import os
-import re
 import sys
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
+
+from service.cli.settings_values import unparsed_values, without_password
 
 # Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
 COMMAND_MODULES = [
@@ -60,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
         print(settings_problems(exc), file=sys.stderr)
         return 2
     except SettingsError as exc:  # a value pydantic-settings could not even decode (a list not given as JSON)
-        from service.cli.settings_values import unparsed_values
         from service.settings import Settings
 
         lines = unparsed_values(Settings) or [f"  {exc}"]
@@ -69,8 +69,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 SETTINGS_HEADER = "Invalid settings (environment or .env):"
-# user:password@ in a URL a setting was given (TOOLSCOUT_DB__URL, a Redis URL): never printed.
-URL_PASSWORD = re.compile(r"(?<=://)([^/@:]*):[^/@]*@")
 
 
 def settings_problems(error: ValidationError) -> str:
@@ -84,8 +82,7 @@ def settings_problems(error: ValidationError) -> str:
         if problem["type"] == "extra_forbidden":
             lines.append(f"  {variable}: no such setting")
         else:
-            given = problem["input"]
-            given = URL_PASSWORD.sub(r"\1:***@", given) if isinstance(given, str) else given
+            given = without_password(problem["input"]) if isinstance(problem["input"], str) else problem["input"]
             lines.append(f"  {variable}: {problem['msg'].removeprefix('Value error, ')} (given: {given!r})")
     return "\n".join(lines)
 

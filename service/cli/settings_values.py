@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,8 @@ from dotenv import dotenv_values
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings
 
+# user:password@ in a URL a setting was given (TOOLSCOUT_DB__URL, a Redis URL): never printed.
+URL_PASSWORD = re.compile(r"(?<=://)([^/@:]*):[^/@]*@")
 # The form a variable of such a setting takes, by the type it holds.
 FORMS = {list: '["a", "b"]', set: '["a", "b"]', tuple: '["a", "b"]', dict: '{"key": "value"}'}
 
@@ -55,8 +58,14 @@ def unparsed_values(settings: type[BaseSettings]) -> list[str]:
         try:
             json.loads(value)
         except ValueError:
-            lines.append(f"  {variable}: expected JSON, such as {variable}='{FORMS[kind]}' (given: {value!r})")
+            shown = without_password(value)
+            lines.append(f"  {variable}: expected JSON, such as {variable}='{FORMS[kind]}' (given: {shown!r})")
     return lines
+
+
+def without_password(text: str) -> str:
+    """The text with the password of any URL in it replaced by ***."""
+    return URL_PASSWORD.sub(r"\1:***@", text)
 
 
 def port_number(text: str) -> int:
