@@ -1,6 +1,6 @@
 """Name words against parameter words, offline: variants of the lexical document (BM25F-like field weights by
 repetition) and a bonus for the verb a request leads with, measured on both dev sets and the real catalogs.
-Neither paid (README, Quality), so the service has neither.
+Neither paid (docs/quality-history.md), so the service has neither.
 
 Usage: python bench/name_terms.py EMBEDDINGS.pkl (a bench/embed_cache.py cache; missing texts are embedded)"""
 

@@ -3,7 +3,7 @@ functions.
 
 Not the names of its tools: a caller who may use some of a server's tools would see the server's score move as
 tools it may not see are added or removed. Without them the bundled real catalogs' requests rank better too
-(README, Quality)."""
+(docs/quality-history.md)."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ class EmbeddingSettings(Section):
 class SearchSettings(Section):
     """Fusion weights and candidate pool sizes of the hybrid search."""
 
-    # One configuration for every catalog, tuned on both dev sets (bench/tune_fusion.py); see README.
+    # One configuration for every catalog, tuned on both dev sets (bench/tune_fusion.py); see docs/quality-history.md.
     weight_name: float = 0.10
     weight_description: float = 0.45
     weight_params: float = 0.10
@@ -74,7 +74,7 @@ class SearchSettings(Section):
     weight_name_verb: float = 0.2
     # Added on top when that verb is the one the request (or one part of it) leads with, framing aside: the
     # sibling that does what was asked ("commit my staged changes": git_commit, not git_diff_staged, whose
-    # description "changes that are staged for commit" is the nearer text). README, Quality: what it costs.
+    # description "changes that are staged for commit" is the nearer text). docs/quality-history.md: what it costs.
     weight_lead_verb: float = 1.2
     # Added, among the same three, to the tools that read (get, list, show, ...) when the request is a question
     # ("what time is it in Tokyo?": get_current_time over convert_time). No change on either dev set offline.
@@ -82,7 +82,7 @@ class SearchSettings(Section):
     # Times the z-score of a tool's server document's similarity to the request (server-aware scoring; 0: off).
     weight_server: float = 0.4
     # Hits per signal and text, the pool each signal is z-scored over: 50 did as well as 100 on both dev sets
-    # (README, Quality) and halves the hits converted and fused per query.
+    # (docs/quality-history.md) and halves the hits converted and fused per query.
     candidates: int = 50
     # Tools a text's one full dense scan (of each tool's `tool` vector, the sum of its field vectors) passes to
     # exact per-field scoring, next to the lexical hits: 100 gave the top k of three full scans on both dev sets
@@ -98,12 +98,12 @@ class SearchSettings(Section):
     default_k: int = 5  # from 1 to max_k (checked after it: fields are validated in this order)
     split_multi_intent: bool = True
     # Subtracted from the fused score a tool gets from one part of a split request (the whole request scores as
-    # is): a part that is only a question's framing then wins less often (bench/ideas.py, README "Quality").
+    # is): a part that is only a question's framing then wins less often (bench/ideas.py, docs/quality-history.md).
     part_penalty: float = 0.5
     # From this many parts on, a split request's own vector is its parts' vectors' mean (indexer/intents.py)
     # instead of one more embedding of its longest text: a third less embedding for long requests, quality within
-    # .001; from 2 parts on it also cost the usage signal's replay on MetaTool R@1 .012 (README). 0 = never.
-    whole_from_parts: int = 3
+    # .001; from 2 parts on it also cost the usage signal's replay on MetaTool R@1 .012 (docs/quality-history.md).
+    whole_from_parts: int = 3  # 0 = never
     max_query_chars: int = 8000
     # Values of a search's `servers` and of its `tags` (each list on its own; repeats count once): the index
     # marks each value's rows, so 250,000 repeats of one tag in a 2 MB body held every search 24 s.
@@ -149,9 +149,9 @@ class ExecutionSettings(Section):
     # The environment variables such a server may set (names, exact): any other could make an allowed command run
     # other code (PYTHONWARNINGS with BROWSER, NODE_OPTIONS, LD_PRELOAD, PATH ...).
     api_stdio_env: list[str] = Field(default_factory=list)
-    # HTTP upstreams added over the API may not point at private, loopback or link-local addresses unless the
-    # host (name or address) or its network (CIDR) is listed here; "*" allows every address.
-    upstream_allowed_hosts: list[str] = Field(default_factory=list)
+    # Internal hosts (names, addresses, CIDR networks; "*": all) reachable anyway (upstream/urls.py) by:
+    upstream_allowed_hosts: list[str] = Field(default_factory=list)  # HTTP upstreams added over the API
+    egress_allowed_hosts: list[str] = Field(default_factory=list)  # stdio servers behind the egress proxy
     result_ttl_hours: float = 24.0
     # Results cut to the budget that one caller keeps stored at once; saving another deletes its oldest.
     max_stored_results_per_caller: int = Field(default=100, ge=1)

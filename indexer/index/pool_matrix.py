@@ -10,8 +10,8 @@ this copy is filled from it at open and kept in step by every upsert and delete 
 Past REDUCE_ABOVE rows the matrix no longer fits the CPU's caches and the scan is a read of main memory (100k
 tools: 154 MB, 20 ms on a 2-core EPYC here, against 2 ms for 10k): the scan then reads the rows' projections on
 their first REDUCED_DIMENSIONS principal components, as int8 codes (a twelfth of the rows' float32 bytes:
-`int8_rows`), for OVERSAMPLING times the wanted candidates, and ranks those by their exact cosine. README,
-Benchmarks: what it keeps of the exact pool."""
+`int8_rows`), for OVERSAMPLING times the wanted candidates, and ranks those by their exact cosine.
+docs/benchmarks-history.md ("Past 30,000 tools", under How a search runs now): what it keeps of the exact pool."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ async def _documents(session: AsyncSession, server_ids: list[str] | None) -> dic
     themselves (a title, a description or instructions).
 
     A server that says no more than its name gets no document: its id is in its tools' own fields already, and
-    such documents cost Seal-Tools (category ids as servers) R@5 (README, Quality)."""
+    such documents cost Seal-Tools (category ids as servers) R@5 (docs/quality-history.md)."""
     servers = select(Server.id, Server.info)
     if server_ids is not None:
         servers = servers.where(among(Server.id, server_ids))

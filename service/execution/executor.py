@@ -253,7 +253,7 @@ class Executor:
                 tool = self.tools.put(await find_tool(session, name, self.resources, visible))
             row["server_id"] = tool.server_id
             with span("policy.authorize", tool=tool.qualified_name):
-                if not may_use(self.resources, caller, tool.qualified_name, tool.server_id):
+                if not may_use(self.resources, caller, tool.qualified_name, tool.server_id, tool.name):
                     raise tool_not_found(name, self.resources, visible, hidden=True)  # the same 404 as a missing tool
                 await authorize_call(self.resources, session, caller, tool, arguments, approval_id)
             if session.in_transaction():

@@ -159,6 +159,10 @@ class NameDirectory:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def listed_name(self, qualified: str) -> str | None:
+        """The name the tool's upstream listed."""
+        return self._original.get(qualified)
+
     def server(self, qualified: str) -> str | None:
         entry = self._entries.get(qualified)
         return entry.server if entry else None
