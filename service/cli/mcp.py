@@ -7,6 +7,7 @@ import sys
 
 import anyio
 
+from service.cli.settings_values import port_number
 from service.errors import ToolscoutError
 from service.mcp import MODES
 from service.security.openmode import is_loopback
@@ -25,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     mcp.add_argument("--profile", default=None, help="a named scope of the profiles file")
     mcp.add_argument("--api-url", default=None, help="the REST API (default: settings frontend.api_url)")
     mcp.add_argument("--host", default=None, help="HTTP host (default: settings frontend.http_host)")
-    mcp.add_argument("--port", type=int, default=None, help="HTTP port (default: settings frontend.http_port)")
+    mcp.add_argument("--port", type=port_number, default=None, help="HTTP port (default: settings frontend.http_port)")
     mcp.add_argument("--path", default=None, help="HTTP path (default: settings frontend.http_path, /mcp)")
     mcp.set_defaults(func=cmd_mcp)
 
