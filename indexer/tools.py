@@ -31,6 +31,11 @@ MAX_TAG_CHARS = 64
 # The integers the vector index keeps exactly in a tool's payload (i64 and u64); past them qdrant_edge made
 # 2**64 a float and refused 10**30 (a 500), and orjson could not write them into a /search answer.
 INTEGER_RANGE = (-(2**63), 2**64 - 1)
+# The keys of a tool object: Toolscout's, then those of a catalog line (`id`) and of an MCP tools/list, taken and
+# not stored. Any other is named in a registration's warnings (a misspelt `descripton` registers the tool without
+# its description: the caller hears of it); an upstream's own listing may carry more (MCP objects are open).
+TOOL_KEYS = ("server", "name", "description", "input_schema", "inputSchema", "annotations", "tags")
+OTHER_TOOL_KEYS = ("id", "title", "outputSchema", "icons", "_meta", "execution")
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
@@ -134,7 +139,7 @@ class ToolProblem:
         return {
             "index": self.index,
             "tool": self.tool,
-            "pointer": f"/{self.index}/{self.field}{self.at}" if self.field else f"/{self.index}",
+            "pointer": f"/{self.index}/{pointer_token(self.field)}{self.at}" if self.field else f"/{self.index}",
             "field": self.field,
             "reason": self.reason,
             "kind": self.kind,
@@ -147,6 +152,7 @@ class ValidatedBatch:
 
     tools: list[ToolDefinition] = field(default_factory=list)
     problems: list[ToolProblem] = field(default_factory=list)
+    warnings: list[ToolProblem] = field(default_factory=list)  # keys no tool has, ignored (kind "ignored")
 
 
 def _depth(value: Any) -> int:
@@ -198,7 +204,7 @@ def _outsized_problem(index: int, label: str, key: str, value: Any) -> ToolProbl
 
 def _check_schema(schema: Any) -> str | None:
     if not isinstance(schema, dict):
-        return "input_schema must be a JSON object"
+        return f"input_schema must be a JSON object, not {_json_type(schema)}"
     if _depth(schema) > MAX_SCHEMA_DEPTH:
         return f"input_schema nests deeper than {MAX_SCHEMA_DEPTH} levels (MAX_SCHEMA_DEPTH)"
     try:
@@ -270,12 +276,44 @@ def _compile_problem(message: str) -> str:
     return first
 
 
+def _json_type(value: Any) -> str:
+    """The JSON name of a value's type, for a reason that says what was sent."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
+    names[dict] = "an object"
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _mistyped(index: int, label: str, raw: dict[str, Any]) -> ToolProblem | None:
+    """The first field of the tool given a value of the wrong JSON type (null counts as left out)."""
+    wanted = {
+        "name": (str, "a string"), "server": (str, "a string"), "description": (str, "a string"),
+        "annotations": (dict, "an object"), "tags": (list, "an array of strings"),
+    }
+    for key, (kind, described) in wanted.items():
+        value = raw.get(key)
+        if value is not None and not isinstance(value, kind):
+            return ToolProblem(index, label, key, f"{key} must be {described}, not {_json_type(value)}")
+    return None
+
+
+def unknown_keys(index: int, raw: Any) -> list[ToolProblem]:
+    """A warning for each key of a tool object that no tool has (ignored, the tool kept)."""
+    if not isinstance(raw, dict):
+        return []
+    label = raw["name"] if isinstance(raw.get("name"), str) and raw["name"] else f"#{index}"
+    reason = f"not a field of a tool, ignored (fields: {', '.join(TOOL_KEYS)})"
+    known = (*TOOL_KEYS, *OTHER_TOOL_KEYS)
+    return [ToolProblem(index, label, str(key), reason, "ignored") for key in raw if key not in known]
+
+
 def validate_tool(index: int, raw: Any, default_server: str | None = None) -> ToolDefinition | ToolProblem:
     """Check one raw registration; return the tool or the first problem found."""
     if not isinstance(raw, dict):
-        return ToolProblem(index, "?", "", "each tool must be a JSON object")
+        return ToolProblem(index, "?", "", f"each tool must be a JSON object, not {_json_type(raw)}")
     name = raw.get("name")
     label = name if isinstance(name, str) and name else f"#{index}"
+    if (mistyped := _mistyped(index, label, raw)) is not None:
+        return mistyped
     if not isinstance(name, str) or not name.strip():
         return ToolProblem(index, label, "name", "name is missing or empty")
     # PostgreSQL text cannot hold NUL: a tool with one made the whole batch a 500.
@@ -290,8 +328,6 @@ def validate_tool(index: int, raw: Any, default_server: str | None = None) -> To
     if len(server) > MAX_SERVER_CHARS:
         return ToolProblem(index, label, "server", f"server is longer than {MAX_SERVER_CHARS} characters")
     description = raw.get("description") or ""
-    if not isinstance(description, str):
-        return ToolProblem(index, label, "description", "description must be a string")
     if len(description) > MAX_DESCRIPTION_CHARS:
         return ToolProblem(
             index, label, "description", f"description is longer than {MAX_DESCRIPTION_CHARS} characters"
@@ -303,8 +339,6 @@ def validate_tool(index: int, raw: Any, default_server: str | None = None) -> To
     if problem:
         return ToolProblem(index, label, schema_key, problem)
     annotations = raw.get("annotations") or {}
-    if not isinstance(annotations, dict):
-        return ToolProblem(index, label, "annotations", "annotations must be a JSON object")
     for key, value in ((schema_key, schema), ("annotations", annotations)):
         if (outsized := _outsized_problem(index, label, key, value)) is not None:
             return outsized
@@ -327,7 +361,9 @@ def validate_tool(index: int, raw: Any, default_server: str | None = None) -> To
     )
 
 
-def validate_batch(raw_tools: list[Any], default_server: str | None = None) -> ValidatedBatch:
+def validate_batch(
+    raw_tools: list[Any], default_server: str | None = None, *, warn_unknown_keys: bool = True
+) -> ValidatedBatch:
     """Validate a registration batch; bad tools and duplicates are reported, the others kept.
 
     Two tools that get the same qualified name: the first wins, the second is reported as a conflict
@@ -335,6 +371,8 @@ def validate_batch(raw_tools: list[Any], default_server: str | None = None) -> V
     batch = ValidatedBatch()
     seen: dict[str, ToolDefinition] = {}
     for index, raw in enumerate(raw_tools):
+        if warn_unknown_keys:
+            batch.warnings += unknown_keys(index, raw)
         result = validate_tool(index, raw, default_server)
         if isinstance(result, ToolProblem):
             batch.problems.append(result)

@@ -219,6 +219,12 @@ def json_pointer(parts: Iterable[Any]) -> str:
     return "".join("/" + pointer_token(p) for p in parts)
 
 
+def body_pointer(*parts: Any) -> str:
+    """The pointer of a request's problem, as every 422 gives it: `/body/...` into the JSON body (`/query/<name>`
+    for a query parameter), the location first as FastAPI's validation errors name it."""
+    return json_pointer(("body", *parts))
+
+
 def echoed_path(path: str) -> str:
     """The request path as a problem's `instance`: at most MAX_INSTANCE_CHARS of it (a path of 60 KB is not echoed
     back in full)."""
@@ -264,7 +270,7 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
         elif loc == ["body"] and isinstance(err.get("input"), bytes | bytearray):
             errors.append({"pointer": "/body", "reason": NOT_JSON})  # a body of another (or no) content type
         else:
-            errors.append({"pointer": "/" + "/".join(loc), "reason": err.get("msg", "invalid")})
+            errors.append({"pointer": json_pointer(err.get("loc", ())), "reason": err.get("msg", "invalid")})
     return errors
 
 

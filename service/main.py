@@ -15,10 +15,8 @@ from indexer.index.base import VectorIndex
 from service import health
 from service.catalog import event_routes as events
 from service.catalog import routes as tools
-from service.catalog.files import demo_catalog
 from service.catalog.reconcile import reconcile_index
-from service.catalog.server_info import demo_servers
-from service.catalog.service import register_tools
+from service.catalog.seed import seed_demo_catalog
 from service.cluster.runtime import start_cluster, stop_cluster
 from service.cluster.servers import start_server_following, stop_server_following
 from service.console.routes import install_console
@@ -59,8 +57,9 @@ def create_app(
             report = await reconcile_index(resources)
             logger.info("index reconciled with the catalog: %s", report.as_dict())
             if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
-                seeded = await register_tools(resources, demo_catalog(), servers=demo_servers())
-                logger.info("empty catalog: indexed %d demo tools of real MCP servers", len(seeded.created))
+                seeded = await seed_demo_catalog(resources)
+                if seeded is not None:
+                    logger.info("empty catalog: indexed %d demo tools of real MCP servers", seeded)
             for hook in app.state.startup_hooks:
                 await hook(resources)
             await warm_search(resources)

@@ -5,11 +5,16 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.cluster.settings import ClusterSettings
+from service.db.settings import DatabaseSettings
+
+Port = Annotated[int, Field(ge=1, le=65535)]  # a TCP port a setting names (0: one the clients cannot know)
 
 
 class Section(BaseModel):
@@ -17,13 +22,6 @@ class Section(BaseModel):
     would otherwise leave the service on its default without a word)."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-class DatabaseSettings(Section):
-    """SQL catalog of record; SQLite under the data folder unless a URL is given."""
-
-    url: str | None = None
-    echo: bool = False
 
 
 class IndexSettings(Section):
@@ -96,22 +94,29 @@ class SearchSettings(Section):
     # Each field's exact cosines are taken to the field vectors minus this share of the catalog's mean field
     # vector (indexer/index/base.py centred_cosines): generic descriptions stop being near every request. 0 = off.
     centre_fields: float = 1.0
-    default_k: int = 5
-    max_k: int = 50
+    max_k: int = Field(default=50, ge=1)
+    default_k: int = 5  # from 1 to max_k (checked after it: fields are validated in this order)
     split_multi_intent: bool = True
     # Subtracted from the fused score a tool gets from one part of a split request (the whole request scores as
-    # is): a part that is only a question's framing then wins less often (bench/ideas.py,
-    # docs/quality-history.md).
+    # is): a part that is only a question's framing then wins less often (bench/ideas.py, docs/quality-history.md).
     part_penalty: float = 0.5
     # From this many parts on, a split request's own vector is its parts' vectors' mean (indexer/intents.py)
     # instead of one more embedding of its longest text: a third less embedding for long requests, quality within
     # .001; from 2 parts on it also cost the usage signal's replay on MetaTool R@1 .012 (docs/quality-history.md).
-    # 0 = never.
-    whole_from_parts: int = 3
+    whole_from_parts: int = 3  # 0 = never
     max_query_chars: int = 8000
     # Values of a search's `servers` and of its `tags` (each list on its own; repeats count once): the index
     # marks each value's rows, so 250,000 repeats of one tag in a 2 MB body held every search 24 s.
     max_filter_values: int = 1000
+
+
+    @field_validator("default_k")
+    @classmethod
+    def _within_max_k(cls, default_k: int, info: ValidationInfo) -> int:
+        max_k = info.data.get("max_k", max(default_k, 1))  # absent when max_k itself was refused
+        if not 1 <= default_k <= max_k:
+            raise ValueError(f"must be from 1 to max_k ({max_k})")
+        return default_k
 
 
 class ExecutionSettings(Section):
@@ -144,9 +149,9 @@ class ExecutionSettings(Section):
     # The environment variables such a server may set (names, exact): any other could make an allowed command run
     # other code (PYTHONWARNINGS with BROWSER, NODE_OPTIONS, LD_PRELOAD, PATH ...).
     api_stdio_env: list[str] = Field(default_factory=list)
-    # HTTP upstreams added over the API may not point at private, loopback or link-local addresses unless the
-    # host (name or address) or its network (CIDR) is listed here; "*" allows every address.
-    upstream_allowed_hosts: list[str] = Field(default_factory=list)
+    # Internal hosts (names, addresses, CIDR networks; "*": all) reachable anyway (upstream/urls.py) by:
+    upstream_allowed_hosts: list[str] = Field(default_factory=list)  # HTTP upstreams added over the API
+    egress_allowed_hosts: list[str] = Field(default_factory=list)  # stdio servers behind the egress proxy
     result_ttl_hours: float = 24.0
     # Results cut to the budget that one caller keeps stored at once; saving another deletes its oldest.
     max_stored_results_per_caller: int = Field(default=100, ge=1)
@@ -230,9 +235,7 @@ class LearningSettings(Section):
 
     enabled: bool = True
     half_life_days: float = 14.0
-    max_popularity_boost: float = 0.06
-    # Tuned with `toolscout bench learning`: fused scores are sums of z-scores whose gaps are mostly 0.3-2,
-    # so much smaller boosts change nothing; a tool without history leading by > 0.36 stays first.
+    max_popularity_boost: float = 0.06  # these bounds: usage/learning.py, tuned with `toolscout bench learning`
     max_reliability_penalty: float = 1.0
     max_caller_boost: float = 0.3
     refresh_seconds: float = 15.0  # background refresh period (also woken by request_refresh)
@@ -245,14 +248,16 @@ class LearningSettings(Section):
     reliability_tolerance: float = 0.20  # a smoothed failure rate up to this costs nothing
     latency_smoothing: float = 0.1  # weight of a new call in the moving average of latency
     cooccurrence_window_seconds: float = 300.0  # two calls this close by one caller count as used together
-    # The usage signal (issue 12, service/usage/signal.py): weight * n / (n + usage_half_evidence) * the tool's
-    # share of a softmax over the candidates' nearest past queries and "nobody". Tuned with
-    # `toolscout bench learning --signal usage` (MetaTool and Seal-Tools, split by query and by tool).
+    # The usage signal (usage/signal.py): weight * n / (n + usage_half_evidence) * the tool's share of a softmax over
+    # the candidates' nearest past queries and "nobody"; tuned with `toolscout bench learning --signal usage`.
     usage_weight: float = 3.0  # the most it adds to a fused score (sums of z-scores)
     usage_half_evidence: float = 2.0  # decayed successful queries at which the signal reaches half its weight
     usage_floor: float = 0.7  # a nearest past query this similar weighs as much as "nobody's history"
     usage_temperature: float = 0.05  # softmax temperature over cosines (lower: only near paraphrases count)
-    usage_max_queries: int = 32  # kept per scope and tool (the latest)
+    usage_max_queries: int = 32  # kept per scope and tool (when full, a caller holding the most loses its oldest)
+    shared_calls_per_caller: float = 2.0  # of one caller's calls of a tool others count (usage/shares.py): -.15 at most
+    share_invalid_arguments: bool = True  # as failures for the others too (False: 1 query in 2,000 of bench learning)
+    usage_evidence_per_caller: float = 0.1  # one caller's, in its latest 2 queries of a tool: others' usage +.14 max
 
 
 class FrontendSettings(Section):
@@ -269,7 +274,7 @@ class FrontendSettings(Section):
     request_timeout_seconds: float = 120.0  # one REST call; above the execution timeout so the API answers first
     events_retry_seconds: float = 2.0  # first wait before reconnecting to GET /events (doubles up to 60 s)
     http_host: str = "127.0.0.1"  # `toolscout mcp --transport http` listens here
-    http_port: int = 8766
+    http_port: Port = 8766
     http_path: str = "/mcp"
     # When set, `toolscout mcp --transport http` requires `Authorization: Bearer <this key>` on every request.
     http_api_key: str | None = None
@@ -309,25 +314,6 @@ class ObservabilitySettings(Section):
     metrics_caller_label: bool = False
 
 
-class ClusterSettings(Section):
-    """Several replicas: shared ephemeral state in Redis; unset `redis_url` keeps everything in one process."""
-
-    redis_url: str | None = None
-    key_prefix: str = "toolscout"  # Redis keys and channels start with this (several deployments per Redis)
-    replica_id: str | None = None  # default: host name and process id
-    # Catalog follow-up: a change event wakes every replica at once; this poll catches missed events
-    # (fallback_poll_seconds while Redis is down), and the whole catalog is compared every full_catchup_seconds.
-    poll_seconds: float = 5.0
-    fallback_poll_seconds: float = 1.0
-    full_catchup_seconds: float = 60.0
-    gap_horizon_seconds: float = 30.0  # a hole in the change sequence older than this was a rolled-back write
-    # Catalog changes older than this are deleted every hour (the latest stays); 0 keeps them all. A replica that
-    # had not followed that far compares the whole catalog instead.
-    change_retention_hours: float = 168.0
-    lock_retry_seconds: float = 5.0  # how often a replica tries to become the writer of a server's catalog
-    redis_timeout_seconds: float = 1.0
-
-
 class Settings(BaseSettings):
     """All Toolscout settings; every field has a working default."""
 
@@ -337,7 +323,7 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path(".toolscout")
     host: str = "127.0.0.1"
-    port: int = 8765
+    port: Port = 8765
     log_level: str = Field(
         default="INFO",
         description="Log level of `toolscout serve` (`toolscout --log-level` overrides it; other commands: WARNING)",
@@ -371,7 +357,7 @@ class Settings(BaseSettings):
         sections = {
             name
             for name, field in type(self).model_fields.items()
-            if isinstance(field.annotation, type) and issubclass(field.annotation, Section)
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
         }
         variables = set(os.environ)
         env_file = type(self).model_config.get("env_file")

@@ -37,7 +37,7 @@ def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPat
         (
             "TOOLSCOUT_POLICY__TRUSTED_PROXIES",
             '["10.0.0.1", "nginx"]',
-            "TOOLSCOUT_POLICY__TRUSTED_PROXIES: Value error, 'nginx' is not an IP address, a network (10.0.0.0/8) or *",
+            "TOOLSCOUT_POLICY__TRUSTED_PROXIES: 'nginx' is not an IP address, a network (10.0.0.0/8) or *",
         ),
     ],
 )
@@ -76,3 +76,142 @@ def test_serve_logs_at_the_level_of_toolscout_log_level_unless_the_command_line_
     monkeypatch.setattr(root, "level", logging.WARNING)  # restored afterwards
     assert main([*argv, "serve", "--port", "9"]) == 3  # uvicorn's status of a start that did not happen
     assert root.level == level
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "TOOLSCOUT_POLICY__CORS_ORIGINS",
+        "TOOLSCOUT_POLICY__ALLOWED_HOSTS",
+        "TOOLSCOUT_POLICY__TRUSTED_PROXIES",
+        "TOOLSCOUT_EXECUTION__API_STDIO_COMMANDS",
+        "TOOLSCOUT_EXECUTION__API_STDIO_ENV",
+        "TOOLSCOUT_EXECUTION__UPSTREAM_ALLOWED_HOSTS",
+    ],
+)
+def test_a_list_setting_given_a_bare_value_names_its_variable_and_the_json_form(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], variable: str
+) -> None:
+    monkeypatch.setenv(variable, "foo")
+    assert main(["search", "anything"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "Invalid settings (environment or .env):",
+        f"  {variable}: expected JSON, such as {variable}='[\"a\", \"b\"]' (given: 'foo')",
+    ]
+
+
+def test_a_list_setting_given_a_bare_value_in_the_env_file_is_named_too(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("TOOLSCOUT_POLICY__CORS_ORIGINS=https://app.example\n")
+    assert main(["search", "anything"]) == 2
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        "  TOOLSCOUT_POLICY__CORS_ORIGINS: expected JSON, such as "
+        "TOOLSCOUT_POLICY__CORS_ORIGINS='[\"a\", \"b\"]' (given: 'https://app.example')"
+    ]
+
+
+def test_a_list_setting_given_as_json_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLSCOUT_POLICY__CORS_ORIGINS", '["https://app.example"]')
+    assert Settings().policy.cors_origins == ["https://app.example"]
+
+
+EXPECTED_URL = "expected sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
+
+
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        ("nonsense://x", f"'nonsense' is not a database Toolscout runs on ({EXPECTED_URL}) (given: 'nonsense://x')"),
+        ("nonsense", f"not a database URL ({EXPECTED_URL}) (given: 'nonsense')"),
+        # The password of a URL is never printed.
+        ("mysql://app:s3cret@db/x", f"'mysql' is not a database Toolscout runs on ({EXPECTED_URL}) (given: "
+         "'mysql://app:***@db/x')"),
+    ],
+)
+def test_a_database_url_the_service_cannot_open_stops_it_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], value: str, line: str
+) -> None:
+    monkeypatch.setenv("TOOLSCOUT_DB__URL", value)
+    assert main(["search", "anything"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "Invalid settings (environment or .env):",
+        f"  TOOLSCOUT_DB__URL: {line}",
+    ]
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///data/x.db", "sqlite+aiosqlite:///x.db", "postgresql://u@h/d", "postgresql+psycopg://u:p@h:1/d"]
+)
+def test_sqlite_and_postgresql_urls_are_taken(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.setenv("TOOLSCOUT_DB__URL", url)
+    assert Settings().database_url == url
+
+
+def test_an_empty_database_url_keeps_sqlite_in_the_data_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TOOLSCOUT_DB__URL", "")
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    assert Settings().database_url == f"sqlite:///{tmp_path.resolve() / 'toolscout.db'}"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "reason"),
+    [
+        ("TOOLSCOUT_PORT", "0", "Input should be greater than or equal to 1"),
+        ("TOOLSCOUT_PORT", "65536", "Input should be less than or equal to 65535"),
+        ("TOOLSCOUT_FRONTEND__HTTP_PORT", "-1", "Input should be greater than or equal to 1"),
+        ("TOOLSCOUT_FRONTEND__HTTP_PORT", "70000", "Input should be less than or equal to 65535"),
+        ("TOOLSCOUT_SEARCH__DEFAULT_K", "0", "must be from 1 to max_k (50)"),
+        ("TOOLSCOUT_SEARCH__DEFAULT_K", "51", "must be from 1 to max_k (50)"),
+        ("TOOLSCOUT_SEARCH__MAX_K", "0", "Input should be greater than or equal to 1"),
+    ],
+)
+def test_ports_and_default_k_out_of_range_stop_serve(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    variable: str,
+    value: str,
+    reason: str,
+) -> None:
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv(variable, value)
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "Invalid settings (environment or .env):",
+        f"  {variable}: {reason} (given: {value!r})",
+    ]
+    assert not (tmp_path / "toolscout.db").exists()  # refused before anything started
+
+
+def test_default_k_may_be_raised_with_max_k(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLSCOUT_SEARCH__MAX_K", "100")
+    monkeypatch.setenv("TOOLSCOUT_SEARCH__DEFAULT_K", "60")
+    assert (Settings().search.max_k, Settings().search.default_k) == (100, 60)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--port", "0"], "toolscout serve: error: argument --port: 0 is not a port from 1 to 65535"),
+        (["mcp", "--port", "99999"], "toolscout mcp: error: argument --port: 99999 is not a port from 1 to 65535"),
+        (["serve", "--port", "http"], "toolscout serve: error: argument --port: not a port number: 'http'"),
+    ],
+)
+def test_a_port_out_of_range_on_the_command_line_is_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == message
+
+
+def test_a_list_setting_holding_a_url_with_a_password_never_prints_the_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TOOLSCOUT_POLICY__CORS_ORIGINS", "https://admin:hunter2@app.example")
+    assert main(["search", "anything"]) == 2
+    err = capsys.readouterr().err
+    assert "(given: 'https://admin:***@app.example')" in err and "hunter2" not in err

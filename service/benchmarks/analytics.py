@@ -54,7 +54,7 @@ STATUSES = [
 
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("analytics", help="analytics query times over 1,000,000 executions (PostgreSQL)")
+    parser = subparsers.add_parser("analytics", help="time the analytics queries on 1,000,000 executions (PostgreSQL)")
     parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="a PostgreSQL URL allowed to create databases")
     parser.add_argument("--rows", type=positive_int, default=1_000_000, help="executions to generate")
     parser.add_argument("--tools", type=positive_int, default=500, help="distinct tools called (default 500)")

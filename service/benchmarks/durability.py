@@ -35,7 +35,7 @@ MODES = ("commit", "batched")
 def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     bench = bench_subparsers.add_parser(
         "durability",
-        help="cost of durable execution logging on /execute: p50/p99 overhead and throughput, commit vs batched",
+        help="time /execute with the execution log committed vs batched (p50/p99, throughput)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

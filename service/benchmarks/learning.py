@@ -56,7 +56,7 @@ GROUPS = ("affected", "affected: caller habit", "affected: failing tool", "unaff
 
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("learning", help="replay a synthetic usage log; R@1/MRR before and after")
+    parser = subparsers.add_parser("learning", help="replay a synthetic usage log; report R@1/MRR before and after")
     parser.add_argument(
         "--catalog", type=Path, default=EVAL / "metatool" / "catalog.jsonl", help="JSON Lines (default: MetaTool's)"
     )

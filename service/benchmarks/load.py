@@ -52,7 +52,7 @@ end
 
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("load", help="HTTP load on a server in another process (wrk)")
+    parser = subparsers.add_parser("load", help="load a server in another process over HTTP (wrk)")
     parser.add_argument("--url", default=None, help="a running server; default: start one with --tools tools")
     parser.add_argument("--tools", type=positive_int, default=10000, help="catalog size of the started server")
     parser.add_argument(

@@ -26,7 +26,7 @@ BUILT = "bench-scale.json"  # in a data folder: the size it was indexed with, an
 
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("scale", help="p50 at several catalog sizes, served in turn (wrk, c=1)")
+    parser = subparsers.add_parser("scale", help="measure search p50 at several catalog sizes in turn (wrk, c=1)")
     parser.add_argument(
         "--sizes", type=positive_ints, default="10000,100000", help="catalog sizes, the first is the reference"
     )

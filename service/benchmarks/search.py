@@ -44,7 +44,7 @@ POST_BATCH = 5000
 
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("search", help="index and search latency at several catalog sizes")
+    parser = subparsers.add_parser("search", help="time indexing and search at several catalog sizes")
     parser.add_argument(
         "--sizes", type=positive_ints, default="1000,10000,100000", help="catalog sizes (default 1000,10000,100000)"
     )

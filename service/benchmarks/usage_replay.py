@@ -34,6 +34,7 @@ from service.usage.signal import UsageVectors, refresh_usage
 DEPTH = 100
 AGENT_DEPTH = 10  # the agent calls a relevant tool it sees this high
 OTHER_SCOPE = "another-tenant"
+AGENT = "agent"  # the caller of every replayed search and call
 
 
 def split_by_query(queries: list[Query], seed: int) -> tuple[list[Query], list[Query]]:
@@ -51,8 +52,9 @@ def split_by_tool(queries: list[Query], seed: int) -> tuple[list[Query], list[Qu
 
 
 async def _ranked(resources: Resources, text: str, scope: str | None) -> list[str]:
+    """The agent's ranking (the one caller whose history is replayed: its own history counts in full)."""
     assert resources.retriever is not None
-    outcome = await resources.retriever.search(text, DEPTH, SearchFilter(), scope=scope)
+    outcome = await resources.retriever.search(text, DEPTH, SearchFilter(), caller_id=AGENT, scope=scope)
     return [r.name for r in outcome.results]
 
 
@@ -75,7 +77,7 @@ async def _replay_history(resources: Resources, scope: str, history: list[Query]
         searches.append(
             {
                 "id": search_id,
-                "caller": "agent",
+                "caller": AGENT,
                 "scope": scope,
                 "query": query.text,
                 "k": DEPTH,
@@ -88,7 +90,7 @@ async def _replay_history(resources: Resources, scope: str, history: list[Query]
         executions.extend(
             {
                 "id": str(uuid.uuid4()),
-                "caller": "agent",
+                "caller": AGENT,
                 "tool": name,
                 "server_id": name.split("__")[0],
                 "search_id": search_id,

@@ -46,7 +46,8 @@ def may_see(resources: Resources, caller: Caller, event: CatalogEvent) -> bool:
     rules = caller_rules(resources, caller)
     if event.names is not None:
         # Only a change of a tool this caller may use concerns it (a removed one included).
-        return any(rules.permits(name, str(server)) for name in event.names)
+        listed = policy_state(resources).listed
+        return any(rules.permits(name, str(server), listed.get(name)) for name in event.names)
     by_server = [p for p in rules.allow if p.kind == "server" and p.matches("", str(server))]
     if by_server and not any(p.kind == "server" and p.matches("", str(server)) for p in rules.deny):
         return True  # a server the rules allow by name, even before its tools reach the snapshot

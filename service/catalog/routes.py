@@ -12,7 +12,7 @@ from service.catalog import service as catalog
 from service.catalog.json_body import StrictJsonBodyRoute
 from service.catalog.review import admin_view, approve_tool
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
-from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied, RequestBody
+from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied, RequestBody, body_pointer
 
 router = APIRouter(tags=["tools"], route_class=StrictJsonBodyRoute)
 
@@ -43,6 +43,9 @@ class RegisterResponse(BaseModel):
     removed: int
     tools: list[str]
     errors: list[dict[str, Any]]
+    warnings: list[dict[str, Any]] = Field(
+        default_factory=list, description="Keys of a tool that no tool has, ignored (the tool is kept)"
+    )
     held: list[dict[str, Any]] = Field(default_factory=list, description="Tools held for review: name and reason")
 
 
@@ -100,12 +103,14 @@ async def register(request: RegisterRequest, resources: ResourcesDep, caller: To
         raise PayloadTooLarge(
             f"A registration holds at most {limit} tools, not {len(request.tools)} (policy.max_tools_per_registration);"
             " send the catalog in parts",
-            errors=[{"pointer": "/tools", "reason": f"at most {limit} tools"}],
+            errors=[{"pointer": body_pointer("tools"), "reason": f"at most {limit} tools"}],
             limit="policy.max_tools_per_registration",
         )
     servers = {name: info.model_dump(exclude_none=True) for name, info in (request.servers or {}).items()}
     report = await catalog.register_tools(resources, request.tools, request.server, servers)
     body = report.as_dict()
+    for error in body["errors"] + body["warnings"]:  # the report's pointers are into the batch; the API's, the body
+        error["pointer"] = body_pointer("tools") + error["pointer"]
     if report.errors and not body["tools"]:
         first = report.errors[0]
         raise InvalidTool(

@@ -41,6 +41,7 @@ class RegisterReport:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     errors: list[ToolProblem] = field(default_factory=list)
+    warnings: list[ToolProblem] = field(default_factory=list)  # keys no tool has, ignored
     held: dict[str, str] = field(default_factory=dict)  # the batch's tools held for review, and why
     notes: list[str] = field(default_factory=list)  # what was dropped of the servers' own info blocks
     shown: set[str] = field(default_factory=set)  # the changed tools callers were or are shown (events.shown_tools)
@@ -53,6 +54,7 @@ class RegisterReport:
             "removed": len(self.removed),
             "tools": self.created + self.updated + self.unchanged,
             "errors": [e.as_dict() for e in self.errors],
+            "warnings": [w.as_dict() for w in self.warnings],
             "held": [{"name": name, "reason": reason} for name, reason in sorted(self.held.items())],
         }
 
@@ -192,7 +194,7 @@ async def register_tools(
     the MCP server info block of the servers of the batch, for server-aware scoring)."""
     default_id = normalize_server_id(default_server) if default_server else None
     batch = validate_batch(_server_ids(raw_tools, default_server), default_id)
-    report = RegisterReport(errors=list(batch.problems))
+    report = RegisterReport(errors=list(batch.problems), warnings=list(batch.warnings))
     infos = {normalize_server_id(name): info for name, info in (servers or {}).items()}
     async with resources.index_lock:
         admitted = await _admit(resources, batch, raw_tools, report)
@@ -300,7 +302,7 @@ async def sync_server_tools(
     """Make the catalog hold exactly this server's listed tools: new and changed ones indexed, the ones that
     disappeared marked deprecated and removed from the index (`info`: what the server said at initialize)."""
     raw = [{**t, "server": server_id} for t in raw_tools if isinstance(t, dict)]
-    batch = validate_batch(raw, server_id)
+    batch = validate_batch(raw, server_id, warn_unknown_keys=False)
     report = RegisterReport(errors=list(batch.problems))
     async with resources.index_lock:
         admitted = await _admit(resources, batch, raw, report)

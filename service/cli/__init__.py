@@ -10,7 +10,9 @@ import sys
 from typing import NoReturn
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
+from service.cli.settings_values import unparsed_values, without_password
 from service.cli.terminal import printable
 from service.errors import ToolscoutError
 
@@ -36,7 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """`toolscout X --help` opens with the line `toolscout --help` lists for X, unless X has a longer text."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, command in action.choices.items():
+                command.description = command.description or helps.get(name)
+                _describe(command)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         if exc.title != "Settings":
             raise
         print(settings_problems(exc), file=sys.stderr)
+        return 2
+    except SettingsError as exc:  # a value pydantic-settings could not even decode (a list not given as JSON)
+        from service.settings import Settings
+
+        lines = unparsed_values(Settings) or [f"  {exc}"]
+        print("\n".join([SETTINGS_HEADER, *lines]), file=sys.stderr)
         return 2
     except ToolscoutError as exc:  # a command's refusal (a bench's missing data set, an unreachable database)
         return _refused(exc)
@@ -79,9 +98,12 @@ def _only_error(group: BaseExceptionGroup) -> ToolscoutError | None:  # type: ig
     return errors[0] if len(errors) == 1 and isinstance(errors[0], ToolscoutError) else None
 
 
+SETTINGS_HEADER = "Invalid settings (environment or .env):"
+
+
 def settings_problems(error: ValidationError) -> str:
     """Invalid settings by the variable that sets each (TOOLSCOUT_SEARCH__DEFAULT_K), not a stack trace."""
-    lines = ["Invalid settings (environment or .env):"]
+    lines = [SETTINGS_HEADER]
     for problem in error.errors():
         if not problem["loc"]:  # a check of the whole: an unknown section
             lines.append("  " + problem["msg"].removeprefix("Value error, "))
@@ -90,7 +112,8 @@ def settings_problems(error: ValidationError) -> str:
         if problem["type"] == "extra_forbidden":
             lines.append(f"  {variable}: no such setting")
         else:
-            lines.append(f"  {variable}: {problem['msg']} (given: {problem['input']!r})")
+            given = without_password(problem["input"]) if isinstance(problem["input"], str) else problem["input"]
+            lines.append(f"  {variable}: {problem['msg'].removeprefix('Value error, ')} (given: {given!r})")
     return "\n".join(lines)
 
 

@@ -29,42 +29,44 @@ def _common(parser: argparse.ArgumentParser, window: bool = True) -> None:
         parser.add_argument("--until", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC), exclusive")
         parser.add_argument("--days", type=float, default=30.0, help="window when --since is not given (30)")
         parser.add_argument("--caller", default=None, help="only this caller")
-    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--limit", type=int, default=50, help="at most this many rows (50)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser("analytics", help="what agents search for and call")
+    parser = subparsers.add_parser("analytics", help="report what agents search for and call")
     sub = parser.add_subparsers(dest="analytics_command", required=True)
 
-    tools = sub.add_parser("tools", help="per tool: calls, success rate, p50/p95 latency, errors by class")
+    tools = sub.add_parser("tools", help="list calls, success rate, p50/p95 latency and errors by class per tool")
     _common(tools)
-    tools.add_argument("--tool", default=None)
+    tools.add_argument("--tool", default=None, help="only this tool (qualified name)")
     tools.set_defaults(func=cmd_tools)
 
-    series = sub.add_parser("timeseries", help="calls and searches per hour or day")
+    series = sub.add_parser("timeseries", help="count calls and searches per hour or day")
     _common(series)
-    series.add_argument("--bucket", choices=["hour", "day"], default="day")
+    series.add_argument("--bucket", choices=["hour", "day"], default="day", help="one row per hour or day (day)")
     series.set_defaults(func=cmd_timeseries)
 
-    callers = sub.add_parser("callers", help="top callers")
+    callers = sub.add_parser("callers", help="list the callers with the most calls")
     _common(callers)
     callers.set_defaults(func=cmd_callers)
 
-    pairs = sub.add_parser("cooccurrence", help="tools used together")
+    pairs = sub.add_parser("cooccurrence", help="list the pairs of tools one caller used together")
     _common(pairs)
     pairs.set_defaults(func=cmd_cooccurrence)
 
-    conversion = sub.add_parser("conversion", help="search -> call conversion")
+    conversion = sub.add_parser("conversion", help="show how often a search is followed by a call of a result")
     _common(conversion)
     conversion.set_defaults(func=cmd_conversion)
 
-    unanswered = sub.add_parser("unanswered", help="searches with no result, or never followed by a call")
+    unanswered = sub.add_parser("unanswered", help="list searches with no result, or never followed by a call")
     _common(unanswered)
-    unanswered.add_argument("--kind", choices=["no_result", "no_call"], default="no_result")
+    unanswered.add_argument(
+        "--kind", choices=["no_result", "no_call"], default="no_result", help="no result, or no call after (no_result)"
+    )
     unanswered.set_defaults(func=cmd_unanswered)
 
-    never = sub.add_parser("never-found", help="tools no search ever returned")
+    never = sub.add_parser("never-found", help="list the tools no search ever returned")
     _common(never, window=False)
     never.add_argument("--since", type=datetime.fromisoformat, default=None, help="not returned since (ISO 8601)")
     never.set_defaults(func=cmd_never_found)

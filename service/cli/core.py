@@ -14,20 +14,21 @@ from typing import Any
 import httpx
 
 from service.catalog.files import load_catalog_file
-from service.cli.terminal import port_number, printable
+from service.cli.settings_values import port_number
+from service.cli.terminal import printable
 from service.errors import IndexUnavailable, ToolscoutError
 from service.http_transport import nodelay_transport
 from service.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    serve = subparsers.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=port_number, default=None)
+    serve = subparsers.add_parser("serve", help="run the REST API, console and upstream gateway over HTTP")
+    serve.add_argument("--host", default=None, help="address to listen on (default: the setting host, 127.0.0.1)")
+    serve.add_argument("--port", type=port_number, default=None, help="port (default: the setting port, 8765)")
     serve.set_defaults(func=cmd_serve)
 
     index = subparsers.add_parser("index", help="register and index a catalog file (JSONL or MCP tools/list JSON)")
-    index.add_argument("file", type=Path)
+    index.add_argument("file", type=Path, help="a JSON Lines file (a tool a line) or an MCP tools/list JSON")
     index.add_argument(
         "--server",
         default=None,
@@ -35,20 +36,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     index.set_defaults(func=cmd_index)
 
-    search = subparsers.add_parser("search", help="search the catalog")
-    search.add_argument("query")
+    search = subparsers.add_parser("search", help="search the catalog for the tools that fit a request")
+    search.add_argument("query", help="what the agent wants to do, in words")
     search.add_argument("-k", type=int, default=None, help="how many tools (default: the setting search.default_k)")
     search.add_argument("--server", action="append", default=None, help="only tools of this server (repeatable)")
-    search.add_argument("--explain", action="store_true")
+    search.add_argument("--explain", action="store_true", help="show the score of each signal behind each result")
     search.add_argument("--json", action="store_true", help="print the raw JSON response")
     search.set_defaults(func=cmd_search)
 
-    evaluate = subparsers.add_parser("eval", help="measure retrieval quality on a labelled set")
-    evaluate.add_argument("--catalog", type=Path, required=True)
-    evaluate.add_argument("--queries", type=Path, required=True)
-    evaluate.add_argument("--max-queries", type=int, default=None)
-    evaluate.add_argument("--seed", type=int, default=0)
-    evaluate.add_argument("--json", type=Path, default=None, dest="json_out")
+    evaluate = subparsers.add_parser("eval", help="measure retrieval quality (recall, nDCG, MRR) on labelled queries")
+    evaluate.add_argument("--catalog", type=Path, required=True, help="the tools, a JSON Lines file")
+    evaluate.add_argument(
+        "--queries", type=Path, required=True, help="JSON Lines of {qid, query, relevant: [tool names], category?}"
+    )
+    evaluate.add_argument("--max-queries", type=int, default=None, help="a random sample of this many queries")
+    evaluate.add_argument("--seed", type=int, default=0, help="seed of that sample (default 0)")
+    evaluate.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the figures here")
     evaluate.set_defaults(func=cmd_eval)
 
 
@@ -161,7 +164,7 @@ def _post_in_parts(
     if client is None:
         return None
     total: dict[str, Any] = {
-        "created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": [], "held": []
+        "created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": [], "held": [], "warnings": []
     }
     try:
         for start in range(0, max(len(tools), 1), INDEX_PART):
@@ -178,6 +181,7 @@ def _post_in_parts(
             total["tools"] += body["tools"]
             total["errors"] += body["errors"]
             total["held"] += body.get("held", [])
+            total["warnings"] += body.get("warnings", [])
     finally:
         client.close()
     return total
@@ -266,6 +270,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     )
     for error in body["errors"][:20]:
         print(printable(f"  rejected {error['tool']} ({error['pointer']}): {error['reason']}"))
+    for warning in body.get("warnings", [])[:20]:
+        print(printable(f"  ignored in {warning['tool']} ({warning['pointer']}): {warning['reason']}"))
     for held in body["held"][:20]:
         print(printable(f"  held {held['name']}: {held['reason']} (`toolscout tools approve NAME` releases it)"))
     return 0 if body["created"] + body["updated"] + body["unchanged"] else 1

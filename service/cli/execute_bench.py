@@ -43,7 +43,7 @@ ARGUMENTS = {"timezone": "UTC"}
 def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     execute = bench_subparsers.add_parser(
         "execute",
-        help="overhead of /execute over a direct MCP call (p50, p99) and throughput of concurrent calls",
+        help="time /execute against a direct MCP call (p50, p99) and concurrent throughput",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

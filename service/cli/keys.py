@@ -30,16 +30,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         dest="roles",
         help="a role of the permissions file (repeatable), e.g. admin, approver",
     )
-    create.add_argument("--json", action="store_true")
+    create.add_argument("--json", action="store_true", help="print the key as JSON")
     create.set_defaults(func=cmd_create)
 
     listing = sub.add_parser("list", help="list keys (never their secrets)")
     listing.add_argument("--all", action="store_true", help="include revoked keys")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=cmd_list)
 
     revoke = sub.add_parser("revoke", help="revoke a key by id or shown prefix")
-    revoke.add_argument("key")
+    revoke.add_argument("key", help="the key's id, or the prefix `keys list` shows")
     revoke.set_defaults(func=cmd_revoke)
 
 

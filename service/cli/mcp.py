@@ -7,7 +7,7 @@ import sys
 
 import anyio
 
-from service.cli.terminal import port_number
+from service.cli.settings_values import port_number
 from service.errors import ToolscoutError
 from service.mcp import MODES
 from service.security.openmode import is_loopback

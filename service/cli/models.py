@@ -9,7 +9,7 @@ from service.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    models = subparsers.add_parser("models", help="the embedding model's ONNX export")
+    models = subparsers.add_parser("models", help="export the embedding model to ONNX ahead of the first start")
     commands = models.add_subparsers(dest="models_command", required=True)
     export = commands.add_parser("export", help="export the model to ONNX (skipped when the cached file exists)")
     export.add_argument(

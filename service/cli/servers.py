@@ -15,7 +15,7 @@ from service.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    servers = subparsers.add_parser("servers", help="upstream MCP servers")
+    servers = subparsers.add_parser("servers", help="install or list the upstream MCP servers")
     commands = servers.add_subparsers(dest="servers_command", required=True)
     install = commands.add_parser(
         "install",
@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     install.add_argument("--no-node", action="store_true", help="skip the npm servers")
     install.set_defaults(func=cmd_install)
-    listing = commands.add_parser("list", help="the running service's servers and their health")
+    listing = commands.add_parser("list", help="list the running service's servers and their health")
     listing.add_argument("--json", action="store_true", help="print the raw JSON response")
     listing.set_defaults(func=cmd_list)
 

@@ -1,8 +1,7 @@
-"""Text from callers and upstreams, made safe to print on an operator's terminal, and what an operator types."""
+"""Text from callers and upstreams, made safe to print on an operator's terminal."""
 
 from __future__ import annotations
 
-import argparse
 import re
 
 # C0 and C1 controls and the bidirectional overrides: in a terminal they are commands (ESC sequences set the
@@ -14,9 +13,3 @@ def printable(value: object) -> str:
     """The value as one line of terminal text: controls written as escapes (a caller's query may hold any)."""
     return _CONTROLS.sub(lambda match: match.group().encode("unicode_escape").decode(), str(value))
 
-
-def port_number(text: str) -> int:
-    """A TCP port for `--port` (99999 was a traceback from bind(), or a service that never listened)."""
-    if not text.isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port 0..65535, got {text!r}")
-    return int(text)

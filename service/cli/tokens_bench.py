@@ -17,7 +17,7 @@ from service.settings import Settings
 def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tokens = bench_subparsers.add_parser(
         "tokens",
-        help="tokens per turn of each MCP front-end mode and profile (deterministic JSON)",
+        help="count tokens per turn of each MCP front-end mode and profile (deterministic JSON)",
         description="Counts (cl100k) the tools/list of lazy, grouped, full and dynamic modes, for the whole "
         "catalog and for each profile, plus the tokens of a typical search result and the saving against the "
         "full list. The output is identical on repeated runs; --live-timings adds latencies measured through "

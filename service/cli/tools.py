@@ -18,9 +18,9 @@ from service.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    tools = subparsers.add_parser("tools", help="tools held for review (poisoning signatures, changed definitions)")
+    tools = subparsers.add_parser("tools", help="list or release tools held for review (poisoning, changed tools)")
     commands = tools.add_subparsers(dest="tools_command", required=True)
-    held = commands.add_parser("held", help="the tools held for an admin's review, and why")
+    held = commands.add_parser("held", help="list the tools held for an admin's review, and why")
     held.add_argument("--server", default=None, help="only this server's")
     held.add_argument("--json", action="store_true", help="print the raw JSON response")
     held.set_defaults(func=cmd_held)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from alembic import command
@@ -14,6 +16,7 @@ from sqlalchemy.pool import NullPool
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 # pg_advisory_lock key of the migrations: replicas starting together upgrade one after the other.
 MIGRATION_LOCK_KEY = 0x746F6F6C73636F75  # "toolscou"
+DEMO_SEED_LOCK_KEY = MIGRATION_LOCK_KEY + 1
 
 
 def sync_url(url: str) -> str:
@@ -56,6 +59,20 @@ def create_engine_for(url: str, echo: bool = False) -> AsyncEngine:
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(full, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+@asynccontextmanager
+async def one_at_a_time(engine: AsyncEngine, key: int) -> AsyncIterator[None]:
+    """Run the block while holding a PostgreSQL advisory lock, so processes sharing the database run it in turn.
+
+    A transaction-level lock: it ends with the transaction however the block ends (a session-level lock whose
+    unlock failed would stay with the pooled connection). SQLite takes no lock: a file has one service."""
+    if engine.dialect.name != "postgresql":
+        yield
+        return
+    async with engine.begin() as connection:
+        await connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+        yield
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
@@ -105,4 +122,6 @@ def downgrade_database(url: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(url), revision)
 
 
-__all__ = ["Engine", "create_engine_for", "create_sessionmaker", "upgrade_database", "downgrade_database"]
+__all__ = [
+    "Engine", "create_engine_for", "create_sessionmaker", "one_at_a_time", "upgrade_database", "downgrade_database"
+]

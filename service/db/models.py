@@ -235,6 +235,24 @@ class ScopeToolStats(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class ScopeCallerToolStats(Base):
+    """One caller's calls of a tool in one permission scope (0011): its own decayed calls, successes and failures,
+    and the part of them its scope counts for the other callers (`shared_*`, capped per caller: usage/shares.py)."""
+
+    __tablename__ = "scope_caller_tool_stats"
+
+    scope: Mapped[str] = mapped_column(String(512), primary_key=True)
+    caller: Mapped[str] = mapped_column(String(128), primary_key=True)
+    tool: Mapped[str] = mapped_column(String(64), primary_key=True)
+    decayed_calls: Mapped[float] = mapped_column(Float, default=0.0)
+    decayed_successes: Mapped[float] = mapped_column(Float, default=0.0)
+    decayed_failures: Mapped[float] = mapped_column(Float, default=0.0)
+    shared_calls: Mapped[float] = mapped_column(Float, default=0.0)
+    shared_successes: Mapped[float] = mapped_column(Float, default=0.0)
+    shared_failures: Mapped[float] = mapped_column(Float, default=0.0)
+    last_called_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
 class CallerToolStats(Base):
     """Per-caller reuse of a tool."""
 

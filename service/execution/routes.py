@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from service.catalog.json_body import StrictJsonBodyRoute
 from service.deps import CallerDep, GatewayDep, ResourcesDep
-from service.errors import InvalidRequest, RateLimited, RequestBody, Text
+from service.errors import InvalidRequest, RateLimited, RequestBody, Text, body_pointer
 from service.execution.screening import flag_page
 from service.policy.keys import key_resolver
 
@@ -108,7 +108,7 @@ async def execute_batch(
     if len(request.calls) > settings.batch_max_calls:
         raise InvalidRequest(
             f"A batch holds at most {settings.batch_max_calls} calls, not {len(request.calls)}",
-            errors=[{"pointer": "/calls", "reason": f"at most {settings.batch_max_calls} calls"}],
+            errors=[{"pointer": body_pointer("calls"), "reason": f"at most {settings.batch_max_calls} calls"}],
             limit="execution.batch_max_calls",
         )
     # The request took one token when its caller was resolved; each further call takes its own. A batch of more
@@ -119,7 +119,7 @@ async def execute_batch(
         raise InvalidRequest(
             f"A batch of {len(request.calls)} calls costs {len(request.calls)} rate-limit tokens and a key's bucket "
             f"holds {burst}: send at most {burst} calls at once",
-            errors=[{"pointer": "/calls", "reason": f"at most {burst} calls (policy.rate_limit_burst)"}],
+            errors=[{"pointer": body_pointer("calls"), "reason": f"at most {burst} calls (policy.rate_limit_burst)"}],
             limit="policy.rate_limit_burst",
         )
     if wait := await limiter.acquire_async(caller.key_id or caller.id, len(request.calls) - 1):

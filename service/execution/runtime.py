@@ -95,6 +95,7 @@ def build_gateway(resources: Resources) -> Gateway:
         heartbeat_seconds=settings.execution.heartbeat_seconds,
         children=ChildRegistry(settings.data_dir / "children"),
         allowed_hosts=settings.execution.upstream_allowed_hosts,
+        egress_allowed_hosts=settings.execution.egress_allowed_hosts,
         max_message_bytes=settings.execution.max_message_bytes,
         max_tools_list_bytes=settings.execution.max_tools_list_bytes,
         max_tools_per_server=settings.execution.max_tools_per_server,

@@ -21,7 +21,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import ApiKey, ConsoleSession, Search, as_utc, utcnow
-from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized
+from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized, body_pointer
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
 from service.security.auth_failures import FailedAuthLimiter
@@ -82,12 +82,14 @@ def checked_roles(roles: Sequence[str]) -> list[str]:
         if (reason := _role_problem(role)) is not None:
             raise InvalidRequest(
                 f"{role[:MAX_ROLE_CHARS]!r} cannot be a role: {reason}",
-                errors=[{"pointer": f"/roles/{index}", "reason": reason}],
+                errors=[{"pointer": body_pointer("roles", index), "reason": reason}],
             )
     distinct = sorted(set(roles))
     if len(",".join(distinct)) > MAX_SCOPE_CHARS:
         reason = f"at most {MAX_SCOPE_CHARS} characters joined by commas"
-        raise InvalidRequest(f"A key's roles take {reason}", errors=[{"pointer": "/roles", "reason": reason}])
+        raise InvalidRequest(
+            f"A key's roles take {reason}", errors=[{"pointer": body_pointer("roles"), "reason": reason}]
+        )
     return distinct
 
 
@@ -95,7 +97,8 @@ async def create_key(session: AsyncSession, caller: str, roles: Sequence[str]) -
     """Store a new key for a caller (the session's owner commits)."""
     if not caller.strip() or len(caller) > 128:
         raise InvalidRequest(
-            "caller must be 1-128 characters, not blank", errors=[{"pointer": "/caller", "reason": "blank or too long"}]
+            "caller must be 1-128 characters, not blank",
+            errors=[{"pointer": body_pointer("caller"), "reason": "blank or too long"}],
         )
     roles = checked_roles(roles)
     key = generate_key()

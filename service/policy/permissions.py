@@ -14,21 +14,28 @@ destructive: ["fs__write_*"]   # need an approval, besides tools annotated destr
 A pattern is a glob over the qualified name (`github__create_*`), or `server:<glob>` over the server id.
 Deny wins over allow, across every role of a caller. Upstream servers spell their tool names as they like, so deny
 and destructive patterns also catch a name spelled with other case or separators (`github__Delete-Repo`,
-`github__deleteRepo`); allow patterns match exactly, as a looser allow would widen access.
+`github__deleteRepo`) or with lookalike letters (a Cyrillic `е`, fullwidth `ｄｅｌｅｔｅ`: both sides are folded to a
+skeleton, NFKC and Unicode's confusables, and the name is also matched as the upstream listed it, since its
+qualified name keeps no letter that is not ASCII); allow patterns match exactly, as a looser allow would widen
+access.
 `admin` may use everything unless the file defines it.
 Without a file every caller may use every tool. Pure: no I/O besides reading the file."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase, translate
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from indexer.tools import SEPARATOR
+from service.policy.confusables import TABLE as CONFUSABLES
 
 DEFAULT_ROLE = "default"
 ADMIN_ROLE = "admin"
@@ -41,14 +48,37 @@ _ROLE_KEYS = {"allow", "deny"}
 
 _GLOB_CLASS = re.compile(r"(\[[^\]]*\])")
 _SEPARATORS = re.compile(r"[-_]+")
+# The ASCII lookalikes (`1` and `|` pass for `l`, `0` for `o`, `m` for `rn`): a few str.replace calls cost a fifth
+# of one str.translate over a qualified name, and every name of a snapshot is folded.
+_ASCII_CONFUSABLES = [(chr(code), target) for code, target in CONFUSABLES.items() if code < 128]
+
+
+def skeleton(text: str) -> str:
+    """What a name looks like: NFKC (fullwidth and styled letters), lookalikes mapped to the ASCII they pass for
+    (service/policy/confusables.py), lower case. Mapped before lower-casing too: a Greek capital `Ν` passes for
+    `N`, its small `ν` for `v`."""
+    if text.isascii():
+        text = text.lower()
+        for character, target in _ASCII_CONFUSABLES:
+            text = text.replace(character, target)
+        return text
+    return unicodedata.normalize("NFKC", text).translate(CONFUSABLES).lower().translate(CONFUSABLES)
 
 
 def fold_spelling(text: str) -> str:
-    """A name or glob without its spelling: lower case, no `-` or `_` (a glob's `[...]` classes keep theirs)."""
-    if "[" not in text:  # every qualified name: a registration allows only letters, digits, `-` and `_`
-        return text.replace("-", "").replace("_", "").lower()
+    """A name or glob without its spelling: its skeleton without `-` or `_` (a glob's `[...]` classes are only
+    lower-cased)."""
+    if "[" not in text:
+        return skeleton(text).replace("-", "").replace("_", "")
     parts = _GLOB_CLASS.split(text)
-    return "".join(part if part.startswith("[") else _SEPARATORS.sub("", part) for part in parts).lower()
+    return "".join(part.lower() if part.startswith("[") else _SEPARATORS.sub("", skeleton(part)) for part in parts)
+
+
+@lru_cache(maxsize=262_144)
+def folded_name(name: str) -> str:
+    """fold_spelling of a name, kept: a snapshot folds each name once for all of a role set's patterns, and the
+    next snapshot (a role set, a catalog change) finds most of them folded."""
+    return fold_spelling(name)
 
 
 class PermissionsFileError(ValueError):
@@ -58,7 +88,7 @@ class PermissionsFileError(ValueError):
 @dataclass(frozen=True)
 class Pattern:
     """One glob, over qualified tool names or over server ids; a `spelling_blind` one (deny, destructive) also
-    matches a name that differs in case or separators only."""
+    matches a name that differs in case, separators or lookalike letters."""
 
     kind: Literal["tool", "server"]
     glob: str
@@ -72,14 +102,21 @@ class Pattern:
             return cls("tool", text[len(TOOL_PREFIX) :], spelling_blind)
         return cls("tool", text, spelling_blind)
 
-    def matches(self, qualified_name: str, server: str) -> bool:
+    def matches(self, qualified_name: str, server: str, name: str | None = None) -> bool:
+        """`name`: the tool's name as its upstream listed it, when the qualified name lost some of its letters;
+        only a spelling-blind pattern reads it."""
         value = server if self.kind == "server" else qualified_name
         if not self.spelling_blind:
             return fnmatchcase(value, self.glob)
         by_spelling, by_case = self._blind_matchers
-        if by_spelling(fold_spelling(value)) is not None:
+        if by_spelling(folded_name(value)) is not None:
             return True
-        return by_case is not None and by_case(value.lower()) is not None
+        if by_case is not None and by_case(value.lower()) is not None:
+            return True
+        if self.kind == "server" or name is None:
+            return False
+        listed = server + SEPARATOR + name
+        return listed != qualified_name and by_spelling(folded_name(listed)) is not None
 
     @cached_property
     def _blind_matchers(self) -> tuple[Callable[[str], Any], Callable[[str], Any] | None]:
@@ -104,9 +141,9 @@ class Rules:
     allow: tuple[Pattern, ...] = ()
     deny: tuple[Pattern, ...] = ()
 
-    def permits(self, qualified_name: str, server: str) -> bool:
-        """Allowed by some pattern and denied by none."""
-        if any(p.matches(qualified_name, server) for p in self.deny):
+    def permits(self, qualified_name: str, server: str, name: str | None = None) -> bool:
+        """Allowed by some pattern and denied by none (`name`: as the upstream listed it, for the deny patterns)."""
+        if any(p.matches(qualified_name, server, name) for p in self.deny):
             return False
         return any(p.matches(qualified_name, server) for p in self.allow)
 
@@ -147,16 +184,18 @@ class PermissionSet:
                 deny.extend(rules.deny)
         return Rules(tuple(dict.fromkeys(allow)), tuple(dict.fromkeys(deny)))
 
-    def permits(self, roles: Iterable[str], qualified_name: str, server: str) -> bool:
+    def permits(self, roles: Iterable[str], qualified_name: str, server: str, name: str | None = None) -> bool:
         """May a caller with these roles use this tool?"""
-        return self.rules_for(roles).permits(qualified_name, server)
+        return self.rules_for(roles).permits(qualified_name, server, name)
 
-    def needs_approval(self, qualified_name: str, server: str, annotations: Mapping[str, Any] | None) -> bool:
+    def needs_approval(
+        self, qualified_name: str, server: str, annotations: Mapping[str, Any] | None, name: str | None = None
+    ) -> bool:
         """Destructive: MCP `destructiveHint: true` (on a tool not marked read-only) or listed in the file."""
         hints = annotations or {}
         if hints.get("destructiveHint") is True and hints.get("readOnlyHint") is not True:
             return True
-        return any(p.matches(qualified_name, server) for p in self.destructive)
+        return any(p.matches(qualified_name, server, name) for p in self.destructive)
 
     def is_approver(self, roles: Iterable[str]) -> bool:
         return bool(self.approver_roles & set(roles))

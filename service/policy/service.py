@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.index.base import SearchFilter
+from indexer.tools import SEPARATOR
 from service.db.models import Tool, active
 from service.errors import PermissionDenied
 from service.policy.approvals import approval_required, arguments_digest, consume_approval, request_approval
@@ -47,6 +48,9 @@ class PolicyState:
         self.permissions: PermissionSet = load_permissions(self.path)
         self._checked = time.monotonic()
         self.servers: dict[str, str] = {}  # active qualified name -> server id
+        # Active qualified name -> the name its upstream listed, where the two differ beyond the server prefix (a
+        # letter that is not ASCII became `_`): deny patterns read the listed one too.
+        self.listed: dict[str, str] = {}
         self.catalog_at = 0.0
         self._allowed: dict[frozenset[str], frozenset[str]] = {}
         self._refresh_task: asyncio.Task[int] | None = None
@@ -74,8 +78,9 @@ class PolicyState:
                     logger.error("permissions file change ignored, keeping the previous rules: %s", exc)
         return self.permissions
 
-    def set_catalog(self, servers: dict[str, str]) -> None:
+    def set_catalog(self, servers: dict[str, str], listed: dict[str, str] | None = None) -> None:
         self.servers = servers
+        self.listed = listed or {}
         self.catalog_at = time.monotonic()
         self._allowed.clear()
 
@@ -83,7 +88,8 @@ class PolicyState:
         """The catalog names these roles may use (cached per role set until the catalog or file changes)."""
         names = self._allowed.get(roles)
         if names is None:
-            names = frozenset(q for q, server in self.servers.items() if rules.permits(q, server))
+            listed = self.listed
+            names = frozenset(q for q, server in self.servers.items() if rules.permits(q, server, listed.get(q)))
             self._allowed[roles] = names
         return names
 
@@ -131,9 +137,10 @@ async def refresh_catalog(resources: Resources) -> int:
     """Reload the snapshot of active tool names and their servers; returns its size."""
     async with resources.session() as session:
         rows = (
-            await session.execute(select(Tool.qualified_name, Tool.server_id).where(active()))
+            await session.execute(select(Tool.qualified_name, Tool.server_id, Tool.name).where(active()))
         ).all()
-    policy_state(resources).set_catalog({name: server for name, server in rows})
+    listed = {q: name for q, server, name in rows if q != f"{server}{SEPARATOR}{name}"}
+    policy_state(resources).set_catalog({q: server for q, server, _ in rows}, listed)
     return len(rows)
 
 
@@ -153,9 +160,9 @@ def caller_rules(resources: Resources, caller: Caller) -> Rules:
     return policy_state(resources).current().rules_for(caller.roles)
 
 
-def may_use(resources: Resources, caller: Caller, qualified_name: str, server: str) -> bool:
-    """May this caller use this tool?"""
-    return caller_rules(resources, caller).permits(qualified_name, server)
+def may_use(resources: Resources, caller: Caller, qualified_name: str, server: str, name: str | None = None) -> bool:
+    """May this caller use this tool? (`name`: as its upstream listed it)"""
+    return caller_rules(resources, caller).permits(qualified_name, server, name)
 
 
 def visible_names(resources: Resources, caller: Caller) -> frozenset[str] | None:
@@ -193,7 +200,10 @@ def permission_filter(resources: Resources, caller: Caller, base: SearchFilter) 
         # Without its server a new name can pass on tool patterns alone, and only if no server rule denies.
         if not any(p.kind == "server" for p in rules.deny):
             tool_only = Rules(tuple(p for p in rules.allow if p.kind == "tool"), rules.deny)
-            extra = {name for name in unknown if tool_only.permits(name, "")}
+            directory = resources.retriever.directory if resources.retriever is not None else None
+            extra = {
+                name for name in unknown if tool_only.permits(name, "", directory and directory.listed_name(name))
+            }
             if extra:
                 allowed = allowed | extra
     if base.allowed is not None:
@@ -216,9 +226,9 @@ async def authorize_call(
     (Rate limits are charged per request when the caller is resolved.)"""
     permissions = policy_state(resources).current()
     name, server = tool.qualified_name, tool.server_id
-    if not permissions.permits(caller.roles, name, server):
+    if not permissions.permits(caller.roles, name, server, tool.name):
         raise PermissionDenied(f"Caller {caller.id!r} may not use the tool {name}", tool=name)
-    if not permissions.needs_approval(name, server, tool.annotations):
+    if not permissions.needs_approval(name, server, tool.annotations, tool.name):
         return
     digest = arguments_digest(arguments)
     if approval_id is None:

@@ -159,6 +159,10 @@ class NameDirectory:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def listed_name(self, qualified: str) -> str | None:
+        """The name the tool's upstream listed."""
+        return self._original.get(qualified)
+
     def server(self, qualified: str) -> str | None:
         entry = self._entries.get(qualified)
         return entry.server if entry else None
@@ -255,7 +259,7 @@ class Retriever:
         exact = self.directory.exact_tiers(query, where)
         usage, learning = self.resources.usage, self.resources.settings.learning
         if usage is not None and scope is not None and learning.enabled:
-            values = usage.signal(scope, vectors[0], list(candidates), learning)
+            values = usage.signal(scope, caller_id, vectors[0], list(candidates), learning)
             add_signal(candidates, "usage", behind_newcomers(candidates, values, usage.by_scope.get(scope, {})))
         if boosts is not None and caller_id is not None and candidates:
             apply_boosts(candidates, boosts(caller_id, scope, list(candidates)))

@@ -14,7 +14,7 @@ from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
 from service.db.models import Search, utcnow
-from service.errors import InvalidRequest
+from service.errors import InvalidRequest, body_pointer
 from service.observability import observe_search, span
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.service import permission_filter
@@ -97,13 +97,15 @@ async def search_tools(
     k = settings.default_k if k is None else k
     if not 1 <= k <= settings.max_k:
         reason = f"must be between 1 and {settings.max_k}"
-        raise InvalidRequest(f"k {reason}", errors=[{"pointer": "/k", "reason": reason}])
+        raise InvalidRequest(f"k {reason}", errors=[{"pointer": body_pointer("k"), "reason": reason}])
     if not query.strip():
-        raise InvalidRequest("query must not be empty", errors=[{"pointer": "/query", "reason": "must not be empty"}])
+        raise InvalidRequest(
+            "query must not be empty", errors=[{"pointer": body_pointer("query"), "reason": "must not be empty"}]
+        )
     if len(query) > settings.max_query_chars:
         raise InvalidRequest(
             f"query is longer than {settings.max_query_chars} characters (search.max_query_chars)",
-            errors=[{"pointer": "/query", "reason": f"at most {settings.max_query_chars} characters"}],
+            errors=[{"pointer": body_pointer("query"), "reason": f"at most {settings.max_query_chars} characters"}],
             limit="search.max_query_chars",
         )
     chosen = SearchFilter(
@@ -153,7 +155,7 @@ def _filter_values(field: str, values: list[str] | None, settings: SearchSetting
         reason = f"at most {limit} distinct values"
         raise InvalidRequest(
             f"{field} holds {len(distinct)} distinct values, over the limit of {limit} (search.max_filter_values)",
-            errors=[{"pointer": f"/{field}", "reason": reason}],
+            errors=[{"pointer": body_pointer(field), "reason": reason}],
             limit="search.max_filter_values",
         )
     return distinct

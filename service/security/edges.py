@@ -1,12 +1,12 @@
 """The guards every request passes before a route: host and origin, CORS when configured, body size, NUL in the URL;
-and nosniff on every answer."""
+and nosniff and no-store on every answer (security/headers.py)."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from service.security.headers import NoSniffMiddleware
+from service.security.headers import ResponseHeadersMiddleware
 from service.security.hosts import HostOriginMiddleware, default_allowed_hosts
 from service.security.limits import BodySizeLimitMiddleware, NulInUrlMiddleware
 from service.settings import Settings
@@ -32,4 +32,4 @@ def install_edge_guards(app: FastAPI, settings: Settings) -> None:
         allowed_hosts=default_allowed_hosts(settings.host, policy.allowed_hosts),
         cors_origins=policy.cors_origins,
     )
-    app.add_middleware(NoSniffMiddleware)  # outermost: on the guards' own refusals too
+    app.add_middleware(ResponseHeadersMiddleware)  # outermost: on the guards' own refusals too

@@ -1,14 +1,20 @@
-"""`X-Content-Type-Options: nosniff` on every answer: a browser never reads a JSON body (which may quote a tool's
-description or a caller's query) as HTML or script. The console's pages add their own CSP (console/routes.py)."""
+"""Headers on every answer.
+
+`X-Content-Type-Options: nosniff`: a browser never reads a JSON body (which may quote a tool's description or a
+caller's query) as HTML or script. `Cache-Control: no-store` unless the route set its own: answers carry search
+results, tool results, a new key's secret, a caller's tools and usage, and a browser or a proxy in between kept
+them (no header at all lets a cache store them and reuse them heuristically). The console's pages and files say
+`no-cache` with their own CSP (console/routes.py); /events says `no-cache` too."""
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 NOSNIFF = (b"x-content-type-options", b"nosniff")
+NO_STORE = (b"cache-control", b"no-store")
 
 
-class NoSniffMiddleware:
+class ResponseHeadersMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -17,11 +23,13 @@ class NoSniffMiddleware:
             await self.app(scope, receive, send)
             return
 
-        async def send_nosniff(message: Message) -> None:
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
-                if not any(name.lower() == NOSNIFF[0] for name, _ in headers):
-                    message = {**message, "headers": [*headers, NOSNIFF]}
+                names = {name.lower() for name, _ in headers}
+                added = [header for header in (NOSNIFF, NO_STORE) if header[0] not in names]
+                if added:
+                    message = {**message, "headers": [*headers, *added]}
             await send(message)
 
-        await self.app(scope, receive, send_nosniff)
+        await self.app(scope, receive, send_with_headers)

@@ -7,7 +7,8 @@ A servers file is JSON (or YAML) in the shape Claude Desktop, Cursor and VS Code
         "docs": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${DOCS_TOKEN}"}}}}
 
 `servers` (VS Code) is accepted in place of `mcpServers`; `type` may be `stdio`, `http` or `streamable-http`;
-`disabled: true` skips an entry; `timeout` (seconds) overrides the call timeout of that server. `${VAR}` and
+`disabled: true` skips an entry; `timeout` (seconds) overrides the call timeout of that server;
+`egress_proxy: true` runs a stdio server behind the egress proxy (upstream/egress.py: no internal address). `${VAR}` and
 `${env:VAR}` in commands, arguments, env, cwd, URL and headers are expanded from the environment when the
 server starts, so secrets stay out of the file and out of the catalog database. Servers added over the API are
 never expanded (they are refused when they hold a reference).
@@ -58,13 +59,18 @@ class ServerSpec(BaseModel):
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     timeout_seconds: float | None = None
+    # A stdio server whose network connections go through the egress proxy (upstream/egress.py).
+    egress_proxy: bool = False
     source: Source = "file"
     # A demo server that needs its toolchain before it can start: ("python", module) or ("node", package).
     demo: tuple[str, str] | None = None
 
     def config(self) -> dict[str, Any]:
         """What the catalog stores for this server (unexpanded, so `${VAR}` secrets stay out)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        config = self.model_dump(mode="json", exclude_none=True)
+        if not self.egress_proxy:
+            del config["egress_proxy"]  # the rows of servers that do not use it stay as they were
+        return config
 
     def public_config(self) -> dict[str, Any]:
         """The configuration shown over the API: env and header values are redacted."""
@@ -154,12 +160,17 @@ def _parse_entry(server_id: str, entry: Any, source: Source, where: str) -> Serv
     timeout = entry.get("timeout_seconds", entry.get("timeout"))
     if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
         raise _fail(f"{where}/timeout", "must be a positive number of seconds")
+    egress_proxy = entry.get("egress_proxy", False)
+    if not isinstance(egress_proxy, bool):
+        raise _fail(f"{where}/egress_proxy", "must be true or false")
     if kind == "sse":
         raise _fail(f"{where}/type", "the legacy SSE transport is not supported; use streamable HTTP")
     if "url" in entry or kind in _HTTP_TYPES:
         url = entry.get("url")
         if not isinstance(url, str) or not re.match(r"^(https?://|\$\{)", url):
             raise _fail(f"{where}/url", "must be an http:// or https:// URL")
+        if egress_proxy:
+            raise _fail(f"{where}/egress_proxy", "only a stdio server runs behind the egress proxy")
         return ServerSpec(
             id=sid,
             transport="http",
@@ -184,6 +195,7 @@ def _parse_entry(server_id: str, entry: Any, source: Source, where: str) -> Serv
         env=_string_map(entry.get("env"), f"{where}/env"),
         cwd=cwd,
         timeout_seconds=timeout,
+        egress_proxy=egress_proxy,
         source=source,
     )
 

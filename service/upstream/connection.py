@@ -32,6 +32,7 @@ from service.upstream.calls import ToolCalls, leave_results_to_the_executor, out
 from service.upstream.checked_http import checked_http_client
 from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
+from service.upstream.egress import EgressProxy
 from service.upstream.health import Backoff, ServerHealth, describe, exit_reason
 from service.upstream.transport import DEFAULT_MAX_MESSAGE_BYTES, ChildProcess, http_transport, stdio_transport
 
@@ -65,6 +66,7 @@ class UpstreamConnection(ToolCalls):
         heartbeat_seconds: float = 30.0,
         children: ChildRegistry | None = None,
         allowed_hosts: Sequence[str] = (),
+        egress: EgressProxy | None = None,
         max_message_bytes: int | None = None,
         max_tools_list_bytes: int | None = None,
         max_tools: int | None = None,
@@ -75,6 +77,7 @@ class UpstreamConnection(ToolCalls):
         self._max_tools = max_tools  # execution.max_tools_per_server
         self._allowed_hosts = allowed_hosts  # execution.upstream_allowed_hosts, for servers added over the API
         self._children_registry = children
+        self._egress = egress  # the pool's egress proxy, for a spec with egress_proxy
         self.health = ServerHealth()
         self.server_info: dict[str, Any] = {}  # initialize's serverInfo and instructions (server-aware scoring)
         self.last_report: dict[str, Any] | None = None
@@ -185,7 +188,15 @@ class UpstreamConnection(ToolCalls):
         self.health.state = "stopped"
         self._first_attempt.set()
 
-    def _transport(self, spec: ServerSpec) -> AbstractAsyncContextManager[Any]:
+    async def _proxy_env(self, spec: ServerSpec) -> dict[str, str]:
+        """The egress proxy's variables for a server behind it; they override the spec's own."""
+        if not spec.egress_proxy or spec.transport != "stdio":
+            return {}
+        if self._egress is None:
+            raise UpstreamError(f"MCP server {self.id} must run behind the egress proxy and none is running")
+        return await self._egress.environment(self.id)
+
+    def _transport(self, spec: ServerSpec, proxy_env: dict[str, str]) -> AbstractAsyncContextManager[Any]:
         if spec.transport == "http":
             assert spec.url is not None
             if spec.source == "api":  # untrusted: each connection goes only to an address checked at that moment
@@ -198,7 +209,7 @@ class UpstreamConnection(ToolCalls):
         return stdio_transport(
             spec.command,
             list(spec.args),
-            spec.env,
+            spec.env | proxy_env,
             spec.cwd,
             self._child,
             self._mark_lost,
@@ -216,8 +227,9 @@ class UpstreamConnection(ToolCalls):
         self.health.state = "connecting"
         self._lost.clear()
         self._lost_reason = None
+        proxy_env = await self._proxy_env(self._resolved)
         client = Client(
-            self._transport(self._resolved),
+            self._transport(self._resolved, proxy_env),
             mode="legacy",
             read_timeout_seconds=SESSION_TIMEOUT_SECONDS,
             message_handler=self._on_message,

@@ -86,6 +86,7 @@ def demo_servers(settings: Settings) -> list[ServerSpec]:
             transport="stdio",
             command="python",
             args=("-m", "mcp_server_fetch"),
+            egress_proxy=True,  # any caller allowed the tool hands it a URL
             source="demo",
             demo=("python", "fetch"),
         ),

@@ -9,6 +9,7 @@ from service.errors import Conflict, NotFound
 from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
 from service.upstream.connection import PrepareCallback, ToolsCallback, UpstreamConnection
+from service.upstream.egress import EgressProxy
 from service.upstream.health import Backoff
 
 
@@ -24,6 +25,7 @@ class UpstreamPool:
         heartbeat_seconds: float = 30.0,
         children: ChildRegistry | None = None,
         allowed_hosts: Sequence[str] = (),
+        egress_allowed_hosts: Sequence[str] = (),
         max_message_bytes: int | None = None,
         max_tools_list_bytes: int | None = None,
         max_tools_per_server: int | None = None,
@@ -33,6 +35,7 @@ class UpstreamPool:
         self._max_tools_list_bytes = max_tools_list_bytes
         self._max_tools_per_server = max_tools_per_server
         self._allowed_hosts = allowed_hosts
+        self.egress = EgressProxy(egress_allowed_hosts)  # listens once a server behind it starts
         self._on_tools = on_tools
         self._prepare = prepare
         self._backoff = backoff or Backoff()
@@ -67,6 +70,7 @@ class UpstreamPool:
             heartbeat_seconds=self._heartbeat_seconds,
             children=self.children,
             allowed_hosts=self._allowed_hosts,
+            egress=self.egress,
             max_message_bytes=self._max_message_bytes,
             max_tools_list_bytes=self._max_tools_list_bytes,
             max_tools=self._max_tools_per_server,
@@ -80,6 +84,7 @@ class UpstreamPool:
         connection = self._connections.pop(server_id, None)
         if connection is not None:
             await connection.stop()
+        self.egress.forget(server_id)
 
     async def wait_started(self, wait_seconds: float) -> None:
         """Wait (up to wait_seconds) for every connection's first attempt."""
@@ -91,3 +96,4 @@ class UpstreamPool:
         """Stop every connection."""
         connections, self._connections = list(self._connections.values()), {}
         await asyncio.gather(*(c.stop() for c in connections), return_exceptions=True)
+        await self.egress.aclose()

@@ -21,18 +21,62 @@ IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 ALLOW_HINT = "allow it with execution.upstream_allowed_hosts"
 
 
-def is_internal(address: IpAddress) -> bool:
-    """Private, loopback, link-local, unspecified, reserved or multicast: not a public upstream."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return (
-        address.is_private
-        or address.is_loopback
-        or address.is_link_local
-        or address.is_unspecified
-        or address.is_reserved
-        or address.is_multicast
+# Not public destinations, whatever `ipaddress` of this Python version says (its `is_private` and `is_global`
+# changed between versions): IANA's special-purpose registries, multicast and the cloud metadata address included.
+_INTERNAL_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",  # "this network"
+        "10.0.0.0/8",
+        "100.64.0.0/10",  # carrier-grade NAT (Alibaba Cloud's metadata address 100.100.100.200)
+        "127.0.0.0/8",
+        "169.254.0.0/16",  # link-local: 169.254.169.254 is most clouds' metadata service
+        "172.16.0.0/12",
+        "192.0.0.0/24",  # IETF protocol assignments
+        "192.0.2.0/24",
+        "192.88.99.0/24",  # 6to4 relay anycast
+        "192.168.0.0/16",
+        "198.18.0.0/15",  # benchmarking
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",  # multicast
+        "240.0.0.0/4",  # reserved, 255.255.255.255 included
+        "::/128",
+        "::1/128",
+        "::/96",  # IPv4-compatible (deprecated)
+        "64:ff9b:1::/48",  # local-use NAT64
+        "100::/64",  # discard
+        "2001::/23",  # IETF protocol assignments, Teredo
+        "2001:db8::/32",
+        "fc00::/7",  # unique local (AWS's fd00:ec2::254)
+        "fe80::/10",
+        "fec0::/10",  # site-local (deprecated)
+        "ff00::/8",  # multicast
     )
+)
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def embedded_ipv4(address: IpAddress) -> IpAddress:
+    """The IPv4 address an IPv6 form stands for (IPv4-mapped, well-known NAT64, 6to4), else the address itself:
+    a connection to such a form reaches that IPv4 address."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return address
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    return address
+
+
+def is_internal(address: IpAddress) -> bool:
+    """Not a public destination: loopback, private, link-local, CGNAT, multicast, reserved or special-purpose,
+    also when written as an IPv4-mapped, NAT64 or 6to4 IPv6 address. The one rule of the URL checks, the checked
+    HTTP client and the egress proxy."""
+    address = embedded_ipv4(address)
+    return any(address in network for network in _INTERNAL_NETWORKS) or not address.is_global
 
 
 def _allowed(host: str, addresses: Sequence[IpAddress], allowed: Iterable[str]) -> bool:

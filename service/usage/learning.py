@@ -9,7 +9,8 @@
   count as failures);
 - caller_habit: the caller's own decayed successful calls of the tool, saturating.
 A scope never reads another scope's calls (a caller of other roles could otherwise read, in its scores, how
-much and how badly others use the tools it shares with them). A tool with no history gets no boost and is never
+much and how badly others use the tools it shares with them), and inside a scope each other caller's part is capped
+(usage/shares.py) while the caller's own calls count in full. A tool with no history gets no boost and is never
 pushed down: a new tool whose text match leads by more
 than max_popularity_boost + max_caller_boost stays first. The bounds are tuned with `toolscout bench
 learning` (the fused scores' gaps are mostly 0.3-2, so much smaller boosts would change nothing)."""
@@ -28,6 +29,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from service.db.models import StatsCursor, utcnow
 from service.resources import Resources
 from service.settings import LearningSettings
+from service.usage.shares import ShareRow, load_share_rows, own_view
 from service.usage.signal import UsageVectors, refresh_usage
 from service.usage.stats import (
     EXECUTIONS_CURSOR,
@@ -62,12 +64,18 @@ class Snapshot:
 
     scopes: dict[str, dict[str, ToolHistory]] = field(default_factory=lambda: defaultdict(dict))
     habits: dict[str, dict[str, Decayed]] = field(default_factory=lambda: defaultdict(dict))
+    # scope -> (caller, tool) -> the caller's own and shared values (usage/shares.py)
+    shares: dict[str, dict[tuple[str, str], Decayed]] = field(default_factory=lambda: defaultdict(dict))
     rows_seen: int = -1  # the executions cursor this snapshot reflects
 
     def put_tool(self, row: ScopeToolRow) -> None:
         ref = as_utc(row.last_called_at) if row.last_called_at else None
         values = [row.decayed_calls, row.decayed_successes, row.decayed_failures]
         self.scopes[row.scope][row.tool] = ToolHistory(Decayed(values, ref), row.latency_ms_avg)
+
+    def put_share(self, row: ShareRow) -> None:
+        ref = as_utc(row.last_called_at) if row.last_called_at else None
+        self.shares[row.scope][(row.caller, row.tool)] = Decayed(row.values, ref)
 
     def put_habit(self, row: HabitRow) -> None:
         ref = as_utc(row.last_called_at) if row.last_called_at else None
@@ -116,12 +124,16 @@ def compute_boosts(
     half_life = settings.half_life_days
     habits = snapshot.habits.get(caller_id, {})
     tools = snapshot.scopes.get(scope, {}) if scope is not None else {}
+    shares = snapshot.shares.get(scope, {}) if scope is not None else {}
     out: dict[str, dict[str, float]] = {}
     for name in names:
         boosts: dict[str, float] = {}
         history = tools.get(name)
         if history is not None:
             calls, successes, failures = history.decayed.at(now, half_life)
+            mine = shares.get((caller_id, name))
+            if mine is not None:
+                calls, successes, failures = own_view([calls, successes, failures], mine.at(now, half_life))
             popularity = popularity_boost(calls, settings)
             if popularity > 1e-6:
                 boosts["popularity"] = round(popularity, 6)
@@ -176,6 +188,8 @@ async def _load_snapshot(resources: Resources) -> Snapshot:
             snapshot.put_tool(tool)
         for habit in await load_habit_rows(session):
             snapshot.put_habit(habit)
+        for share in await load_share_rows(session):
+            snapshot.put_share(share)
     return snapshot
 
 
@@ -216,6 +230,8 @@ async def refresh_stats(resources: Resources) -> int:
                     state.snapshot.put_tool(tool)
                 for habit in report.habits:
                     state.snapshot.put_habit(habit)
+                for share in report.shares:
+                    state.snapshot.put_share(share)
                 consumed += report.executions
                 if report.executions:
                     state.snapshot.rows_seen += report.executions

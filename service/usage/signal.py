@@ -15,12 +15,15 @@ zero without history, grows with the (decayed) evidence and never exceeds `usage
 each value so that no tool passes a candidate without history that led it (service.search.ranking.behind_newcomers):
 a new tool that leads on its text stays ahead, by however little. Nearest past query rather than a centroid:
 LLM-written and real requests for one tool come in several phrasings, and a centroid of them is near none (measured in
-`toolscout bench learning --signal usage`). A scope never reads another scope's evidence."""
+`toolscout bench learning --signal usage`). A scope never reads another scope's evidence, and inside a scope each
+query keeps its caller: the searcher's own past is read as above, each other caller's latest QUERIES_PER_OTHER_CALLER
+with at most `usage_evidence_per_caller` of evidence, in a softmax of their own whose energies are weighted by that
+evidence (one caller adds at most usage_weight * evidence(0.1) = 0.14 and cannot dilute the searcher's own past)."""
 
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,6 +40,9 @@ from service.usage.stats import as_utc
 logger = logging.getLogger(__name__)
 
 EMBED_CACHE_SIZE = 50_000  # query texts kept embedded (a few MB at 384 floats)
+# Of each other caller, a tool's usage signal reads the latest queries only (with learning.usage_evidence_per_caller
+# of evidence at most): a flood of one request by one caller is two near neighbours, not 32.
+QUERIES_PER_OTHER_CALLER = 2
 
 
 def scope_key(roles: Iterable[str]) -> str:
@@ -51,33 +57,61 @@ def evidence(n: float, half: float) -> float:
 
 @dataclass
 class ToolUsage:
-    """One tool's recent successful queries in one scope, and their embeddings."""
+    """One tool's recent successful queries in one scope (each with its caller), and their embeddings."""
 
-    queries: deque[tuple[str, datetime]]
+    queries: list[tuple[str, datetime, str]]  # (query, time, caller), oldest first
     vectors: np.ndarray | None = None  # one unit row per kept query
+    weights: np.ndarray | None = None  # the decayed weight of each kept query
     weight: float = 0.0  # decayed number of kept queries
+    callers: np.ndarray | None = None  # the caller of each kept query
+    shared: np.ndarray | None = None  # the rows other callers read: each caller's latest QUERIES_PER_OTHER_CALLER
+    capped: dict[str, float] = field(default_factory=dict)  # per caller, the evidence other callers read of it
+
+    def keep(self, query: str, at: datetime, caller: str, bound: int) -> None:
+        """Keep a query; when full, the oldest one of a caller holding the most goes (one caller's flood of a tool
+        pushes out its own past, not its colleagues')."""
+        if len(self.queries) >= bound:
+            held = Counter(c for _, _, c in self.queries)
+            most = max(held.values())
+            del self.queries[next(i for i, (_, _, c) in enumerate(self.queries) if held[c] == most)]
+        self.queries.append((query, at, caller))
+
+    def weigh(self, weights: np.ndarray, s: LearningSettings) -> None:
+        """Set the decayed weights and what other callers read of each caller."""
+        callers = [c for _, _, c in self.queries]
+        self.weights, self.weight, self.callers = weights, float(weights.sum()), np.array(callers, dtype=object)
+        latest: dict[str, list[int]] = {}
+        for i in range(len(callers) - 1, -1, -1):
+            rows = latest.setdefault(callers[i], [])
+            if len(rows) < QUERIES_PER_OTHER_CALLER:
+                rows.append(i)
+        self.shared = np.zeros(len(callers), dtype=bool)
+        self.shared[[i for rows in latest.values() for i in rows]] = True
+        self.capped = {c: min(float(weights[rows].sum()), s.usage_evidence_per_caller) for c, rows in latest.items()}
 
 
 @dataclass
 class UsageVectors:
-    """Per scope and tool the bounded, decayed evidence and its centroid; read on every search."""
+    """Per scope and tool the bounded, decayed evidence and its vectors; read on every search."""
 
     tools: dict[tuple[str, str], ToolUsage] = field(default_factory=dict)
     by_scope: dict[str, dict[str, ToolUsage]] = field(default_factory=dict)
     cache: dict[str, np.ndarray] = field(default_factory=dict)  # query text -> unit embedding
     mark: tuple[datetime, str] | None = None  # the last execution read (finished_at, id)
 
-    def add(self, scope: str, tool: str, query: str, at: datetime, bound: int) -> None:
+    def add(self, scope: str, tool: str, caller: str, query: str, at: datetime, bound: int) -> None:
         usage = self.tools.get((scope, tool))
         if usage is None:
-            usage = self.tools[(scope, tool)] = ToolUsage(deque(maxlen=bound))
+            usage = self.tools[(scope, tool)] = ToolUsage([])
             self.by_scope.setdefault(scope, {})[tool] = usage
-        usage.queries.append((query, at))
+        usage.keep(query, at, caller, bound)
 
     def signal(
-        self, scope: str, vector: Sequence[float], names: Iterable[str], s: LearningSettings
+        self, scope: str, caller: str | None, vector: Sequence[float], names: Iterable[str], s: LearningSettings
     ) -> dict[str, float]:
-        """The usage value of each name with history in this scope (names without history are left out)."""
+        """The usage value of each name with history in this scope for this caller (names without history are
+        left out): the signal of the caller's own past queries, plus that of the other callers' (each one's latest
+        few, its evidence capped), each with its own softmax, so nobody else's past dilutes the caller's own."""
         scoped = self.by_scope.get(scope)
         if not scoped or s.usage_weight == 0.0:
             return {}
@@ -85,15 +119,32 @@ class UsageVectors:
         known = [(n, u) for n in names if (u := scoped.get(n)) is not None and u.vectors is not None]
         if not known:
             return {}
-        nearest = np.array([float((usage.vectors @ query).max()) for _, usage in known])  # type: ignore[operator]
-        energy = np.exp((nearest - s.usage_floor) / s.usage_temperature)
-        share = energy / (1.0 + energy.sum())  # the 1 is "nobody's history": a query near none moves nothing
+        own: dict[str, tuple[float, float]] = {}  # name -> (nearest, evidence)
+        others: dict[str, tuple[float, float]] = {}
+        for name, usage in known:
+            assert usage.weights is not None and usage.shared is not None
+            sims = usage.vectors @ query  # type: ignore[operator]
+            mine = usage.callers == caller
+            if mine.any():
+                own[name] = (float(sims[mine].max()), evidence(float(usage.weights[mine].sum()), s.usage_half_evidence))
+            theirs = usage.shared & ~mine
+            if theirs.any():
+                n = sum(v for c, v in usage.capped.items() if c != caller)
+                others[name] = (float(sims[theirs].max()), evidence(n, s.usage_half_evidence))
         out: dict[str, float] = {}
-        for (name, usage), p in zip(known, share, strict=True):
-            value = s.usage_weight * evidence(usage.weight, s.usage_half_evidence) * float(p)
-            if value > 1e-4:
-                out[name] = round(value, 6)
-        return out
+        for part, weighted in ((own, False), (others, True)):
+            if not part:
+                continue
+            nearest = np.array([near for near, _ in part.values()])
+            strength = np.array([ev for _, ev in part.values()])
+            energy = np.exp((nearest - s.usage_floor) / s.usage_temperature)
+            # Other callers' tools weigh in their softmax by their evidence too: one caller's little evidence takes
+            # little of the share of a tool many colleagues used (it could otherwise halve it).
+            energy = energy * strength if weighted else energy
+            share = energy / (1.0 + energy.sum())  # the 1 is "nobody's history": a query near none moves nothing
+            for name, value in zip(part, strength * share, strict=True):
+                out[name] = out.get(name, 0.0) + s.usage_weight * float(value)
+        return {name: round(min(value, s.usage_weight), 6) for name, value in out.items() if value > 1e-4}
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:
@@ -133,7 +184,7 @@ async def _read_evidence(resources: Resources, state: UsageVectors, batch: int) 
     horizon = utcnow() - timedelta(seconds=settings.refresh_lag_seconds)  # the log is written in batches
     while True:
         statement = (
-            select(Execution.id, Execution.finished_at, Execution.tool, Search.query, Search.scope)
+            select(Execution.id, Execution.finished_at, Execution.tool, Search.query, Search.scope, Search.caller)
             # The searcher's own calls only: a caller naming another's search id (its own roles, its own
             # permissions) must not teach that search's scope.
             .join(Search, and_(Search.id == Execution.search_id, Search.caller == Execution.caller))
@@ -148,8 +199,8 @@ async def _read_evidence(resources: Resources, state: UsageVectors, batch: int) 
             )
         async with resources.session() as session:
             rows = (await session.execute(statement)).all()
-        for execution_id, finished_at, tool, query, scope in rows:
-            state.add(scope, tool, query, as_utc(finished_at), settings.usage_max_queries)
+        for execution_id, finished_at, tool, query, scope, caller in rows:
+            state.add(scope, tool, caller, query, as_utc(finished_at), settings.usage_max_queries)
             touched.add((scope, tool))
             state.mark = (finished_at, execution_id)
         if len(rows) < batch:
@@ -162,14 +213,13 @@ async def refresh_usage(resources: Resources, state: UsageVectors) -> int:
     touched = await _read_evidence(resources, state, settings.refresh_batch)
     if not state.tools:
         return 0
-    await _embedded(resources, state, {q for usage in state.tools.values() for q, _ in usage.queries})
+    await _embedded(resources, state, {q for usage in state.tools.values() for q, _, _ in usage.queries})
     now = utcnow()
     for key, usage in state.tools.items():
-        ages = np.array([(now - at).total_seconds() / 86400.0 for _, at in usage.queries], dtype=np.float32)
-        weights = np.power(0.5, np.maximum(ages, 0.0) / settings.half_life_days)
+        ages = np.array([(now - at).total_seconds() / 86400.0 for _, at, _ in usage.queries], dtype=np.float32)
         if key in touched or usage.vectors is None:  # the kept queries changed only where evidence came in
-            usage.vectors = np.stack([state.cache[q] for q, _ in usage.queries])
-        usage.weight = float(weights.sum())
+            usage.vectors = np.stack([state.cache[q] for q, _, _ in usage.queries])
+        usage.weigh(np.power(0.5, np.maximum(ages, 0.0) / settings.half_life_days), settings)
     if touched:
         logger.debug("usage signal: %d tool scopes gained evidence", len(touched))
     return len(touched)

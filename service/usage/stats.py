@@ -1,7 +1,8 @@
 """Usage statistics kept in SQL and refreshed incrementally from the logs.
 
 `executions` feed `scope_tool_stats` (decayed calls, successes and failures, latency, per permission scope and
-tool) and `caller_tool_stats` (per-caller reuse) that ranking reads, `tool_stats` (the same over every scope, for
+tool, each caller's part capped), `scope_caller_tool_stats` (each caller's own and capped part: usage/shares.py) and
+`caller_tool_stats` (per-caller reuse) that ranking reads, `tool_stats` (the same over every scope, for
 the analytics) and the analytics rollups (usage/rollups.py); `searches` feed `tool_search_stats` (how often each
 tool came back) and the rollups.
 
@@ -15,7 +16,6 @@ changes nothing and is rolled back."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,6 +29,7 @@ from service.db.among import among
 from service.db.models import (
     CallerToolStats,
     Execution,
+    ScopeCallerToolStats,
     ScopeToolStats,
     Search,
     StatsCursor,
@@ -37,6 +38,8 @@ from service.db.models import (
     utcnow,
 )
 from service.settings import LearningSettings
+from service.usage.decay import Decayed
+from service.usage.decay import decay_factor as decay_factor
 from service.usage.rollups import (
     FAILURE,
     IDS_PER_STATEMENT,
@@ -48,6 +51,7 @@ from service.usage.rollups import (
     fold_searches,
     upsert_replace,
 )
+from service.usage.shares import ShareRow, fold_share, load_share_rows
 
 EXECUTIONS_CURSOR = "executions"
 SEARCHES_CURSOR = "searches"
@@ -55,41 +59,6 @@ PAIRS_PER_QUERY = 500
 # For ranking, arguments that do not fit are a failure too: the tool did not do the job it was chosen for
 # (agents mostly get them wrong on tools surfaced for the wrong request).
 LEARNED_FAILURE = FAILURE | {"invalid_arguments"}
-
-
-def decay_factor(elapsed_seconds: float, half_life_days: float) -> float:
-    """2^(-elapsed / half-life); 1 for a non-positive elapsed time."""
-    if elapsed_seconds <= 0:
-        return 1.0
-    return math.pow(2.0, -elapsed_seconds / (half_life_days * 86400.0))
-
-
-@dataclass
-class Decayed:
-    """Values that all decay with the same half-life, stored as of `ref` (the latest event time)."""
-
-    values: list[float]
-    ref: datetime | None = None
-
-    def add(self, at: datetime, weights: Iterable[float], half_life_days: float) -> None:
-        """Count an event of time `at` (events may arrive slightly out of order)."""
-        weights = list(weights)
-        if self.ref is None:
-            self.values, self.ref = [v + w for v, w in zip(self.values, weights, strict=True)], at
-        elif at >= self.ref:
-            factor = decay_factor((at - self.ref).total_seconds(), half_life_days)
-            self.values = [v * factor + w for v, w in zip(self.values, weights, strict=True)]
-            self.ref = at
-        else:
-            factor = decay_factor((self.ref - at).total_seconds(), half_life_days)
-            self.values = [v + w * factor for v, w in zip(self.values, weights, strict=True)]
-
-    def at(self, now: datetime, half_life_days: float) -> list[float]:
-        """The values decayed to `now`."""
-        if self.ref is None:
-            return [0.0 for _ in self.values]
-        factor = decay_factor((now - self.ref).total_seconds(), half_life_days)
-        return [v * factor for v in self.values]
 
 
 @dataclass
@@ -136,6 +105,7 @@ class ConsumeReport:
     searches: int = 0
     scope_tools: list[ScopeToolRow] = field(default_factory=list)
     habits: list[HabitRow] = field(default_factory=list)
+    shares: list[ShareRow] = field(default_factory=list)
     lost_race: bool = False
 
 
@@ -221,8 +191,8 @@ async def _settle(session: AsyncSession, table: Table, cursor: StatsCursor, rows
     return await _advance(session, cursor, at, rows[-1].id, len(rows))
 
 
-def _fold_tool(tool: ToolRow, row: Any, settings: LearningSettings) -> None:
-    """Count one call in a tool's (or a scope's tool's) statistics."""
+def _fold_tool(tool: ToolRow, row: Any, settings: LearningSettings, weight: float = 1.0) -> None:
+    """Count one call in a tool's (or a scope's tool's) statistics; its decayed values count it with `weight`."""
     at = as_utc(row.started_at)
     ok = row.status in SUCCESS
     failed = row.status in LEARNED_FAILURE
@@ -233,7 +203,7 @@ def _fold_tool(tool: ToolRow, row: Any, settings: LearningSettings) -> None:
         [tool.decayed_calls, tool.decayed_successes, tool.decayed_failures],
         as_utc(tool.last_called_at) if tool.last_called_at else None,
     )
-    decayed.add(at, (1.0, float(ok), float(failed)), settings.half_life_days)
+    decayed.add(at, (weight, weight * ok, weight * failed), settings.half_life_days)
     tool.decayed_calls, tool.decayed_successes, tool.decayed_failures = decayed.values
     tool.last_called_at = decayed.ref
     if row.status in REACHED_SERVER:
@@ -295,6 +265,8 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
     # Rows logged before 0009 have no scope: they count for the analytics, in no scope's ranking.
     in_scopes = {(r.scope, r.tool) for r in counted if r.scope is not None}
     scoped = {(t.scope, t.tool): t for t in await load_scope_tool_rows(session, in_scopes)} if in_scopes else {}
+    in_shares = {(r.scope, r.caller, r.tool) for r in counted if r.scope is not None}
+    shares = {(h.scope, h.caller, h.tool): h for h in await load_share_rows(session, in_shares)} if in_shares else {}
     pairs = {(r.caller, r.tool) for r in counted}
     habits = {(h.caller, h.tool): h for h in await load_habit_rows(session, pairs)} if counted else {}
     now = utcnow()
@@ -305,7 +277,9 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
         if row.scope is not None:
             key = (row.scope, row.tool)
             in_scope = scoped.get(key) or scoped.setdefault(key, ScopeToolRow(row.tool, scope=row.scope))
-            _fold_tool(in_scope, row, settings)
+            mine = (row.scope, row.caller, row.tool)
+            share = shares.get(mine) or shares.setdefault(mine, ShareRow(*mine))
+            _fold_tool(in_scope, row, settings, fold_share(share, row, row.status in LEARNED_FAILURE, settings))
             in_scope.updated_at = now
         habit = habits.get((row.caller, row.tool)) or habits.setdefault(
             (row.caller, row.tool), HabitRow(row.caller, row.tool)
@@ -313,6 +287,9 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
         _fold_habit(habit, row, settings)
     await upsert_replace(session, ToolStats.__table__, ["tool"], [dict(vars(t)) for t in tools.values()])
     await upsert_replace(session, ScopeToolStats.__table__, ["scope", "tool"], [dict(vars(t)) for t in scoped.values()])
+    await upsert_replace(
+        session, ScopeCallerToolStats.__table__, ["scope", "caller", "tool"], [dict(vars(h)) for h in shares.values()]
+    )
     await upsert_replace(
         session, CallerToolStats.__table__, ["caller", "tool"], [dict(vars(h)) for h in habits.values()]
     )
@@ -323,6 +300,7 @@ async def consume_executions(session: AsyncSession, settings: LearningSettings, 
     report.executions += len(rows)
     report.scope_tools.extend(scoped.values())
     report.habits.extend(habits.values())
+    report.shares.extend(shares.values())
     return len(rows) == settings.refresh_batch
 
 

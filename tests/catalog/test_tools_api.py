@@ -29,6 +29,7 @@ async def test_register_counts_created_updated_unchanged_and_errors(client: http
         "unchanged": 0,
         "removed": 0,
         "errors": [],
+        "warnings": [],
         "held": [],
         "tools": None,
     }
@@ -43,7 +44,7 @@ async def test_register_counts_created_updated_unchanged_and_errors(client: http
         {
             "index": 2,
             "tool": "bad",
-            "pointer": "/2/input_schema",
+            "pointer": "/body/tools/2/input_schema",
             "field": "input_schema",
             "reason": "input_schema must describe an object (type \"object\"), not 'array'",
             "kind": "invalid",
@@ -62,7 +63,7 @@ async def test_a_batch_where_every_tool_is_bad_is_a_422_problem(client: httpx.As
     assert response.headers["content-type"] == "application/problem+json"
     body = response.json()
     assert body["type"].endswith("/invalid-tool")
-    assert [e["pointer"] for e in body["errors"]] == ["/0/name", "/1/input_schema"]
+    assert [e["pointer"] for e in body["errors"]] == ["/body/tools/0/name", "/body/tools/1/input_schema"]
 
 
 async def test_malformed_requests_are_problems_with_pointers(client: httpx.AsyncClient) -> None:
@@ -134,3 +135,31 @@ async def test_servers_described_with_a_batch_rank_their_tools(client: httpx.Asy
     too_long = {"time": {"instructions": "x" * 20001}}
     refused = await client.post("/tools", json={"tools": TIME_TOOLS, "servers": too_long})
     assert refused.status_code == 422 and refused.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_a_batch_refuses_each_mistyped_tool_and_warns_of_a_misspelt_key(client: httpx.AsyncClient) -> None:
+    tools = [
+        {"server": "s", "name": 123},
+        {"server": "s", "name": "a", "description": []},
+        {"server": "s", "name": "b", "input_schema": "x"},
+        {"server": "s", "name": ""},
+        {"server": "s", "name": "c", "descripton": "Get the weather"},
+        {"server": "s", "name": "fine", "title": "Fine", "description": "Kept", "outputSchema": {"type": "object"}},
+    ]
+    body = (await client.post("/tools", json={"tools": tools})).json()
+    assert [(e["pointer"], e["reason"]) for e in body["errors"]] == [
+        ("/body/tools/0/name", "name must be a string, not a number"),
+        ("/body/tools/1/description", "description must be a string, not an array"),
+        ("/body/tools/2/input_schema", "input_schema must be a JSON object, not a string"),
+        ("/body/tools/3/name", "name is missing or empty"),
+    ]
+    assert [(w["tool"], w["pointer"], w["reason"]) for w in body["warnings"]] == [
+        (
+            "c",
+            "/body/tools/4/descripton",
+            "not a field of a tool, ignored (fields: server, name, description, input_schema, inputSchema, "
+            "annotations, tags)",
+        )
+    ]
+    assert body["tools"] == ["s__c", "s__fine"]
+    assert (await client.get("/tools/s__a")).status_code == 404  # not registered without its description

@@ -341,6 +341,7 @@ async def test_servers_can_be_added_refreshed_and_removed(tmp_path: Path) -> Non
             "unchanged": 5,
             "removed": 0,
             "errors": [],
+            "warnings": [],
             "held": [],
             "tools": None,
         }

@@ -115,3 +115,52 @@ def test_schemas_are_checked_against_2020_12_whatever_their_dialect_and_nothing_
     assert "prefixItems" in reasons["/1/input_schema"]  # 2020-12 rules, as before
     assert "properties/q/type" in reasons["/2/input_schema"]
     assert "$schema" in reasons["/3/input_schema"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "field", "reason"),
+    [
+        ({"server": "s", "name": 123}, "name", "name must be a string, not a number"),
+        ({"server": "s", "name": ""}, "name", "name is missing or empty"),
+        ({"server": "s", "name": "   "}, "name", "name is missing or empty"),
+        ({"server": ["s"], "name": "t"}, "server", "server must be a string, not an array"),
+        ({"server": "s", "name": "t", "description": []}, "description", "description must be a string, not an array"),
+        ({"server": "s", "name": "t", "description": 0}, "description", "description must be a string, not a number"),
+        (
+            {"server": "s", "name": "t", "input_schema": "x"},
+            "input_schema",
+            "input_schema must be a JSON object, not a string",
+        ),
+        ({"server": "s", "name": "t", "annotations": []}, "annotations", "annotations must be an object, not an array"),
+        ({"server": "s", "name": "t", "tags": ""}, "tags", "tags must be an array of strings, not a string"),
+        ({"server": "s", "name": "t", "tags": False}, "tags", "tags must be an array of strings, not a boolean"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_refused_where_it_is(
+    tool: dict[str, object], field: str, reason: str
+) -> None:
+    """An empty list or 0 was taken for "no description" (`or ""`): the tool registered without a word."""
+    batch = validate_batch([{"server": "s", "name": "fine"}, tool])
+    assert [t.name for t in batch.tools] == ["fine"]
+    assert [(p.as_dict()["pointer"], p.reason) for p in batch.problems] == [(f"/1/{field}", reason)]
+
+
+def test_a_key_no_tool_has_is_a_warning_and_the_keys_of_catalog_lines_and_mcp_listings_are_taken() -> None:
+    """A misspelt `descripton` registers the tool without its description: the caller hears of it. A catalog
+    line's `id` and what an MCP tools/list adds are part of the formats the registration takes."""
+    listed = {
+        "server": "s", "name": "t", "id": "7", "title": "T", "inputSchema": {"type": "object"},
+        "outputSchema": {"type": "object"}, "icons": [], "_meta": {"x": 1}, "execution": {"taskSupport": "forbidden"},
+    }
+    batch = validate_batch([listed, {"server": "s", "name": "u", "descripton": "typo", "a/b": 1}])
+    assert [t.name for t in batch.tools] == ["t", "u"] and batch.problems == []
+    assert [(w.as_dict()["pointer"], w.kind, w.reason) for w in batch.warnings] == [
+        (f"/1/{key}", "ignored", REASON) for key in ("descripton", "a~1b")
+    ]
+    assert validate_batch([{"server": "s", "name": "u", "later": 1}], warn_unknown_keys=False).warnings == []
+
+
+REASON = (
+    "not a field of a tool, ignored "
+    "(fields: server, name, description, input_schema, inputSchema, annotations, tags)"
+)

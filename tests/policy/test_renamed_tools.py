@@ -78,3 +78,37 @@ async def test_a_deny_or_destructive_pattern_catches_names_respelled_by_the_upst
         assert [r["name"] for r in found.json()["results"]] == ["gh__create_issue"]
         other = await http.post("/execute", json={"name": "gh__Create_Issue", "arguments": {}}, headers=bearer(tester))
         assert other.status_code == 404
+
+
+LOOKALIKE_DELETES = ["d\u0435lete_repo", "\uff44\uff45\uff4c\uff45\uff54\uff45_repo", "de1ete_repo"]
+LOOKALIKE_DROPS = ["dr\u03bfp_table"]
+
+
+@pytest.mark.upstream
+async def test_a_deny_or_destructive_pattern_catches_lookalike_letters(tmp_path: Path) -> None:
+    """A Cyrillic `е`, fullwidth letters, a `1` for an `l`, a Greek `ο`: the qualified names keep none of them
+    (`gh__d_lete_repo-<hash>`), the patterns read the names as the upstream listed them."""
+    settings = make_settings(tmp_path, PERMISSIONS)
+    settings.execution.servers_file = listed_server(tmp_path, ["create_issue", *LOOKALIKE_DELETES, *LOOKALIKE_DROPS])
+    settings.execution.startup_wait_seconds = 60
+    async with running(settings) as (app, http):
+        admin = await first_key(app, "root", ["admin"])
+        dev = await make_key(http, "dev-agent", ["dev"], admin)
+        listed = (await http.get("/tools", params={"limit": 100}, headers=bearer(admin))).json()["tools"]
+        names = {t["name"] for t in listed}
+        deletes = {n for n in names if not n.startswith(("gh__create_", "gh__dr"))}
+        drops = names - deletes - {"gh__create_issue"}
+        assert len(deletes) == 3 and len(drops) == 1
+        assert any(n.startswith("gh__d_lete_repo-") for n in deletes)
+
+        tools = (await http.get("/tools", params={"limit": 100}, headers=bearer(dev))).json()["tools"]
+        assert {t["name"] for t in tools} == {"gh__create_issue", *drops}
+        found = await http.post("/search", json={"query": "delete a repository", "k": 50}, headers=bearer(dev))
+        assert {r["name"] for r in found.json()["results"]} == {"gh__create_issue", *drops}
+        for name in sorted(deletes):
+            refused = await http.post("/execute", json={"name": name, "arguments": {}}, headers=bearer(dev))
+            assert refused.status_code == 404, (name, refused.text)
+        (drop,) = drops
+        held = await http.post("/execute", json={"name": drop, "arguments": {}}, headers=bearer(dev))
+        assert held.status_code == 403, held.text
+        assert held.json()["type"].endswith("/approval-required")

@@ -121,9 +121,9 @@ async def test_registration_keeps_64_bit_integers_exact_and_refuses_larger_ones_
         assert answer.json()["tools"] == ["s__bounded"]
         errors = answer.json()["errors"]
         assert [(e["tool"], e["pointer"], e["field"]) for e in errors] == [
-            ("enum", "/1/input_schema/properties/a~1b/enum/1", "input_schema"),
-            ("huge", "/2/input_schema/default", "input_schema"),
-            ("noted", "/3/annotations/limits/0", "annotations"),
+            ("enum", "/body/tools/1/input_schema/properties/a~1b/enum/1", "input_schema"),
+            ("huge", "/body/tools/2/input_schema/default", "input_schema"),
+            ("noted", "/body/tools/3/annotations/limits/0", "annotations"),
         ]
         assert errors[0]["reason"] == (
             "input_schema holds 123456789012345678901234567890 at /properties/a~1b/enum/1, beyond the 64-bit "
@@ -145,7 +145,7 @@ async def test_registration_keeps_64_bit_integers_exact_and_refuses_larger_ones_
         # A batch of refused tools only is a 422 problem naming each value; a key given twice is refused.
         refused = await http.post("/tools", content=json.dumps({"tools": tools[1:2]}).encode(), headers=JSON)
         body = assert_problem(refused, 422, "invalid-tool")
-        assert [e["pointer"] for e in body["errors"]] == ["/0/input_schema/properties/a~1b/enum/1"]
+        assert [e["pointer"] for e in body["errors"]] == ["/body/tools/0/input_schema/properties/a~1b/enum/1"]
         twice = b'{"tools": [{"server": "s", "name": "a", "description": "d"}], "tools": []}'
         body = assert_problem(await http.post("/tools", content=twice, headers=JSON), 422, "invalid-request")
         assert body["errors"] == [
@@ -175,7 +175,8 @@ async def test_a_catalog_file_keeps_big_integers_exact_for_registration_to_refus
     async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
         answer = await http.post("/tools", json={"tools": served.tools})  # what `toolscout index` sends
         assert answer.json()["tools"] == ["s__fine"]
-        assert [(e["tool"], e["pointer"]) for e in answer.json()["errors"]] == [("big", "/1/input_schema/maximum")]
+        errors = [(e["tool"], e["pointer"]) for e in answer.json()["errors"]]
+        assert errors == [("big", "/body/tools/1/input_schema/maximum")]
 
 
 async def test_registration_refuses_schemas_that_execute_could_not_trust(tmp_path: Path) -> None:
@@ -189,7 +190,7 @@ async def test_registration_refuses_schemas_that_execute_could_not_trust(tmp_pat
             ]
             body = assert_problem(await http.post("/tools", json={"tools": tools}), 422, "invalid-tool")
             errors = {e["tool"]: e for e in body["errors"]}
-            assert {e["pointer"] for e in body["errors"]} == {f"/{i}/input_schema" for i in range(4)}
+            assert {e["pointer"] for e in body["errors"]} == {f"/body/tools/{i}/input_schema" for i in range(4)}
             assert "remote references are never fetched" in errors["remote"]["reason"]
             assert f"{host}/x.json" in errors["remote"]["reason"]
             assert "remote references are never fetched" in errors["based"]["reason"]
@@ -295,8 +296,8 @@ async def test_nul_characters_are_refused_before_they_reach_sql_text(tmp_path: P
         assert answer.status_code == 200, answer.text
         assert answer.json()["tools"] == ["s__fine"]
         assert [(e["pointer"], e["reason"]) for e in answer.json()["errors"]] == [
-            ("/0/name", "name must not contain NUL (U+0000) characters"),
-            ("/1/description", "description must not contain NUL (U+0000) characters"),
+            ("/body/tools/0/name", "name must not contain NUL (U+0000) characters"),
+            ("/body/tools/1/description", "description must not contain NUL (U+0000) characters"),
         ]
         body = assert_problem(await http.post("/execute", json={"name": "s__fine\x00"}), 422, "invalid-request")
         assert body["errors"][0]["pointer"] == "/body/name"
@@ -421,3 +422,34 @@ async def test_a_number_or_flag_of_the_wrong_type_is_refused_not_coerced(tmp_pat
             assert [e["pointer"] for e in body["errors"]] == [pointer], (path, payload, body)
         fine = await http.post("/run", json={"script": "return 1", "timeout_seconds": 5})
         assert fine.status_code == 200 and fine.json()["result"] == 1
+
+
+async def test_every_request_problem_points_into_the_body_the_same_way(tmp_path: Path) -> None:
+    """FastAPI's checks and the service's own (limits read from the settings) give one pointer form, `/body/...`:
+    /search said `/body/k` for k = 0 and `/k` for k past search.max_k."""
+    settings = make_settings(
+        tmp_path,
+        permissions=None,
+        search={"max_k": 3, "max_filter_values": 2},
+        execution={"batch_max_calls": 2},
+        policy={"max_tools_per_registration": 1},
+    )
+    async with running(settings) as (_app, http):
+        tools = [{"server": "s", "name": "a"}, {"server": "s", "name": "b"}]
+        calls = [{"name": "s__a"}] * 3
+        cases = [
+            ("/search", {"query": "x", "k": 0}, 422, ["/body/k"]),  # FastAPI's check
+            ("/search", {"query": "x", "k": 4}, 422, ["/body/k"]),  # the service's: search.max_k
+            ("/search", {"query": "x", "k": 1, "tags": ["a", "b", "c"]}, 422, ["/body/tags"]),
+            ("/search", {"query": "x", "servrs": ["a"]}, 422, ["/body/servrs"]),
+            ("/execute", {"name": 5}, 422, ["/body/name"]),
+            ("/execute/batch", {"calls": calls}, 422, ["/body/calls"]),
+            ("/tools", {"tools": tools}, 413, ["/body/tools"]),
+            ("/tools", {"tools": [{"server": "s", "name": ""}]}, 422, ["/body/tools/0/name"]),
+        ]
+        for path, payload, status, pointers in cases:
+            answer = await http.post(path, json=payload)
+            assert answer.status_code == status, (path, payload, answer.text)
+            assert [e["pointer"] for e in answer.json()["errors"]] == pointers, (path, payload, answer.text)
+        listed = await http.get("/tools", params={"limit": 0})
+        assert [e["pointer"] for e in listed.json()["errors"]] == ["/query/limit"]

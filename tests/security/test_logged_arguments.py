@@ -4,13 +4,18 @@ failed the schema, never what they were (jsonschema's messages quote the value).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 
+from service.catalog.json_body import strict_json
 from service.db.models import Execution
+from service.execution.redaction import MAX_VALUES, _leaves, redact_arguments
 from service.execution.runtime import get_gateway
 from tests.security.conftest import assert_problem, make_settings, probe_entry, running, servers_file
 
@@ -88,3 +93,23 @@ async def test_an_upstream_error_quoting_arguments_is_logged_without_their_value
     else:
         assert SECRET not in logged and "482913" not in logged and "alice" not in logged, logged
         assert "login failed for <argument /user> with password '<argument /password>' (pin <argument /pin>)" in logged
+
+
+def test_the_redaction_walk_counts_arrays_and_objects_toward_its_bound() -> None:
+    # 2 MB of empty arrays before the one string: the walk stops after MAX_VALUES values, arrays included
+    # (counting strings and numbers only, it went through all of them).
+    padded = {"a": [[] for _ in range(3 * MAX_VALUES)], "b": SECRET}
+    assert list(_leaves(padded)) == []
+    assert redact_arguments(f"bad {SECRET}", {"b": SECRET, **padded}, 200) == "bad <argument /b>"
+    deep: Any = [SECRET]
+    for _ in range(MAX_VALUES + 5):
+        deep = [deep]
+    assert list(_leaves({"d": deep})) == []  # no recursion either: 10,000 levels deep is no RecursionError
+
+
+@pytest.mark.parametrize("body", [b'{"a": [1, 2, {"b": "c"}]}', b'{"a": NaN}'])
+def test_a_parsed_body_leaves_the_garbage_collector_on(body: bytes) -> None:
+    assert gc.isenabled()
+    with contextlib.suppress(ValueError):
+        strict_json(body)
+    assert gc.isenabled()

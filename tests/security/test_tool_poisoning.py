@@ -96,14 +96,17 @@ async def test_a_unicode_tag_smuggled_description_is_refused_with_its_pointer_an
         body = answer.json()
         assert body["tools"] == ["wx__clean"]
         assert [(e["pointer"], e["reason"]) for e in body["errors"]] == [
-            ("/0/description", "description holds an invisible character U+E0049 (Unicode tag) at character 28"),
             (
-                "/1/input_schema/properties/city/description",
+                "/body/tools/0/description",
+                "description holds an invisible character U+E0049 (Unicode tag) at character 28",
+            ),
+            (
+                "/body/tools/1/input_schema/properties/city/description",
                 "input_schema at /properties/city/description holds an invisible character U+202E "
                 "(bidirectional control) at character 2",
             ),
             (
-                "/2/input_schema/properties/ci\u200bty",
+                "/body/tools/2/input_schema/properties/ci\u200bty",
                 "input_schema property name holds an invisible character U+200B (zero-width space) at character 2",
             ),
         ]

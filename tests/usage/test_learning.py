@@ -37,6 +37,7 @@ from service.usage.learning import (
     refresh_stats,
     reliability_penalty,
 )
+from service.usage.shares import ShareRow, fold_share, shared_weight
 from service.usage.stats import Decayed, decay_factor
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -289,8 +290,9 @@ async def test_each_scope_learns_its_own_calls_and_a_replica_reads_them(shared_d
     admin = boosts_for(resources, "root", "admin", ["a__x"])["a__x"]
     dev = boosts_for(resources, "alice", "dev", ["a__x"])["a__x"]
     assert admin["reliability"] < -0.5 and "reliability" not in dev
-    assert dev["popularity"] == pytest.approx(SETTINGS.max_popularity_boost * 10 / 30, abs=1e-4)
-    # bob shares alice's scope: the same popularity (and his own habit).
+    # alice's own 5 calls count in full for her, bob's 5 only up to shared_calls_per_caller (2).
+    assert dev["popularity"] == pytest.approx(SETTINGS.max_popularity_boost * 7 / 27, abs=1e-4)
+    # bob shares alice's scope the same way: the same popularity (and his own habit).
     assert boosts_for(resources, "bob", "dev", ["a__x"])["a__x"]["popularity"] == dev["popularity"]
     assert boosts_for(resources, "carol", "ops", ["a__x"]) == {"a__x": {}}  # a scope without calls reads none
     other = build_resources(resources.settings, HashingEmbedder())
@@ -301,7 +303,9 @@ async def test_each_scope_learns_its_own_calls_and_a_replica_reads_them(shared_d
         assert await refresh_stats(other) == 5  # the other replica folds these on top of the stored scopes
         assert boosts_for(other, "alice", "dev", ["a__x"]) == boosts_for(resources, "alice", "dev", ["a__x"])
         assert await refresh_stats(resources) == 0  # and the first one reloads what the other one wrote
-        assert learning_state(resources).snapshot.scopes["admin"]["a__x"].decayed.values[0] == pytest.approx(35)
+        snapshot = learning_state(resources).snapshot
+        assert snapshot.shares["admin"][("root", "a__x")].values[0] == pytest.approx(35)  # root's own calls
+        assert snapshot.scopes["admin"]["a__x"].decayed.values[0] == pytest.approx(2)  # what others count of them
         assert boosts_for(resources, "root", "admin", ["a__x"]) == boosts_for(other, "root", "admin", ["a__x"])
     finally:
         await other.engine.dispose()
@@ -386,3 +390,24 @@ async def test_learning_can_be_switched_off(resources: Resources) -> None:
     await refresh_stats(resources)
     resources.settings.learning.enabled = False
     assert boosts_for(resources, "alice", "dev", ["a__x"]) == {"a__x": {}}
+
+
+def test_a_callers_part_in_its_scope_is_capped_and_its_own_view_is_whole() -> None:
+    """40 failing calls by one caller: the scope counts 2 of them for the others, all 40 for the caller."""
+    share, scoped = ShareRow("dev", "mallory", "t"), Decayed([0.0, 0.0, 0.0], None)
+    for i in range(40):
+        row = execution("t", "tool_error", caller="mallory", scope="dev", at=NOW + timedelta(seconds=i))
+        weight = fold_share(share, row, True, SETTINGS)
+        scoped.add(NOW + timedelta(seconds=i), (weight, 0.0, weight), SETTINGS.half_life_days)
+    cap = SETTINGS.shared_calls_per_caller
+    assert scoped.values == [pytest.approx(cap, abs=1e-3), 0.0, pytest.approx(cap, abs=1e-3)]
+    assert share.values[:3] == [pytest.approx(40, abs=1e-3), 0.0, pytest.approx(40, abs=1e-3)]
+    snapshot = Snapshot()
+    snapshot.scopes["dev"]["t"] = ToolHistory(scoped)
+    snapshot.put_share(share)
+    bob = compute_boosts(snapshot, "bob", "dev", ["t"], SETTINGS, NOW + timedelta(seconds=40))["t"]
+    mallory = compute_boosts(snapshot, "mallory", "dev", ["t"], SETTINGS, NOW + timedelta(seconds=40))["t"]
+    assert bob["reliability"] == pytest.approx(reliability_penalty(0, cap, SETTINGS), abs=1e-3)
+    assert mallory["reliability"] == pytest.approx(reliability_penalty(0, 40, SETTINGS), abs=1e-3)
+    assert bob["reliability"] > -0.16 and mallory["reliability"] < -0.8
+    assert shared_weight(0.0, "invalid_arguments", SETTINGS.model_copy(update={"share_invalid_arguments": False})) == 0

@@ -34,46 +34,48 @@ def _vectors_with(
     tool: str = "a__tool",
     rows: list[list[float]] | None = None,
     state: UsageVectors | None = None,
+    caller: str = "me",
 ) -> UsageVectors:
     """`uses` past queries of `tool`, embedded as `rows` (default: all [1, 0])."""
     state = state or UsageVectors()
     for i in range(uses):
-        state.add(scope, tool, f"query {i}", NOW, SETTINGS.usage_max_queries)
+        state.add(scope, tool, caller, f"query {i}", NOW, SETTINGS.usage_max_queries)
     usage = state.tools.get((scope, tool))
     if usage is not None:
         usage.vectors = np.array(rows or [[1.0, 0.0]] * len(usage.queries), dtype=np.float32)
-        usage.weight = float(uses)
+        usage.weigh(np.full(len(usage.queries), uses / len(usage.queries)), SETTINGS)
     return state
 
 
 def test_zero_without_history_growing_with_evidence_and_bounded() -> None:
-    assert _vectors_with(0).signal("dev", [1.0, 0.0], ["a__tool"], SETTINGS) == {}
-    values = [_vectors_with(n).signal("dev", [1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"] for n in (1, 4, 16, 64)]
+    assert _vectors_with(0).signal("dev", "me", [1.0, 0.0], ["a__tool"], SETTINGS) == {}
+    values = [_vectors_with(n).signal("dev", "me", [1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"] for n in (1, 4, 16)]
+    values.append(_vectors_with(64).signal("dev", "me", [1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"])
     assert values == sorted(values) and len(set(values)) == 4
     assert values[-1] < SETTINGS.usage_weight
     assert evidence(SETTINGS.usage_half_evidence, SETTINGS.usage_half_evidence) == 0.5
     # A query unlike the tool's past queries gets nothing, however much history there is.
-    assert _vectors_with(64).signal("dev", [0.0, 1.0], ["a__tool"], SETTINGS) == {}
+    assert _vectors_with(64).signal("dev", "me", [0.0, 1.0], ["a__tool"], SETTINGS) == {}
 
 
 def test_the_nearest_past_query_counts_and_two_tools_with_the_same_past_share_it() -> None:
     # Two phrasings far apart: a query like either one gets the signal (a centroid of both would be near neither).
     state = _vectors_with(2, rows=[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
-    near_one = state.signal("dev", [0.0, 1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"]
+    near_one = state.signal("dev", "me", [0.0, 1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"]
     assert near_one > 0.9 * SETTINGS.usage_weight * evidence(2, SETTINGS.usage_half_evidence)
     # A second tool asked for in the same words: the two split what one alone would get.
     _vectors_with(2, tool="b__tool", rows=[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], state=state)
-    shared = state.signal("dev", [0.0, 1.0, 0.0], ["a__tool", "b__tool"], SETTINGS)
+    shared = state.signal("dev", "me", [0.0, 1.0, 0.0], ["a__tool", "b__tool"], SETTINGS)
     assert shared["a__tool"] == shared["b__tool"] < 0.51 * near_one
     # Only candidates compete: a tool with history that is not a candidate takes nothing.
-    assert state.signal("dev", [0.0, 1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"] == near_one
+    assert state.signal("dev", "me", [0.0, 1.0, 0.0], ["a__tool"], SETTINGS)["a__tool"] == near_one
     # A query near nobody's past (cosine 0.6 < usage_floor) gets a small share only.
-    assert state.signal("dev", [0.6, 0.0, 0.8], ["a__tool"], SETTINGS)["a__tool"] < 0.15 * near_one
+    assert state.signal("dev", "me", [0.6, 0.0, 0.8], ["a__tool"], SETTINGS)["a__tool"] < 0.15 * near_one
 
 
 def test_a_new_tool_leading_by_more_than_the_weight_stays_first() -> None:
     state = _vectors_with(10_000, tool="used__tool")
-    values = state.signal("dev", [1.0, 0.0], ["used__tool", "new__tool"], SETTINGS)
+    values = state.signal("dev", "me", [1.0, 0.0], ["used__tool", "new__tool"], SETTINGS)
     assert set(values) == {"used__tool"} and 0.99 * SETTINGS.usage_weight < values["used__tool"] < SETTINGS.usage_weight
     candidates = {
         "new__tool": Candidate("new__tool", SETTINGS.usage_weight),
@@ -102,7 +104,7 @@ def test_usage_never_lifts_a_tool_past_one_without_history_that_led_it() -> None
 
 def test_another_scope_reads_nothing_and_the_set_is_bounded() -> None:
     state = _vectors_with(64, scope=scope_key(["dev"]))
-    assert state.signal(scope_key(["dev", "ops"]), [1.0, 0.0], ["a__tool"], SETTINGS) == {}
+    assert state.signal(scope_key(["dev", "ops"]), "me", [1.0, 0.0], ["a__tool"], SETTINGS) == {}
     assert len(state.tools[("dev", "a__tool")].queries) == SETTINGS.usage_max_queries
     assert scope_key(["ops", "dev"]) == scope_key(["dev", "ops"]) == "dev,ops"
 
@@ -200,3 +202,26 @@ async def test_a_past_split_request_is_kept_as_the_search_embeds_it(resources: R
     assert kept.tolist() == pytest.approx(whole_from_parts(parts, await resources.embed(parts)), abs=1e-5)
     assert float(kept @ np.asarray((await resources.embed([three]))[0])) < 0.999  # not the text's own embedding
     assert resources.usage.cache[two].tolist() == pytest.approx((await resources.embed([two]))[0], abs=1e-5)
+
+
+def test_another_callers_flood_is_bounded_kept_apart_and_evicts_its_own_past_first() -> None:
+    """In one scope: the searcher's own past counts in full, another caller's at most usage_weight *
+    evidence(usage_evidence_per_caller), whatever it floods, and never dilutes the searcher's own."""
+    state = _vectors_with(40, tool="flooded", rows=[[1.0, 0.0]] * 32, caller="mallory")
+    bound = SETTINGS.usage_weight * evidence(SETTINGS.usage_evidence_per_caller, SETTINGS.usage_half_evidence)
+    theirs = state.signal("dev", "bob", [1.0, 0.0], ["flooded"], SETTINGS)["flooded"]
+    mine = state.signal("dev", "mallory", [1.0, 0.0], ["flooded"], SETTINGS)["flooded"]
+    assert 0.9 * bound < theirs <= bound < 0.15 and mine > 2.5
+    # bob's own past of another tool, asked in the same words: the flood takes next to nothing of its share.
+    _vectors_with(4, tool="right", rows=[[1.0, 0.0]] * 4, caller="bob", state=state)
+    alone = _vectors_with(4, tool="right", rows=[[1.0, 0.0]] * 4, caller="bob").signal(
+        "dev", "bob", [1.0, 0.0], ["right"], SETTINGS
+    )["right"]
+    assert state.signal("dev", "bob", [1.0, 0.0], ["right", "flooded"], SETTINGS)["right"] == alone
+    # A full set loses the oldest query of the caller holding the most: bob's one query outlives mallory's flood.
+    usage = state.tools[("dev", "flooded")]
+    usage.keep("bob's request", NOW, "bob", SETTINGS.usage_max_queries)
+    for i in range(100):
+        usage.keep(f"flood {i}", NOW, "mallory", SETTINGS.usage_max_queries)
+    assert len(usage.queries) == SETTINGS.usage_max_queries
+    assert [q for q, _, c in usage.queries if c == "bob"] == ["bob's request"]

@@ -31,6 +31,7 @@ from service.errors import (
     RateLimited,
     ToolscoutError,
     Unavailable,
+    body_pointer,
     unexpected_error,
 )
 from service.execution.executor import ExecutionResult, status_of
@@ -135,9 +136,9 @@ class CodeMode:
         if not settings.enabled:
             raise NotFound("Code mode is turned off (code_mode.enabled)")
         if len(script) > settings.max_script_chars:
+            reason = f"at most {settings.max_script_chars} characters"
             raise InvalidRequest(
-                f"A script holds at most {settings.max_script_chars} characters",
-                errors=[{"pointer": "/script", "reason": f"at most {settings.max_script_chars} characters"}],
+                f"A script holds {reason}", errors=[{"pointer": body_pointer("script"), "reason": reason}]
             )
         budget = min(timeout_seconds or settings.timeout_seconds, settings.timeout_seconds)
         run = ScriptRun(str(uuid.uuid4()), caller, await self._approvals(caller, approval_ids))

@@ -1,0 +1,31 @@
+"""The database section of the settings, checked when read: a URL the service cannot open stops it at start."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, field_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+SUPPORTED = "sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
+
+
+class DatabaseSettings(BaseModel):
+    """SQL catalog of record; SQLite under the data folder unless a URL is given."""
+
+    model_config = ConfigDict(extra="forbid")  # as service.settings.Section's (which imports this module)
+
+    url: str | None = None
+    echo: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _sqlite_or_postgresql(cls, url: str | None) -> str | None:
+        if not url:  # TOOLSCOUT_DB__URL= (empty) keeps the SQLite default, as leaving it out does
+            return None
+        try:
+            backend = make_url(url).get_backend_name()
+        except ArgumentError:
+            raise ValueError(f"not a database URL (expected {SUPPORTED})") from None
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError(f"{backend!r} is not a database Toolscout runs on (expected {SUPPORTED})")
+        return url
