@@ -147,6 +147,70 @@ def test_indexing_a_file_without_tools_says_so(
     assert printed.out == ""
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["mcp", "--mode", "bogus"], "toolscout mcp: error: argument --mode: invalid choice: 'bogus'"),
+        (["mcp", "--transport", "tcp"], "toolscout mcp: error: argument --transport: invalid choice: 'tcp'"),
+        (["bench", "nope"], "toolscout bench: error: argument bench: invalid choice: 'nope'"),
+        (["mcp", "--port", "99999"], "toolscout mcp: error: argument --port: 99999 is not a port"),
+        (["serve", "--port", "http"], "toolscout serve: error: argument --port: not a port number: 'http'"),
+    ],
+)
+def test_a_wrong_choice_is_one_line_and_exit_status_2(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(said), lines
+    assert lines[0].endswith(f"(see `toolscout {argv[0]} --help`)")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["search", "--sizes", "1000,abc"], "argument --sizes: expected a whole number of at least 1, got 'abc'"),
+        (["scale", "--sizes", ","], "argument --sizes: expected comma-separated whole numbers, got ','"),
+        (["load", "--concurrency", "0"], "argument --concurrency: expected a whole number of at least 1, got '0'"),
+        (["execute", "--calls", "0"], "argument --calls: expected a whole number of at least 1, got '0'"),
+        (["durability", "--warmup", "-1"], "argument --warmup: expected a whole number of at least 1, got '-1'"),
+        (["embedder", "--texts", "0"], "argument --texts: expected a whole number of at least 1, got '0'"),
+    ],
+)
+def test_a_bench_count_that_cannot_be_measured_is_refused_before_it_starts(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each of these was a traceback: int('abc'), fmean of no samples, numpy's broadcast of no texts.
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", *argv])
+    assert exited.value.code == 2
+    command = f"toolscout bench {argv[0]}"
+    assert capsys.readouterr().err == f"{command}: error: {said} (see `{command} --help`)\n"
+
+
+def test_a_bench_without_its_dev_set_says_which_files_and_what_to_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    catalog, queries = tmp_path / "catalog.jsonl", tmp_path / "queries.jsonl"
+    assert main(["bench", "learning", "--catalog", str(catalog), "--queries", str(queries)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: {catalog}, {queries} not found: the benchmarks read shared/eval")
+    assert lines[0].endswith("pass --catalog FILE --queries FILE (JSON Lines, as toolscout eval)")
+
+
+def test_an_error_raised_inside_a_task_group_is_still_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.benchmarks import BenchFailed
+    from service.cli import _only_error
+
+    nested = BaseExceptionGroup("outer", [ExceptionGroup("inner", [BenchFailed("POST /execute answered 421")])])
+    assert isinstance(_only_error(nested), BenchFailed)
+    assert _only_error(ExceptionGroup("two", [BenchFailed("a"), BenchFailed("b")])) is None
+    assert _only_error(ExceptionGroup("other", [ValueError("x")])) is None
+
+
 def _commands(parser: argparse.ArgumentParser, path: str = "toolscout") -> Iterator[tuple[str, str | None, Any]]:
     """(command, its line in the parent's --help, its parser) for every subcommand, nested ones included."""
     for action in parser._actions:

@@ -205,7 +205,8 @@ def test_a_port_out_of_range_on_the_command_line_is_refused(
     with pytest.raises(SystemExit) as stopped:
         main(argv)
     assert stopped.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == message
+    command = message.split(":")[0]
+    assert capsys.readouterr().err.splitlines() == [f"{message} (see `{command} --help`)"]
 
 
 def test_a_list_setting_holding_a_url_with_a_password_never_prints_the_password(

@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -26,6 +27,8 @@ from typing import Any
 import psycopg
 from sqlalchemy import func, select
 
+from service.benchmarks import BenchFailed
+from service.benchmarks.arguments import positive_int
 from service.cli.database import print_table, with_database
 from service.db.engine import upgrade_database
 from service.db.models import Execution
@@ -53,13 +56,13 @@ STATUSES = [
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("analytics", help="time the analytics queries on 1,000,000 executions (PostgreSQL)")
     parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="a PostgreSQL URL allowed to create databases")
-    parser.add_argument("--rows", type=int, default=1_000_000, help="executions to generate")
-    parser.add_argument("--tools", type=int, default=500)
-    parser.add_argument("--callers", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs per query (after one warm-up)")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--rows", type=positive_int, default=1_000_000, help="executions to generate")
+    parser.add_argument("--tools", type=positive_int, default=500, help="distinct tools called (default 500)")
+    parser.add_argument("--callers", type=positive_int, default=200, help="distinct callers (default 200)")
+    parser.add_argument("--repeat", type=positive_int, default=5, help="timed runs per query (after one warm-up)")
+    parser.add_argument("--seed", type=int, default=7, help="of the generated log (default 7)")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
-    parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.set_defaults(func=run)
 
 
@@ -307,8 +310,23 @@ async def _refresh_new_rows(resources: Resources, generated: Generated, count: i
     }
 
 
+def _connect_admin(url: str) -> psycopg.Connection[Any]:
+    """The admin connection, or one line on why not (nothing listening, a refused login, a malformed URL)."""
+    try:
+        return psycopg.connect(url, autocommit=True)
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split())
+        shown = re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)  # never the password
+        raise BenchFailed(
+            f"cannot connect to PostgreSQL at {shown} ({reason}); pass --admin-url postgresql://USER@HOST:PORT/DB "
+            "of a server where that user may create databases"
+        ) from exc
+
+
 def run(args: argparse.Namespace) -> int:
-    admin = psycopg.connect(args.admin_url, autocommit=True)
+    # SQLAlchemy's spelling (TOOLSCOUT_DB__URL's) is accepted too; psycopg reads only the plain scheme.
+    args.admin_url = args.admin_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    admin = _connect_admin(args.admin_url)
     admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
     admin.execute(f'CREATE DATABASE "{DATABASE}"')
     base = args.admin_url.rsplit("/", 1)[0]

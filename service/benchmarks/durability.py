@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from service.benchmarks import expect
+from service.benchmarks.arguments import positive_int, whole_int
 from service.cli.execute_bench import ARGUMENTS, TOOL, _throughput, _time_it, summary
 
 MODES = ("commit", "batched")
@@ -37,11 +39,13 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    bench.add_argument("--calls", type=int, default=200, help="sequential calls per path and round (default 200)")
-    bench.add_argument("--warmup", type=int, default=30, help="warm-up calls per path (default 30)")
-    bench.add_argument("--repeats", type=int, default=5, help="rounds; figures are their medians (default 5)")
-    bench.add_argument("--throughput-calls", type=int, default=400, help="calls per throughput run")
-    bench.add_argument("--concurrency", type=int, default=32, help="calls in flight in the throughput runs")
+    bench.add_argument(
+        "--calls", type=positive_int, default=200, help="sequential calls per path and round (default 200)"
+    )
+    bench.add_argument("--warmup", type=whole_int, default=30, help="warm-up calls per path (default 30)")
+    bench.add_argument("--repeats", type=positive_int, default=5, help="rounds; figures are their medians (default 5)")
+    bench.add_argument("--throughput-calls", type=positive_int, default=400, help="calls per throughput run")
+    bench.add_argument("--concurrency", type=positive_int, default=32, help="calls in flight in the throughput runs")
     bench.add_argument("--database-url", default=None, help="one database for both apps (default: SQLite each)")
     bench.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     bench.set_defaults(func=cmd_bench_durability)
@@ -104,16 +108,19 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         async with (
             Client(params, mode="legacy", cache=None) as direct,
             app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=60) as client,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=60
+            ) as client,
         ):
             log = get_gateway(app.state.resources).log
 
             async def call_direct() -> None:
-                assert not (await direct.call_tool("get_current_time", ARGUMENTS)).is_error
+                result = await direct.call_tool("get_current_time", ARGUMENTS)
+                expect(not result.is_error, f"the direct call failed: {result.content}")
 
             async def call_execute() -> None:
                 response = await client.post("/execute", json={"name": TOOL, "arguments": ARGUMENTS})
-                assert response.status_code == 200, response.text
+                expect(response.status_code == 200, f"POST /execute answered {response.text}")
 
             for _ in range(args.warmup):
                 await call_direct()

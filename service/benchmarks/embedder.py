@@ -21,13 +21,12 @@ from indexer.embedding import Embedder, SentenceTransformerEmbedder
 from indexer.index.base import DENSE_FIELDS
 from indexer.onnx_embedder import OnnxEmbedder
 from indexer.tools import validate_batch
+from service.benchmarks import BenchFailed
+from service.benchmarks.arguments import positive_int
+from service.benchmarks.datasets import SHARED, missing_shared
 from service.catalog.files import load_catalog_file
 from service.settings import Settings
 
-# shared/ sits beside the checkout (or beside the folder of work trees).
-SHARED = next(
-    (p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()), Path("shared")
-)
 SHORT_QUERY = "find the weather forecast for tomorrow"
 
 # A serving process: the app with its lifespan, a few tools registered, one search; then its peak RSS.
@@ -55,10 +54,12 @@ print(json.dumps({"peak_rss_mb": int(hwm.split()[1]) / 1024,
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("embedder", help="compare ONNX (fp32, int8) and torch: cosine, latency, speed, RSS")
-    parser.add_argument("--texts", type=int, default=3000, help="real texts compared (default 3000)")
-    parser.add_argument("--repeats", type=int, default=300, help="single-query embeds timed per backend")
-    parser.add_argument("--throughput-texts", type=int, default=1000)
-    parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.add_argument("--texts", type=positive_int, default=3000, help="real texts compared (default 3000)")
+    parser.add_argument("--repeats", type=positive_int, default=300, help="single-query embeds timed per backend")
+    parser.add_argument(
+        "--throughput-texts", type=positive_int, default=1000, help="texts embedded at once (default 1000)"
+    )
+    parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.set_defaults(func=run)
 
 
@@ -72,6 +73,8 @@ def real_texts(limit: int, seed: int = 1) -> list[str]:
     for path in sorted((SHARED / "eval").glob("*/queries.jsonl")):
         texts.extend(json.loads(line)["query"] for line in path.read_text().splitlines()[:2000] if line.strip())
     unique = sorted({text for text in texts if text.strip()})
+    if not unique:
+        raise BenchFailed(missing_shared("real texts to embed", "copy the dev sets there to compare the backends"))
     return random.Random(seed).sample(unique, min(limit, len(unique)))
 
 

@@ -33,6 +33,8 @@ from typing import Any
 from sqlalchemy import insert
 
 from indexer.index.base import SearchFilter
+from service.benchmarks.arguments import positive_int
+from service.benchmarks.datasets import EVAL, require_files
 from service.benchmarks.usage_replay import replay_usage
 from service.catalog.files import CatalogFile, load_catalog_file
 from service.catalog.service import register_tools
@@ -45,10 +47,6 @@ from service.settings import Settings
 from service.usage.learning import boosts_for, learning_state, refresh_stats
 from service.usage.signal import scope_key
 
-EVAL = next(
-    (p / "shared" / "eval" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()),
-    Path(__file__).resolve().parents[2].parent / "shared" / "eval",
-)
 DEPTH = 100
 SPECIALIST = "specialist"
 GENERALISTS = [f"agent-{i}" for i in range(8)]
@@ -59,13 +57,22 @@ GROUPS = ("affected", "affected: caller habit", "affected: failing tool", "unaff
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("learning", help="replay a synthetic usage log; report R@1/MRR before and after")
-    parser.add_argument("--catalog", type=Path, default=EVAL / "metatool" / "catalog.jsonl")
-    parser.add_argument("--queries", type=Path, default=EVAL / "metatool" / "queries.jsonl")
-    parser.add_argument("--max-queries", type=int, default=4000, help="queries sampled (half history, half test)")
+    parser.add_argument(
+        "--catalog", type=Path, default=EVAL / "metatool" / "catalog.jsonl", help="JSON Lines (default: MetaTool's)"
+    )
+    parser.add_argument(
+        "--queries",
+        type=Path,
+        default=EVAL / "metatool" / "queries.jsonl",
+        help="labelled queries (default: MetaTool's)",
+    )
+    parser.add_argument(
+        "--max-queries", type=positive_int, default=4000, help="queries sampled (half history, half test)"
+    )
     parser.add_argument("--specialist-share", type=float, default=0.1, help="share of tools the specialist owns")
     parser.add_argument("--trust-top", type=float, default=0.7, help="how often an agent calls the first result")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.add_argument("--seed", type=int, default=0, help="of the sample and the agents' choices")
+    parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.add_argument(
         "--signal",
         choices=("boosts", "usage"),
@@ -265,6 +272,10 @@ def touched_by(
 def run_usage(args: argparse.Namespace) -> int:
     """The usage signal on each dev set: R@1, R@5, MRR on the test half before and after the replayed log."""
     results, table = [], []
+    require_files(
+        [EVAL / name / kind for name in args.sets for kind in ("catalog.jsonl", "queries.jsonl")],
+        "the usage signal is measured on those dev sets only",
+    )
     for name in args.sets:
         result = asyncio.run(
             replay_usage(EVAL / name / "catalog.jsonl", EVAL / name / "queries.jsonl", args.max_queries, args.seed)
@@ -295,6 +306,7 @@ def run_usage(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.signal == "usage":
         return run_usage(args)
+    require_files([args.catalog, args.queries], "pass --catalog FILE --queries FILE (JSON Lines, as toolscout eval)")
     result = asyncio.run(replay(args))
     print(
         f"{result['tools']} tools; {result['history_queries']} history queries replayed as "

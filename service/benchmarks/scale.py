@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from service.benchmarks.arguments import positive_int, positive_ints
 from service.benchmarks.load import ServerNotReady, start_server, stop_server, wrk_missing, wrk_run
 from service.benchmarks.search import bench_queries, peak_rss_mb
 
@@ -26,14 +27,16 @@ BUILT = "bench-scale.json"  # in a data folder: the size it was indexed with, an
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("scale", help="measure search p50 at several catalog sizes in turn (wrk, c=1)")
-    parser.add_argument("--sizes", default="10000,100000", help="catalog sizes, the first is the reference")
-    parser.add_argument("--rounds", type=int, default=3, help="times every size is served")
-    parser.add_argument("--duration", type=int, default=10, help="seconds of wrk per size, kind and round")
-    parser.add_argument("--queries", type=int, default=400, help="distinct queries cycled per kind")
+    parser.add_argument(
+        "--sizes", type=positive_ints, default="10000,100000", help="catalog sizes, the first is the reference"
+    )
+    parser.add_argument("--rounds", type=positive_int, default=3, help="times every size is served")
+    parser.add_argument("--duration", type=positive_int, default=10, help="seconds of wrk per size, kind and round")
+    parser.add_argument("--queries", type=positive_int, default=400, help="distinct queries cycled per kind")
     parser.add_argument(
         "--data-root", type=Path, default=None, help="keep each size's data folder here and reuse it (default: temp)"
     )
-    parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.set_defaults(func=run)
 
 
@@ -88,7 +91,7 @@ def ratios(p50s: dict[int, dict[str, list[float]]], reference: int) -> dict[int,
 def run(args: argparse.Namespace) -> int:
     if wrk_missing():
         return 2
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    sizes = args.sizes
     if not sizes or any(s <= 0 for s in sizes) or args.rounds < 1:
         print("error: --sizes takes positive catalog sizes, --rounds at least 1", file=sys.stderr)
         return 2

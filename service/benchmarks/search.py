@@ -22,15 +22,14 @@ import httpx
 from indexer.documents import build_document
 from indexer.index.base import DENSE_FIELDS
 from indexer.tools import validate_batch
+from service.benchmarks import BenchFailed
+from service.benchmarks.arguments import positive_int, positive_ints
+from service.benchmarks.datasets import SHARED, missing_shared
 from service.catalog.files import demo_catalog, load_catalog_file
 from service.http_transport import nodelay_transport
 from service.settings import Settings
 from service.usage.rollups import percentile
 
-# shared/ sits beside the checkout (or beside the folder of work trees).
-SHARED = next(
-    (p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "eval").is_dir()), Path("shared")
-)
 # The real tools: Seal-Tools and MetaTool (the dev sets) and the eight catalogs of real MCP servers.
 DEFAULT_SOURCES = [
     SHARED / "eval" / "sealtools" / "catalog.jsonl",
@@ -46,7 +45,9 @@ POST_BATCH = 5000
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("search", help="time indexing and search at several catalog sizes")
-    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument(
+        "--sizes", type=positive_ints, default="1000,10000,100000", help="catalog sizes (default 1000,10000,100000)"
+    )
     parser.add_argument(
         "--source",
         type=Path,
@@ -54,9 +55,11 @@ def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ign
         default=None,
         help="catalog with real tool texts (JSONL or tools/list; repeatable)",
     )
-    parser.add_argument("--searches", type=int, default=300, help="searches timed per size and query kind")
-    parser.add_argument("--backend", choices=["edge", "qdrant"], default="edge")
-    parser.add_argument("--json", type=Path, default=None, dest="json_out")
+    parser.add_argument("--searches", type=positive_int, default=300, help="searches timed per size and query kind")
+    parser.add_argument(
+        "--backend", choices=["edge", "qdrant"], default="edge", help="edge: in-process; qdrant: qdrant-client :memory:"
+    )
+    parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.set_defaults(func=run)
 
 
@@ -67,7 +70,18 @@ def source_tools(paths: list[Path] | None = None) -> list[dict[str, Any]]:
         server = None if path.suffix == ".jsonl" else path.stem
         for tool in load_catalog_file(path, server).tools:
             tools.setdefault((str(tool.get("server", server or "bench")), str(tool["name"])), tool)
-    return list(tools.values()) or demo_catalog()
+    if tools:
+        return list(tools.values())
+    print(
+        "note: "
+        + missing_shared(
+            "the real tools",
+            "measuring the 85 demo tools instead: not comparable with the "
+            "README's figures (--source FILE names a catalog)",
+        ),
+        file=sys.stderr,
+    )
+    return demo_catalog()
 
 
 def bench_queries(kind: str, limit: int) -> list[str]:
@@ -76,6 +90,7 @@ def bench_queries(kind: str, limit: int) -> list[str]:
     and split into 4.6 parts)."""
     path = DEFAULT_QUERIES[kind]
     if not path.is_file():
+        print(f"note: {missing_shared(str(path), f'timing 2 {kind} queries instead')}", file=sys.stderr)
         return ["search the web for news", "read a file and send its summary by email"][: max(1, limit)]
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     texts = [row["query"] for row in rows if kind == "short" or len(row.get("relevant", ())) > 1]
@@ -258,7 +273,9 @@ def _in_own_process(size: int, args: argparse.Namespace) -> dict[str, Any]:
         ]
         for path in args.source or []:
             command += ["--source", str(path)]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        code = subprocess.run(command, check=False, stdout=subprocess.DEVNULL).returncode
+        if code != 0:  # the child said why on stderr, above
+            raise BenchFailed(f"the run of {size:,} tools stopped with exit status {code}")
         return json.loads(out.read_text())["sizes"][0]  # type: ignore[no-any-return]
 
 
@@ -274,7 +291,7 @@ def _print_row(row: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = args.sizes
     print(
         f"{'tools':>7} {'texts':>8} {'index s':>8} {'tools/s':>8} {'re-idx s':>8} | {'floor':>6} {'short':>6} "
         f"{'p99':>6} | {'floor':>6} {'long':>6} {'p99':>6} | {'RSS MB':>7}   (HTTP ms; floor = one embedding)"

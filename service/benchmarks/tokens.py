@@ -177,7 +177,46 @@ def markdown_table(report: Mapping[str, Any]) -> str:
             f"{search['typical_tokens']:,} / {search['p90_tokens']:,} "
             f"(k={search['k']}) |"
         )
+    if "live" in report:
+        lines += ["", *_live_table(report["live"])]
+    if "code_mode" in report:
+        lines += ["", *_code_mode_table(report["code_mode"])]
     return "\n".join(lines) + "\n"
+
+
+def _code_mode_table(scenario: Mapping[str, Any]) -> list[str]:
+    """The README's code-mode table: the same task in lazy mode and as one script."""
+    lazy, code = scenario["lazy"], scenario["code_mode"]
+    return [
+        f"Code mode: {scenario['task']}",
+        "",
+        "| | model turns | context tokens (kept) | input tokens (context re-read each turn) |",
+        "|---|---:|---:|---:|",
+        f"| lazy, one call per step | {lazy['model_turns']} | {lazy['context_tokens']:,} | {lazy['input_tokens']:,} |",
+        f"| code mode, one script | {code['model_turns']} | {code['context_tokens']:,} "
+        f"({scenario['context_tokens_saving_pct']:g}% less) | {code['input_tokens']:,} "
+        f"({scenario['input_tokens_saving_pct']:g}% less) |",
+    ]
+
+
+def _live_table(live: Mapping[str, Any]) -> list[str]:
+    """The live timings as a table: median / p95 ms per mode and action."""
+    lines = [
+        f"Through the front end against {live['api_url']}, {live['rounds']} rounds (median / p95 ms):",
+        "",
+        "| mode | tools/list | search_tools | call_tool |",
+        "|---|---|---|---|",
+    ]
+    for mode in MODES:
+        row = live[mode]
+        cells = [
+            f"{row[a]['median_ms']} / {row[a]['p95_ms']}" + (f" ({row[a]['tool']})" if "tool" in row[a] else "")
+            if a in row
+            else "–"
+            for a in ("tools_list", "search_tools", "call_tool")
+        ]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _stats(samples: Sequence[float]) -> dict[str, float]:
@@ -239,6 +278,8 @@ async def _rounds(
     if name is None:
         ready = {s["id"] for s in await frontend.api.servers() if s.get("state") == "ready"}
         name = _callable_without_arguments([t for t in await frontend.catalog() if t["server"] in ready])
+    if name is not None:
+        await _check_call(client, name, arguments)
     lists, searches, calls = [], [], []
     for i in range(rounds):
         query = SAMPLE_QUERIES[i % len(SAMPLE_QUERIES)]
@@ -264,6 +305,13 @@ async def _rounds(
     if calls:
         timing["call_tool"] = {"tool": name, **_stats(calls)}
     return timing
+
+
+async def _check_call(client: Any, name: str, arguments: dict[str, Any]) -> None:
+    """Stop before timing a call that fails (an unknown tool, wrong arguments): its figures would be an error's."""
+    result = await client.call_tool(render.CALL, {"name": name, "arguments": arguments})
+    if result.is_error and not _rate_limited(result):
+        raise BadRequest(f"call_tool({name}) fails, so there is nothing to time: {_text(result)}")
 
 
 async def live_timings(

@@ -7,11 +7,14 @@ import importlib
 import logging
 import os
 import sys
+from typing import NoReturn
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from service.cli.settings_values import unparsed_values, without_password
+from service.cli.terminal import printable
+from service.errors import ToolscoutError
 
 # Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
 COMMAND_MODULES = [
@@ -20,8 +23,15 @@ COMMAND_MODULES = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its refusals on one line (`toolscout mcp --mode x`), not the usage block above them."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="toolscout", description="Semantic tool retrieval for LLM agents.")
+    parser = _Parser(prog="toolscout", description="Semantic tool retrieval for LLM agents.")
     parser.add_argument(
         "--log-level", default=None, help="logging level (default WARNING; for `serve`, TOOLSCOUT_LOG_LEVEL: INFO)"
     )
@@ -66,6 +76,26 @@ def main(argv: list[str] | None = None) -> int:
         lines = unparsed_values(Settings) or [f"  {exc}"]
         print("\n".join([SETTINGS_HEADER, *lines]), file=sys.stderr)
         return 2
+    except ToolscoutError as exc:  # a command's refusal (a bench's missing data set, an unreachable database)
+        return _refused(exc)
+    except BaseExceptionGroup as group:  # the same, raised inside a task group (an MCP client's, anyio's)
+        error = _only_error(group)
+        if error is None:
+            raise
+        return _refused(error)
+
+
+def _refused(error: ToolscoutError) -> int:
+    print(f"error: {printable(error.detail)}", file=sys.stderr)
+    return 1
+
+
+def _only_error(group: BaseExceptionGroup) -> ToolscoutError | None:  # type: ignore[type-arg]
+    """The one ToolscoutError a group (nested or not) holds, if that is all it holds."""
+    errors = list(group.exceptions)
+    while len(errors) == 1 and isinstance(errors[0], BaseExceptionGroup):
+        errors = list(errors[0].exceptions)
+    return errors[0] if len(errors) == 1 and isinstance(errors[0], ToolscoutError) else None
 
 
 SETTINGS_HEADER = "Invalid settings (environment or .env):"

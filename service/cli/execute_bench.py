@@ -31,6 +31,8 @@ from typing import Any
 
 import httpx
 
+from service.benchmarks import expect
+from service.benchmarks.arguments import positive_int, whole_int
 from service.http_transport import async_nodelay_transport
 from service.usage.rollups import percentile
 
@@ -45,10 +47,10 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    execute.add_argument("--calls", type=int, default=500, help="sequential calls per path (default 500)")
-    execute.add_argument("--warmup", type=int, default=50, help="warm-up calls per path (default 50)")
-    execute.add_argument("--throughput-calls", type=int, default=1000, help="calls per throughput run")
-    execute.add_argument("--concurrency", type=int, default=32, help="calls in flight in the throughput runs")
+    execute.add_argument("--calls", type=positive_int, default=500, help="sequential calls per path (default 500)")
+    execute.add_argument("--warmup", type=whole_int, default=50, help="warm-up calls per path (default 50)")
+    execute.add_argument("--throughput-calls", type=positive_int, default=1000, help="calls per throughput run")
+    execute.add_argument("--concurrency", type=positive_int, default=32, help="calls in flight in the throughput runs")
     execute.add_argument("--no-http", action="store_true", help="skip the uvicorn child process")
     execute.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     execute.set_defaults(func=cmd_bench_execute)
@@ -121,9 +123,7 @@ def _start_http_service(data_dir: Path, servers_file: Path, port: int) -> subpro
     )
 
 
-async def _wait_http(
-    client: httpx.AsyncClient, process: subprocess.Popen[bytes], limit_seconds: float
-) -> None:
+async def _wait_http(client: httpx.AsyncClient, process: subprocess.Popen[bytes], limit_seconds: float) -> None:
     deadline = time.monotonic() + limit_seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -174,26 +174,26 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         async with (
             app.router.lifespan_context(app),
             Client(direct_params, mode="legacy", cache=None) as direct,
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench") as asgi,
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as asgi,
             httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60, transport=nodelay) as http,
         ):
             executor = get_gateway(app.state.resources).executor
 
             async def call_direct() -> None:
                 result = await direct.call_tool("get_current_time", ARGUMENTS)
-                assert not result.is_error
+                expect(not result.is_error, f"the direct call failed: {result.content}")
 
             async def call_function() -> None:
                 result = await executor.execute(OPEN_CALLER, TOOL, ARGUMENTS)
-                assert result.status == "ok"
+                expect(result.status == "ok", f"Executor.execute answered {result.status}: {result.content}")
 
             async def call_asgi() -> None:
                 response = await asgi.post("/execute", json={"name": TOOL, "arguments": ARGUMENTS})
-                assert response.status_code == 200, response.text
+                expect(response.status_code == 200, f"POST /execute (ASGI) answered {response.text}")
 
             async def call_http() -> None:
                 response = await http.post("/execute", json={"name": TOOL, "arguments": ARGUMENTS})
-                assert response.status_code == 200, response.text
+                expect(response.status_code == 200, f"POST /execute (HTTP) answered {response.text}")
 
             paths: dict[str, Callable[[], Awaitable[None]]] = {
                 "direct": call_direct,
@@ -221,8 +221,7 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                 if name != "direct"
             }
             throughput = {
-                name: await _throughput(call, args.throughput_calls, args.concurrency)
-                for name, call in paths.items()
+                name: await _throughput(call, args.throughput_calls, args.concurrency) for name, call in paths.items()
             }
             await get_gateway(app.state.resources).log.flush(30)
     finally:

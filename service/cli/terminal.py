@@ -12,3 +12,4 @@ _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066
 def printable(value: object) -> str:
     """The value as one line of terminal text: controls written as escapes (a caller's query may hold any)."""
     return _CONTROLS.sub(lambda match: match.group().encode("unicode_escape").decode(), str(value))
+

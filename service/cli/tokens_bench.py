@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 
 import anyio
 
+from service.benchmarks.arguments import json_object, positive_int
 from service.errors import ToolscoutError
 from service.settings import Settings
 
@@ -34,7 +34,7 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         "--profiles", type=Path, default=None, help="profiles file (default: settings frontend.profiles_file)"
     )
     tokens.add_argument(
-        "-k", type=int, default=None, help="search result size (default: settings search.default_k)"
+        "-k", type=positive_int, default=None, help="search result size (default: settings search.default_k)"
     )
     tokens.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     tokens.add_argument("--markdown", action="store_true", help="print the README table instead of JSON")
@@ -43,13 +43,15 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         action="store_true",
         help="add latencies of list, search and call through the front end (needs the API running)",
     )
-    tokens.add_argument("--rounds", type=int, default=20, help="repetitions per live timing (default 20)")
+    tokens.add_argument("--rounds", type=positive_int, default=20, help="repetitions per live timing (default 20)")
     tokens.add_argument(
         "--call-tool",
         default=None,
         help="tool to time calls of (default: a read-only tool without required arguments)",
     )
-    tokens.add_argument("--call-arguments", default="{}", help="JSON arguments for --call-tool")
+    tokens.add_argument(
+        "--call-arguments", type=json_object, default={}, help="JSON object of arguments for --call-tool"
+    )
     tokens.add_argument(
         "--code-mode",
         action="store_true",
@@ -77,7 +79,7 @@ def cmd_tokens(args: argparse.Namespace) -> int:
                     settings,
                     rounds=args.rounds,
                     call_tool=args.call_tool,
-                    call_arguments=json.loads(args.call_arguments),
+                    call_arguments=args.call_arguments,
                 )
             )
         if args.code_mode:

@@ -17,6 +17,8 @@ def string_argument(arguments: Mapping[str, Any], key: str, *, required: bool) -
         return None
     if not isinstance(value, str):
         raise InvalidArguments(f"`{key}` must be a string", errors=[{"pointer": f"/{key}", "reason": "not a string"}])
+    if required and not value.strip():  # else the API's refusal names its own field, /body/query
+        raise InvalidArguments(f"`{key}` must not be blank", errors=[{"pointer": f"/{key}", "reason": "blank"}])
     return value
 
 

@@ -3,12 +3,14 @@ the API's event stream (GET /events) is followed, so a cached list is never olde
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 
+from service.errors import NotFound
 from service.mcp.api import ApiError, ToolscoutApi
 from service.mcp.profiles import Profile
 
@@ -66,6 +68,22 @@ class CatalogView:
         if self._cacheable(generation):
             self._tools[name] = tool
         return tool
+
+    async def tool_in_scope(self, name: str) -> dict[str, Any]:
+        """A tool the profile lets this front end call. Any other name, whether a tool outside the profile or none
+        at all, gets the same NotFound naming the closest tools in scope: the API's 404 would name any tool."""
+        try:
+            tool: dict[str, Any] | None = await self.tool(name)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            tool = None
+        if tool is not None and self.in_scope(tool):
+            return tool
+        closest = difflib.get_close_matches(name, [str(t["name"]) for t in await self.tools()], n=5, cutoff=0.6)
+        hint = f"; closest: {', '.join(closest)}" if closest else ""
+        profile = self.profile.name if self.profile else ""
+        raise NotFound(f"No tool named {name!r} in the profile {profile!r}{hint}", tool=name, closest=closest)
 
     def cached(self, name: str) -> dict[str, Any] | None:
         """A tool already in the cache, without asking the API."""

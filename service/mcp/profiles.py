@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from indexer.json_pointer import pointer_token
 from indexer.tools import normalize_server_id
 from service.errors import BadRequest
 
@@ -67,11 +68,12 @@ def load_profiles(path: Path | None) -> dict[str, Profile]:
     except OSError as exc:
         raise ProfileError(f"Cannot read the profiles file {path}: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise ProfileError(f"The profiles file {path} is not valid YAML or JSON: {exc}") from exc
+        raise ProfileError(f"The profiles file {path} is not valid YAML or JSON: {_yaml_problem(exc)}") from exc
     if raw is None:
         return {}
+    prefix = ""
     if isinstance(raw, Mapping) and "profiles" in raw:
-        raw = raw["profiles"]
+        raw, prefix = raw["profiles"], "/profiles"
     if not isinstance(raw, Mapping):
         raise ProfileError(f"{path}: expected a mapping of profile names to scopes under `profiles`")
     profiles: dict[str, Profile] = {}
@@ -80,9 +82,23 @@ def load_profiles(path: Path | None) -> dict[str, Profile]:
             raise ProfileError(f"{path}: profile {name!r} must be a mapping")
         try:
             profiles[str(name)] = Profile(name=str(name), **body)
-        except (ValidationError, TypeError) as exc:
+        except ValidationError as exc:
+            errors = [
+                {"pointer": prefix + "".join(f"/{pointer_token(p)}" for p in (name, *e["loc"])), "reason": e["msg"]}
+                for e in exc.errors()
+            ]
+            reasons = "; ".join(f"{e['pointer']}: {e['reason']}" for e in errors)
+            raise ProfileError(f"{path}: profile {name!r} is invalid: {reasons}", errors=errors) from exc
+        except TypeError as exc:  # a key that is not a string
             raise ProfileError(f"{path}: profile {name!r} is invalid: {exc}") from exc
     return profiles
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """A parser error on one line: what and where (PyYAML's own text spans several, with the source quoted)."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(problem)
 
 
 def select_profile(path: Path | None, name: str | None) -> Profile | None:
@@ -91,7 +107,10 @@ def select_profile(path: Path | None, name: str | None) -> Profile | None:
         return None
     profiles = load_profiles(path)
     if name not in profiles:
+        if path is None:
+            raise ProfileError(
+                f"No profile named {name!r}: no profiles file is set (TOOLSCOUT_FRONTEND__PROFILES_FILE)"
+            )
         known = ", ".join(sorted(profiles)) or "none"
-        where = path or "no profiles file (set TOOLSCOUT_FRONTEND__PROFILES_FILE)"
-        raise ProfileError(f"No profile named {name!r} in {where}; known profiles: {known}")
+        raise ProfileError(f"No profile named {name!r} in {path}; known profiles: {known}")
     return profiles[name]

@@ -368,6 +368,9 @@ def fetch_result_text(body: Mapping[str, Any]) -> str:
     if warnings:
         text = f"[Toolscout screened this page. {_said(warnings)}]\n{text}"
     next_offset = body.get("next_offset")
+    offset, total = body.get("offset"), body.get("total_tokens")
+    if next_offset is None and not text and isinstance(offset, int) and isinstance(total, int) and offset >= total:
+        return f"[End of result: offset {offset} is past its {total} tokens.]"  # not an empty page that looks cut
     if next_offset is None:
         return text + "\n[End of result.]"
     return (

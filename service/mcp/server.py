@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -252,6 +253,8 @@ class Frontend:
     async def list_tools_for(self, session: str) -> list[types.Tool]:
         """The tool list a session sees in this mode."""
         catalog = await self.catalog() if self.mode in ("full", "grouped") else []
+        if self.mode == "grouped" and self.profile is not None:  # no help_<server> of a server outside the profile
+            catalog = [t for t in catalog if self.profile.allows_server(str(t["server"]))]
         state = await self.sessions.load(session) if self.mode == "dynamic" else None
         return render.mode_tools(
             self.mode,
@@ -325,7 +328,12 @@ class Frontend:
         return None
 
     async def _status(self, ctx: ServerRequestContext[Any, Any]) -> types.CallToolResult:
-        servers = [s for s in await self.api.servers() if self.profile is None or self.profile.allows_server(s["id"])]
+        servers = await self.api.servers()
+        if self.profile is not None:  # the tools in scope (tags, always_listed), not every tool of its servers
+            scope = Counter(str(t["server"]) for t in await self.catalog())
+            servers = [
+                {**s, "tools": scope[s["id"]]} for s in servers if scope[s["id"]] or self.profile.allows_server(s["id"])
+            ]
         state = await self.sessions.load(self.session_key(ctx))
         active = list(state.active) if state is not None else []
         return _text(render.status_text(self.mode, self.profile.name if self.profile else None, servers, active))
@@ -364,10 +372,7 @@ class Frontend:
         approval_id: str | None = None,
     ) -> types.CallToolResult:
         if self.profile is not None:
-            tool = await self.view.tool(name)  # an unknown name is the API's 404, closest tools named
-            if not self.profile.allows(tool):
-                raise PermissionDenied(f"Tool {name!r} is outside the profile {self.profile.name!r}", tool=name)
-            name = str(tool["name"])
+            name = str((await self.view.tool_in_scope(name))["name"])
         state = await self.sessions.load(self.session_key(ctx))
         search_id = state.search_ids.get(name) if state is not None else None
         return render.execution_result(await self.api.execute(name, arguments, search_id, approval_id))

@@ -86,3 +86,18 @@ def test_the_replicas_see_each_client_address_not_the_balancers(compose: dict[st
     assert nginx.count("proxy_set_header X-Forwarded-For $$remote_addr;") == locations
     assert nginx.count("proxy_set_header X-Forwarded-Proto $$scheme;") == locations
     assert "proxy_add_x_forwarded_for" not in nginx
+
+
+def test_the_image_leaves_out_secrets_local_data_and_environments() -> None:
+    # The api image is built with `COPY . .` from this folder, where README (Deploying) puts the .env of secrets.
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    ignored.discard("")
+    assert {".env", ".git", ".venv", ".toolscout"} <= ignored
+    not_committed = {
+        line.strip() for line in (ROOT / ".gitignore").read_text().splitlines() if line.strip() and line[0] != "#"
+    }
+    # What git leaves out is never the image's either (a pattern may be written for every folder: **/).
+    assert {p for p in not_committed if p not in ignored and f"**/{p}" not in ignored} == set()
+    assert "COPY . ." in yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["api"]["build"][
+        "dockerfile_inline"
+    ]

@@ -97,6 +97,8 @@ async def test_long_results_are_cut_and_read_on_with_fetch_result(
             pages.append(body)
             more = json.loads(tail.removesuffix(")]"))
         assert "".join(pages).splitlines()[-1] == "line 1499: the quick brown fox jumps over the lazy dog"
+        past = await client.call_tool("fetch_result", {**more, "offset": 10**9})
+        assert not past.is_error and text_of(past).startswith(f"[End of result: offset {10**9} is past its ")
         missing = await client.call_tool("fetch_result", {"result_id": "nope"})
         assert missing.is_error and "No stored result 'nope'" in text_of(missing)
 
@@ -118,20 +120,38 @@ async def test_a_profile_scopes_lists_searches_and_calls(
         }
         outside = await client.call_tool("search_tools", {"query": "issue", "server": "github"})
         assert outside.is_error and "Server 'github' is outside the profile 'coding'" in text_of(outside)
+        # A tool outside the profile is answered as one that does not exist, and the closest names offered are
+        # the profile's: the API's 404 named any tool of the catalog (filesystem__search_files for this one).
         denied = await client.call_tool("github__create_issue", {"owner": "o", "repo": "r", "title": "t"})
-        assert denied.is_error and "Tool 'github__create_issue' is outside the profile 'coding'" in text_of(denied)
+        assert denied.is_error
+        assert text_of(denied) == "Not found: No tool named 'github__create_issue' in the profile 'coding'"
         assert text_of(await client.call_tool("probe__echo", {"text": "in scope"})) == "in scope"
         unknown = await client.call_tool("git__git_stats", {})
-        assert unknown.is_error and "No tool named 'git__git_stats'; closest: git__git_status" in text_of(unknown)
+        assert text_of(unknown).startswith(
+            "Not found: No tool named 'git__git_stats' in the profile 'coding'; closest: git__git_status"
+        )
+        outside = await client.call_tool("call_tool", {"name": "filesystem__search_filez"})
+        assert text_of(outside) == "Not found: No tool named 'filesystem__search_filez' in the profile 'coding'"
         status = json.loads(text_of(await client.call_tool("status", {})))
-        assert status["profile"] == "coding" and [s["id"] for s in status["servers"]] == ["git", "probe"]
+        # What the profile reaches: its servers' tools and the always-listed one of another (time), 20 in all as
+        # full mode lists below (before: git's and probe's only, and any tag filter left uncounted).
+        assert status["profile"] == "coding" and [s["id"] for s in status["servers"]] == ["git", "probe", "time"]
         assert status["servers"][1] == {"id": "probe", "state": "ready", "tools": 7}
+        assert status["servers"][2]["tools"] == 1 and status["tools"] == 12 + 7 + 1
     async with (
         frontend_of(settings, api_transport, "full", profile=profile) as frontend,
         client_of(frontend) as (client, _),
     ):
         names = [t.name for t in (await client.list_tools()).tools]
         assert len(names) == 12 + 7 + 1 and "time__get_current_time" in names
+    async with (
+        frontend_of(settings, api_transport, "grouped", profile=profile) as frontend,
+        client_of(frontend) as (client, _),
+    ):
+        # time__get_current_time is always listed, but its server is outside the profile: no help_time, which
+        # could only answer that the server is outside the profile.
+        helpers = [t.name for t in (await client.list_tools()).tools if t.name.startswith("help_")]
+        assert helpers == ["help_git", "help_probe"]
 
 
 def test_profiles_file_yaml_and_json(tmp_path: Path) -> None:
@@ -149,9 +169,30 @@ def test_profiles_file_yaml_and_json(tmp_path: Path) -> None:
     assert select_profile(tmp_path / "p.json", "ops") == Profile(name="ops", servers=("time",))
     with pytest.raises(ProfileError, match="No profile named 'nope'.*known profiles: coding, ops"):
         select_profile(path, "nope")
-    path.write_text("profiles:\n  bad:\n    default_k: 0\n")
-    with pytest.raises(ProfileError, match="profile 'bad' is invalid"):
+    with pytest.raises(ProfileError) as no_file:
+        select_profile(None, "nope")
+    assert no_file.value.detail == (
+        "No profile named 'nope': no profiles file is set (TOOLSCOUT_FRONTEND__PROFILES_FILE)"
+    )
+    # Each problem on one line, with where it is (the CLI prints the detail as its one error line).
+    path.write_text("profiles:\n  bad:\n    default_k: 0\n    servers: git\n")
+    with pytest.raises(ProfileError) as invalid:
         load_profiles(path)
+    assert invalid.value.detail == (
+        f"{path}: profile 'bad' is invalid: /profiles/bad/servers: Input should be a valid tuple; "
+        "/profiles/bad/default_k: Input should be greater than or equal to 1"
+    )
+    assert [e["pointer"] for e in invalid.value.extensions["errors"]] == [
+        "/profiles/bad/servers",
+        "/profiles/bad/default_k",
+    ]
+    path.write_text("profiles: [1\n")
+    with pytest.raises(ProfileError) as unparsable:
+        load_profiles(path)
+    assert unparsable.value.detail == (
+        f"The profiles file {path} is not valid YAML or JSON: expected ',' or ']', but got '<stream end>' "
+        "at line 2, column 1"
+    )
 
 
 def test_a_refused_key_names_the_variable_the_front_end_sends_it_from() -> None:

@@ -124,6 +124,8 @@ async def test_meta_tool_argument_errors_are_tool_results(
     async with frontend_of(settings, api_transport) as frontend, client_of(frontend) as (client, _):
         missing = await client.call_tool("search_tools", {})
         assert missing.is_error and "`query` is required" in text_of(missing)
+        blank = await client.call_tool("search_tools", {"query": " \t"})
+        assert text_of(blank) == "Arguments do not match the tool's input schema: `query` must not be blank"
         bad_k = await client.call_tool("search_tools", {"query": "x", "k": 500})
         assert bad_k.is_error and "`k` must be an integer 1..50" in text_of(bad_k)
         bad_args = await client.call_tool("call_tool", {"name": "git__git_status", "arguments": "nope"})

@@ -10,7 +10,7 @@ import anyio
 import pytest
 from fastapi import FastAPI
 
-from service.benchmarks.tokens import list_tokens, load_catalog
+from service.benchmarks.tokens import list_tokens, load_catalog, markdown_table
 from service.cli import main
 from tests.mcp.conftest import CATALOGS, toolscout_command
 
@@ -99,3 +99,56 @@ async def test_live_timings_go_through_the_front_end(live_api: tuple[str, FastAP
     for mode in ("lazy", "grouped", "full", "dynamic"):
         assert live[mode]["tools_list"]["n"] == live[mode]["search_tools"]["n"] == 2
         assert live[mode]["call_tool"]["tool"] == "probe__echo" and live[mode]["call_tool"]["median_ms"] > 0
+    # A call that fails is not timed: its figures would be those of the error.
+    failing = await anyio.run_process(
+        [*toolscout_command(), "bench", "tokens", "--live-timings", "--call-tool", "probe__nope"],
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert failing.returncode == 1 and failing.stdout == b""
+    assert failing.stderr.decode().splitlines()[-1].startswith(
+        "error: call_tool(probe__nope) fails, so there is nothing to time: Not found: No tool named 'probe__nope'"
+    )
+
+
+def test_the_markdown_table_carries_the_live_timings_and_code_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    report = {**json.loads(run_bench(capsys)), "live": {"api_url": "http://api", "rounds": 3}}
+    for mode in ("lazy", "grouped", "full", "dynamic"):
+        timing = {"n": 3, "median_ms": 1.5, "p95_ms": 2.0}
+        report["live"][mode] = {"tools_list": timing, "search_tools": timing, "call_tool": {"tool": "t__x", **timing}}
+    report["live"]["full"].pop("call_tool")
+    table = markdown_table(report).splitlines()
+    assert "Through the front end against http://api, 3 rounds (median / p95 ms):" in table
+    assert "| lazy | 1.5 / 2.0 | 1.5 / 2.0 | 1.5 / 2.0 (t__x) |" in table
+    assert "| full | 1.5 / 2.0 | 1.5 / 2.0 | – |" in table
+    report["code_mode"] = {
+        "task": "Five steps.",
+        "lazy": {"model_turns": 6, "context_tokens": 1195, "input_tokens": 5486},
+        "code_mode": {"model_turns": 2, "context_tokens": 841, "input_tokens": 1336},
+        "context_tokens_saving_pct": 29.6,
+        "input_tokens_saving_pct": 75.6,
+    }
+    table = markdown_table(report).splitlines()
+    assert table[-2:] == [
+        "| lazy, one call per step | 6 | 1,195 | 5,486 |",
+        "| code mode, one script | 2 | 841 (29.6% less) | 1,336 (75.6% less) |",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--call-arguments", "{x"], "argument --call-arguments: not JSON"),
+        (["--call-arguments", "[1]"], "argument --call-arguments: expected a JSON object of arguments, got '[1]'"),
+        (["--rounds", "0"], "argument --rounds: expected a whole number of at least 1, got '0'"),
+        (["-k", "many"], "argument -k: expected a whole number of at least 1, got 'many'"),
+    ],
+)
+def test_wrong_arguments_are_refused_before_anything_runs(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "tokens", "--live-timings", *args])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith(f"toolscout bench tokens: error: {said}")

@@ -44,3 +44,15 @@ def test_the_first_search_after_ready_is_compared_with_the_searches_after_it(tmp
         stop_server(process)
     assert first["first_ms"] > 0 and first["following_p50_ms"] > 0
     assert first["ratio"] == pytest.approx(first["first_ms"] / first["following_p50_ms"], rel=0.02)
+
+
+def test_bench_load_says_when_its_figures_hold_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.benchmarks.load import _say_errors
+
+    row = {"concurrency": 1, "errors": 0, "requests": 10}
+    _say_errors({"short": [row], "long": [row]})
+    assert capsys.readouterr().err == ""
+    _say_errors({"short": [row], "long": [{**row, "errors": 2356, "requests": 2365}]})
+    assert capsys.readouterr().err.startswith(
+        "note: 2,356 of 2,375 requests failed (non-2xx answers or socket errors) and their latencies are in the figures"
+    )

@@ -12,6 +12,7 @@ import yaml
 
 from service.db.models import ApiKey
 from service.security.openmode import StartupRefused
+from tests.processes import free_port
 from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ def test_serve_on_all_interfaces_without_a_key_refuses_to_start(tmp_path: Path) 
         "PYTHONPATH": str(REPO),
     }
     done = subprocess.run(
-        [*toolscout(), "serve", "--host", "0.0.0.0", "--port", "0"],
+        [*toolscout(), "serve", "--host", "0.0.0.0", "--port", str(free_port())],  # 0 is refused as no port
         env=env,
         cwd=tmp_path,
         capture_output=True,
