@@ -118,5 +118,5 @@ def _window_bound(name: str, moment: datetime | None) -> datetime | None:
         return as_utc(moment)
     except OverflowError as exc:
         raise InvalidRequest(
-            f"`{name}` is out of the range of dates", errors=[{"pointer": name, "reason": str(exc)}]
+            f"`{name}` is out of the range of dates", errors=[{"pointer": f"/query/{name}", "reason": str(exc)}]
         ) from exc

@@ -75,7 +75,7 @@ async def test_post_keys_with_a_blank_caller_is_422_and_writes_nothing(world: di
     before = await count_rows(app, ApiKey)
     for caller in ("   ", "\t"):
         body = assert_problem(await http.post("/keys", json={"caller": caller}, headers=bearer(admin)), 422)
-        assert body["errors"][0]["pointer"] == "/caller"
+        assert body["errors"][0]["pointer"] == "/body/caller"
     assert await count_rows(app, ApiKey) == before
 
 
@@ -110,11 +110,11 @@ async def test_post_keys_refuses_roles_that_cannot_name_a_scope(world: dict[str,
     http, admin, app = world["http"], world["admin"], world["app"]
     before = await count_rows(app, ApiKey)
     for roles, pointer in (
-        (["dev", "r" * 65], "/roles/1"),
-        (["dev,approver"], "/roles/0"),
-        ([" "], "/roles/0"),
-        (["line\nbreak"], "/roles/0"),
-        ([f"role{i:02d}{'x' * 56}" for i in range(9)], "/roles"),
+        (["dev", "r" * 65], "/body/roles/1"),
+        (["dev,approver"], "/body/roles/0"),
+        ([" "], "/body/roles/0"),
+        (["line\nbreak"], "/body/roles/0"),
+        ([f"role{i:02d}{'x' * 56}" for i in range(9)], "/body/roles"),
     ):
         body = assert_problem(
             await http.post("/keys", json={"caller": "c", "roles": roles}, headers=bearer(admin)), 422

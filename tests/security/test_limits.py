@@ -43,7 +43,7 @@ async def test_a_long_query_is_422_naming_the_limit(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, permissions=None, search={"max_query_chars": 100})
     async with running(settings) as (app, http):
         body = assert_problem(await http.post("/search", json={"query": "q" * 101}), 422)
-        assert body["limit"] == "search.max_query_chars" and body["errors"][0]["pointer"] == "/query"
+        assert body["limit"] == "search.max_query_chars" and body["errors"][0]["pointer"] == "/body/query"
         assert await count_rows(app, Search) == 0
 
 
@@ -104,7 +104,7 @@ async def test_an_analytics_window_without_a_utc_time_is_422(tmp_path: Path) -> 
     async with running(settings) as (_app, http):
         answer = await http.get("/analytics/tools", params={"since": "0001-01-01T00:00:00+05:00"})
         body = assert_problem(answer, 422, "invalid-request")
-        assert body["errors"][0]["pointer"] == "since"
+        assert body["errors"][0]["pointer"] == "/query/since"
 
 
 async def test_one_key_holds_a_bounded_number_of_event_streams(tmp_path: Path) -> None:
@@ -180,6 +180,6 @@ async def test_a_search_filter_is_bounded_and_each_value_costs_once(tmp_path: Pa
         for field in ("tags", "servers"):
             values = [f"v{i}" for i in range(11)]
             body = assert_problem(await http.post("/search", json={"query": "read", field: values}), 422)
-            assert body["limit"] == "search.max_filter_values" and body["errors"][0]["pointer"] == f"/{field}"
+            assert body["limit"] == "search.max_filter_values" and body["errors"][0]["pointer"] == f"/body/{field}"
             assert "search.max_filter_values" in body["detail"]
         assert len(seen) == 1  # the refused ones never reached the index

@@ -42,7 +42,7 @@ async def test_a_batch_larger_than_the_burst_is_refused_as_invalid_not_told_to_r
         refused = await http.post("/execute/batch", json={"calls": calls}, headers=bearer(admin))
         body = assert_problem(refused, 422)
         assert body["limit"] == "policy.rate_limit_burst" and "retry-after" not in refused.headers
-        assert body["errors"] == [{"pointer": "/calls", "reason": "at most 5 calls (policy.rate_limit_burst)"}]
+        assert body["errors"] == [{"pointer": "/body/calls", "reason": "at most 5 calls (policy.rate_limit_burst)"}]
         await get_gateway(app.state.resources).log.flush()
         assert await count_rows(app, Execution) == 0
         # As many calls as the burst holds run once the bucket has refilled (the refused batch took one token).
