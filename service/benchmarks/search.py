@@ -222,7 +222,7 @@ def measure_size(size: int, source: list[dict[str, Any]], searches: int, backend
         settings.index.backend = backend  # type: ignore[assignment]
         if backend == "qdrant":
             settings.index.url = ":memory:"
-        app = create_app(settings)
+        app = create_app(settings, keyless_by_design=True)
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)

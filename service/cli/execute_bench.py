@@ -163,7 +163,7 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         policy=PolicySettings(rate_limit_per_minute=0),
         execution=ExecutionSettings(servers_file=servers_file, demo_servers=False, startup_wait_seconds=60),
     )
-    app = create_app(settings, embedder=HashingEmbedder())
+    app = create_app(settings, embedder=HashingEmbedder(), keyless_by_design=True)
     http_process = None
     port = _free_port()
     if not args.no_http:
