@@ -55,9 +55,14 @@ def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ign
         default=None,
         help="catalog with real tool texts (JSONL or tools/list; repeatable)",
     )
-    parser.add_argument("--searches", type=positive_int, default=300, help="searches timed per size and query kind")
     parser.add_argument(
-        "--backend", choices=["edge", "qdrant"], default="edge", help="edge: in-process; qdrant: qdrant-client :memory:"
+        "--searches", type=positive_int, default=300, help="searches timed per size and query kind (default 300)"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["edge", "qdrant"],
+        default="edge",
+        help="edge: in-process; qdrant: qdrant-client :memory: (default edge)",
     )
     parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.set_defaults(func=run)
