@@ -43,11 +43,17 @@ logger = logging.getLogger(__name__)
 
 
 def create_app(
-    settings: Settings | None = None, *, embedder: Embedder | None = None, index: VectorIndex | None = None
+    settings: Settings | None = None,
+    *,
+    embedder: Embedder | None = None,
+    index: VectorIndex | None = None,
+    keyless_by_design: bool = False,
 ) -> FastAPI:
-    """Build the app; tests pass settings (and optionally an embedder or index) explicitly."""
+    """Build the app; tests pass settings (and optionally an embedder or index) explicitly. `keyless_by_design`:
+    an in-process app of a local bench, which starts without the warning that no API key is configured."""
     settings = settings or Settings()
     resources = build_resources(settings, embedder)
+    resources.keyless_by_design = keyless_by_design
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -68,6 +68,7 @@ class Resources:
     observability: Observability | None = None  # observability.install_observability (metrics, tracer, logs)
     cluster: Cluster | None = None  # cluster.state.cluster_state: replica id, Redis bus, writer locks, follower
     progress: Callable[[int, int], None] | None = None  # the CLI's progress bar while indexing
+    keyless_by_design: bool = False  # create_app's: a bench's in-process app, serving without keys unannounced
     # Every background loop runs under it: restarted with backoff on any error, shown in /readyz.
     supervisor: Supervisor = field(default_factory=Supervisor)
 

@@ -228,12 +228,31 @@ def test_every_command_says_in_one_line_what_it_does(capsys: pytest.CaptureFixtu
         assert line and "\n" not in line and len(line) <= 100, command
         assert line.split()[0] in VERBS, f"{command}: {line!r} does not start with what it does"
         assert parser.description.startswith(line) or len(parser.description) > len(line), command
-        if not command.startswith("toolscout bench"):  # a benchmark's options are read in its module
-            options = [a for a in parser._actions if not isinstance(a, argparse._SubParsersAction)]
-            assert [a.dest for a in options if not a.help] == [], command
+        options = [a for a in parser._actions if not isinstance(a, argparse._SubParsersAction)]
+        assert [a.dest for a in options if not a.help] == [], command
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     assert "run the REST API, console and upstream gateway over HTTP" in capsys.readouterr().out
+
+
+def test_every_bench_option_says_in_one_line_what_it_sets_and_its_default() -> None:
+    from service.cli.bench import BENCH_MODULES
+
+    benches = [(c, p) for c, _, p in _commands(build_parser()) if c.startswith("toolscout bench ")]
+    assert len(benches) == len(BENCH_MODULES) == 9
+    unexplained = []
+    for command, parser in benches:
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            option = f"{command} {'/'.join(action.option_strings) or action.dest}"
+            text = formatter._expand_help(action) if action.help else ""  # %(default)s filled in, as --help shows
+            if not text or "\n" in text or len(text) > 160:
+                unexplained.append(f"{option}: {text!r}")
+            elif action.default not in (None, False) and "default" not in text:
+                unexplained.append(f"{option}: {text!r} does not say its default {action.default!r}")
+    assert unexplained == []
 
 
 VERBS = {

@@ -55,11 +55,17 @@ STATUSES = [
 
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("analytics", help="time the analytics queries on 1,000,000 executions (PostgreSQL)")
-    parser.add_argument("--admin-url", default=DEFAULT_ADMIN_URL, help="a PostgreSQL URL allowed to create databases")
-    parser.add_argument("--rows", type=positive_int, default=1_000_000, help="executions to generate")
+    parser.add_argument(
+        "--admin-url",
+        default=DEFAULT_ADMIN_URL,
+        help="a PostgreSQL URL allowed to create databases (default %(default)s)",
+    )
+    parser.add_argument("--rows", type=positive_int, default=1_000_000, help="executions to generate (default 1000000)")
     parser.add_argument("--tools", type=positive_int, default=500, help="distinct tools called (default 500)")
     parser.add_argument("--callers", type=positive_int, default=200, help="distinct callers (default 200)")
-    parser.add_argument("--repeat", type=positive_int, default=5, help="timed runs per query (after one warm-up)")
+    parser.add_argument(
+        "--repeat", type=positive_int, default=5, help="timed runs per query after one warm-up (default 5)"
+    )
     parser.add_argument("--seed", type=int, default=7, help="of the generated log (default 7)")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")

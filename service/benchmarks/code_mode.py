@@ -122,7 +122,7 @@ async def code_mode_scenario() -> dict[str, Any]:
         policy=PolicySettings(rate_limit_per_minute=0),
         execution=ExecutionSettings(servers_file=servers_file, demo_servers=False, startup_wait_seconds=120),
     )
-    app = create_app(settings, embedder=HashingEmbedder())
+    app = create_app(settings, embedder=HashingEmbedder(), keyless_by_design=True)
     lazy_calls = [
         ("git__git_log", {"repo_path": str(repo), "max_count": 10}),
         ("git__git_show", {"repo_path": str(repo), "revision": "HEAD"}),

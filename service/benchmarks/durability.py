@@ -44,8 +44,12 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
     )
     bench.add_argument("--warmup", type=whole_int, default=30, help="warm-up calls per path (default 30)")
     bench.add_argument("--repeats", type=positive_int, default=5, help="rounds; figures are their medians (default 5)")
-    bench.add_argument("--throughput-calls", type=positive_int, default=400, help="calls per throughput run")
-    bench.add_argument("--concurrency", type=positive_int, default=32, help="calls in flight in the throughput runs")
+    bench.add_argument(
+        "--throughput-calls", type=positive_int, default=400, help="calls per throughput run (default 400)"
+    )
+    bench.add_argument(
+        "--concurrency", type=positive_int, default=32, help="calls in flight in the throughput runs (default 32)"
+    )
     bench.add_argument("--database-url", default=None, help="one database for both apps (default: SQLite each)")
     bench.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     bench.set_defaults(func=cmd_bench_durability)
@@ -63,7 +67,7 @@ def _app(work: Path, servers_file: Path, database_url: str | None) -> Any:
         policy=PolicySettings(rate_limit_per_minute=0),
         execution=ExecutionSettings(servers_file=servers_file, demo_servers=False, startup_wait_seconds=60),
     )
-    return create_app(settings, embedder=HashingEmbedder())
+    return create_app(settings, embedder=HashingEmbedder(), keyless_by_design=True)
 
 
 def _median(rounds: list[dict[str, float]], key: str) -> float:

@@ -55,7 +55,9 @@ print(json.dumps({"peak_rss_mb": int(hwm.split()[1]) / 1024,
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("embedder", help="compare ONNX (fp32, int8) and torch: cosine, latency, speed, RSS")
     parser.add_argument("--texts", type=positive_int, default=3000, help="real texts compared (default 3000)")
-    parser.add_argument("--repeats", type=positive_int, default=300, help="single-query embeds timed per backend")
+    parser.add_argument(
+        "--repeats", type=positive_int, default=300, help="single-query embeds timed per backend (default 300)"
+    )
     parser.add_argument(
         "--throughput-texts", type=positive_int, default=1000, help="texts embedded at once (default 1000)"
     )

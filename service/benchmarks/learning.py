@@ -67,19 +67,31 @@ def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ign
         help="labelled queries (default: MetaTool's)",
     )
     parser.add_argument(
-        "--max-queries", type=positive_int, default=4000, help="queries sampled (half history, half test)"
+        "--max-queries",
+        type=positive_int,
+        default=4000,
+        help="queries sampled, half history and half test (default 4000)",
     )
-    parser.add_argument("--specialist-share", type=float, default=0.1, help="share of tools the specialist owns")
-    parser.add_argument("--trust-top", type=float, default=0.7, help="how often an agent calls the first result")
+    parser.add_argument(
+        "--specialist-share", type=float, default=0.1, help="share of tools the specialist owns (default 0.1)"
+    )
+    parser.add_argument(
+        "--trust-top", type=float, default=0.7, help="how often an agent calls the first result (default 0.7)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="of the sample and the agents' choices")
     parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.add_argument(
         "--signal",
         choices=("boosts", "usage"),
         default="boosts",
-        help="boosts: popularity/reliability/habit (this module); usage: the usage vectors, per dev set",
+        help="boosts (the default): popularity/reliability/habit (this module); usage: the usage vectors, per dev set",
     )
-    parser.add_argument("--sets", nargs="+", default=["metatool", "sealtools"], help="dev sets (--signal usage)")
+    parser.add_argument(
+        "--sets",
+        nargs="+",
+        default=["metatool", "sealtools"],
+        help="dev sets of --signal usage (default metatool sealtools)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -54,15 +54,21 @@ end
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("load", help="load a server in another process over HTTP (wrk)")
     parser.add_argument("--url", default=None, help="a running server; default: start one with --tools tools")
-    parser.add_argument("--tools", type=positive_int, default=10000, help="catalog size of the started server")
+    parser.add_argument(
+        "--tools", type=positive_int, default=10000, help="catalog size of the started server (default 10000)"
+    )
     parser.add_argument(
         "--concurrency",
         type=positive_ints,
         default="1,8,32",
         help="connections in flight, one run each (default 1,8,32)",
     )
-    parser.add_argument("--duration", type=positive_int, default=10, help="seconds per concurrency and query kind")
-    parser.add_argument("--queries", type=positive_int, default=2000, help="distinct queries cycled per kind")
+    parser.add_argument(
+        "--duration", type=positive_int, default=10, help="seconds per concurrency and query kind (default 10)"
+    )
+    parser.add_argument(
+        "--queries", type=positive_int, default=2000, help="distinct queries cycled per kind (default 2000)"
+    )
     parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.set_defaults(func=run)
 

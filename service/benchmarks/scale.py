@@ -28,11 +28,18 @@ BUILT = "bench-scale.json"  # in a data folder: the size it was indexed with, an
 def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("scale", help="measure search p50 at several catalog sizes in turn (wrk, c=1)")
     parser.add_argument(
-        "--sizes", type=positive_ints, default="10000,100000", help="catalog sizes, the first is the reference"
+        "--sizes",
+        type=positive_ints,
+        default="10000,100000",
+        help="catalog sizes, the first is the reference (default 10000,100000)",
     )
-    parser.add_argument("--rounds", type=positive_int, default=3, help="times every size is served")
-    parser.add_argument("--duration", type=positive_int, default=10, help="seconds of wrk per size, kind and round")
-    parser.add_argument("--queries", type=positive_int, default=400, help="distinct queries cycled per kind")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="times every size is served (default 3)")
+    parser.add_argument(
+        "--duration", type=positive_int, default=10, help="seconds of wrk per size, kind and round (default 10)"
+    )
+    parser.add_argument(
+        "--queries", type=positive_int, default=400, help="distinct queries cycled per kind (default 400)"
+    )
     parser.add_argument(
         "--data-root", type=Path, default=None, help="keep each size's data folder here and reuse it (default: temp)"
     )

@@ -55,9 +55,14 @@ def register_bench(subparsers: argparse._SubParsersAction) -> None:  # type: ign
         default=None,
         help="catalog with real tool texts (JSONL or tools/list; repeatable)",
     )
-    parser.add_argument("--searches", type=positive_int, default=300, help="searches timed per size and query kind")
     parser.add_argument(
-        "--backend", choices=["edge", "qdrant"], default="edge", help="edge: in-process; qdrant: qdrant-client :memory:"
+        "--searches", type=positive_int, default=300, help="searches timed per size and query kind (default 300)"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["edge", "qdrant"],
+        default="edge",
+        help="edge: in-process; qdrant: qdrant-client :memory: (default edge)",
     )
     parser.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     parser.set_defaults(func=run)
@@ -222,7 +227,7 @@ def measure_size(size: int, source: list[dict[str, Any]], searches: int, backend
         settings.index.backend = backend  # type: ignore[assignment]
         if backend == "qdrant":
             settings.index.url = ":memory:"
-        app = create_app(settings)
+        app = create_app(settings, keyless_by_design=True)
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)

@@ -49,8 +49,12 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
     )
     execute.add_argument("--calls", type=positive_int, default=500, help="sequential calls per path (default 500)")
     execute.add_argument("--warmup", type=whole_int, default=50, help="warm-up calls per path (default 50)")
-    execute.add_argument("--throughput-calls", type=positive_int, default=1000, help="calls per throughput run")
-    execute.add_argument("--concurrency", type=positive_int, default=32, help="calls in flight in the throughput runs")
+    execute.add_argument(
+        "--throughput-calls", type=positive_int, default=1000, help="calls per throughput run (default 1000)"
+    )
+    execute.add_argument(
+        "--concurrency", type=positive_int, default=32, help="calls in flight in the throughput runs (default 32)"
+    )
     execute.add_argument("--no-http", action="store_true", help="skip the uvicorn child process")
     execute.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the JSON here")
     execute.set_defaults(func=cmd_bench_execute)
@@ -163,7 +167,7 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         policy=PolicySettings(rate_limit_per_minute=0),
         execution=ExecutionSettings(servers_file=servers_file, demo_servers=False, startup_wait_seconds=60),
     )
-    app = create_app(settings, embedder=HashingEmbedder())
+    app = create_app(settings, embedder=HashingEmbedder(), keyless_by_design=True)
     http_process = None
     port = _free_port()
     if not args.no_http:

@@ -60,12 +60,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        print(
-            f"Toolscout MCP front end ({args.mode}) on "
-            f"http://{host}:{port}{args.path or settings.frontend.http_path}"
-            f" -> {settings.frontend.api_url}",
-            file=sys.stderr,
-            flush=True,
-        )
-        anyio.run(serve_http, frontend, host, port, args.path)
+        api_url = settings.frontend.api_url
+
+        def announce(url: str) -> None:
+            # Printed once the socket accepts connections: whoever waits for this line may connect at once.
+            print(f"Toolscout MCP front end ({args.mode}) on {url} -> {api_url}", file=sys.stderr, flush=True)
+
+        anyio.run(serve_http, frontend, host, port, args.path, announce)
     return 0

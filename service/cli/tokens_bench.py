@@ -50,7 +50,7 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:  # typ
         help="tool to time calls of (default: a read-only tool without required arguments)",
     )
     tokens.add_argument(
-        "--call-arguments", type=json_object, default={}, help="JSON object of arguments for --call-tool"
+        "--call-arguments", type=json_object, default={}, help="JSON object of arguments for --call-tool (default {})"
     )
     tokens.add_argument(
         "--code-mode",

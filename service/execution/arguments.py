@@ -115,17 +115,26 @@ class ArgumentValidator:
         )
 
     async def check(
-        self, tool: Tool, arguments: dict[str, Any], caller: str, before: Callable[[], object] | None = None
+        self,
+        tool: Tool,
+        arguments: dict[str, Any],
+        caller: str,
+        before: Callable[[], object] | None = None,
+        after: Callable[[], object] | None = None,
     ) -> None:
         """Raise InvalidArguments with the first MAX_REPORTED_ERRORS errors' JSON pointers and reasons
         (`more_errors` when there are more); the checking runs in a worker thread (at most CHECK_THREADS at
         once, taken by the waiting callers in turn), never on the event loop. `before` runs first in the same
-        thread and turn, whatever the outcome (the executor's digest of the arguments)."""
+        thread and turn, whatever the outcome (the executor's digest of the arguments); `after` runs last there,
+        for valid arguments only (their serialisation for counting tokens)."""
 
         def work() -> tuple[list[dict[str, str]], bool]:
             if before is not None:
                 before()
-            return self.errors(tool, arguments)
+            found = self.errors(tool, arguments)
+            if not found[0] and after is not None:
+                after()
+            return found
 
         async with self._turns.turn(caller):
             errors, more = await anyio.to_thread.run_sync(work, limiter=self._limiter)

@@ -18,7 +18,7 @@ from service.catalog.events import publish_tools_changed
 from service.catalog.service import sync_server_tools
 from service.cluster.state import cluster_state
 from service.db.models import Server
-from service.errors import ToolscoutError
+from service.errors import ToolscoutError, json_pointer
 from service.execution.executor import Executor
 from service.execution.log import ExecutionLog
 from service.execution.results import ResultStore, load_tokenizer
@@ -85,7 +85,7 @@ def build_gateway(resources: Resources) -> Gateway:
     async def prepare(spec: ServerSpec) -> ServerSpec:
         if spec.source == "api":
             # Checked again at each start: a name may resolve elsewhere now, or the operator tightened the rules.
-            await check_api_server(spec, settings.execution)
+            await check_api_server(spec, settings.execution, where=json_pointer(("servers", spec.id)))
         return await prepare_demo_server(settings, spec)
 
     pool = UpstreamPool(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import socket
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from mcp.server.stdio import stdio_server
@@ -69,19 +70,29 @@ def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = 
     return app
 
 
-async def serve_http(frontend: Frontend, host: str, port: int, path: str | None = None) -> None:
-    """Serve streamable HTTP with uvicorn until interrupted."""
+async def serve_http(
+    frontend: Frontend,
+    host: str,
+    port: int,
+    path: str | None = None,
+    on_listening: Callable[[str], None] | None = None,
+) -> None:
+    """Serve streamable HTTP with uvicorn until interrupted; `on_listening` gets the front end's URL once its socket
+    accepts connections (the lifespan has run by then)."""
     import uvicorn
 
     app = http_app(frontend, path=path, host=host)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="on", **forwarding_options(frontend.settings)
     )
-    logger.info(
-        "Toolscout MCP front end (%s) on http://%s:%d%s",
-        frontend.mode,
-        host,
-        port,
-        path or frontend.settings.frontend.http_path,
-    )
-    await uvicorn.Server(config).serve()
+    url = f"http://{host}:{port}{path or frontend.settings.frontend.http_path}"
+
+    class ListeningServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                logger.info("Toolscout MCP front end (%s) on %s", frontend.mode, url)
+                if on_listening is not None:
+                    on_listening(url)
+
+    await ListeningServer(config).serve()

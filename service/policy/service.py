@@ -289,7 +289,9 @@ async def start_policy(resources: Resources) -> None:
     keys_exist = await resolver.keys_exist()
     refuse_unsafe_start(resources.settings, keys_exist)
     if not keys_exist:
-        if open_mode_allowed(resources.settings):
+        if resources.keyless_by_design:
+            logger.debug("No API key configured: serving one local user (admin), as this local bench does")
+        elif open_mode_allowed(resources.settings):
             logger.warning(
                 "No API key configured: serving one local user (admin) without authentication. "
                 "Create a key with `toolscout keys create --caller NAME --role ROLE` to require keys."

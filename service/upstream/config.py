@@ -140,8 +140,9 @@ def _string_map(value: Any, where: str) -> dict[str, str]:
 
 
 def parse_server_entry(server_id: str, entry: Any, *, source: Source = "file", where: str | None = None) -> ServerSpec:
-    """One `mcpServers` entry as a ServerSpec; InvalidRequest names the bad field with a JSON pointer."""
-    where = where if where is not None else f"/mcpServers/{server_id}"
+    """One `mcpServers` entry as a ServerSpec; InvalidRequest names the bad field with its JSON pointer, under
+    `where`, the entry's own (`/mcpServers/<id>` unless given; `/body` for a POST /servers body)."""
+    where = where if where is not None else json_pointer(("mcpServers", server_id))
     spec = _parse_entry(server_id, entry, source, where)
     # No argv, environment, URL or header holds NUL: every start failed ("embedded null byte", a 502 naming nothing).
     for pointer, text in spec.strings().items():
@@ -200,23 +201,31 @@ def _parse_entry(server_id: str, entry: Any, source: Source, where: str) -> Serv
     )
 
 
-def parse_servers_document(document: Any, *, source: Source = "file") -> list[ServerSpec]:
-    """All enabled servers of an `mcpServers` (or VS Code `servers`) document."""
+def server_entries(document: Any, *, root: str = "") -> list[tuple[str, Any, str]]:
+    """The enabled entries of an `mcpServers` (or VS Code `servers`) document, each as (name, entry, the JSON
+    pointer of the entry, under `root`: "" for a file, `/body` for a request)."""
     if not isinstance(document, Mapping):
-        raise _fail("", "a servers file is a JSON object with an `mcpServers` member")
+        raise _fail(root, "a servers file is a JSON object with an `mcpServers` member")
     key = "mcpServers" if "mcpServers" in document else "servers" if "servers" in document else None
     if key is None:
-        raise _fail("", "a servers file is a JSON object with an `mcpServers` member")
+        raise _fail(root, "a servers file is a JSON object with an `mcpServers` member")
     servers = document[key]
     if not isinstance(servers, Mapping):
-        raise _fail(f"/{key}", "must be an object of named servers")
+        raise _fail(f"{root}/{key}", "must be an object of named servers")
+    return [
+        (str(name), entry, root + json_pointer((key, str(name))))
+        for name, entry in servers.items()
+        if not (isinstance(entry, Mapping) and entry.get("disabled") is True)
+    ]
+
+
+def parse_servers_document(document: Any, *, source: Source = "file") -> list[ServerSpec]:
+    """All enabled servers of an `mcpServers` (or VS Code `servers`) document."""
     specs: dict[str, ServerSpec] = {}
-    for name, entry in servers.items():
-        if isinstance(entry, Mapping) and entry.get("disabled") is True:
-            continue
-        spec = parse_server_entry(str(name), entry, source=source, where=f"/{key}/{name}")
+    for name, entry, where in server_entries(document):
+        spec = parse_server_entry(name, entry, source=source, where=where)
         if spec.id in specs:
-            raise _fail(f"/{key}/{name}", f"two servers have the id {spec.id!r}")
+            raise _fail(where, f"two servers have the id {spec.id!r}")
         specs[spec.id] = spec
     return list(specs.values())
 

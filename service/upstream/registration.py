@@ -43,19 +43,20 @@ def check_stdio_command(spec: ServerSpec, settings: ExecutionSettings) -> None:
         )
 
 
-async def check_api_server(spec: ServerSpec, settings: ExecutionSettings) -> None:
-    """Refuse a server added over the API that could run commands, read secrets or reach internal hosts."""
+async def check_api_server(spec: ServerSpec, settings: ExecutionSettings, *, where: str) -> None:
+    """Refuse a server added over the API that could run commands, read secrets or reach internal hosts; `where`:
+    the JSON pointer of its entry, under which the errors point (`/body` for a POST /servers body)."""
     if found := spec.variables():
         references = sorted({reference for listed in found.values() for reference in listed})
         raise InvalidRequest(
             f"Servers added over the API may not use {', '.join(references)}: `${{VAR}}` is expanded only for "
             "servers of the servers file",
             errors=[
-                {"pointer": pointer, "reason": f"environment reference {', '.join(listed)}"}
+                {"pointer": where + pointer, "reason": f"environment reference {', '.join(listed)}"}
                 for pointer, listed in found.items()
             ],
         )
     if spec.transport == "stdio":
         check_stdio_command(spec, settings)
     elif spec.url is not None:
-        await check_upstream_url(spec.url, settings.upstream_allowed_hosts)
+        await check_upstream_url(spec.url, settings.upstream_allowed_hosts, pointer=f"{where}/url")

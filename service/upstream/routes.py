@@ -8,10 +8,10 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.deps import CallerDep, GatewayDep, ResourcesDep, ServersAdminDep
-from service.errors import InvalidRequest, NotFound
+from service.errors import InvalidRequest, NotFound, body_pointer
 from service.policy.callers import Caller
 from service.policy.service import policy_state, visible_names
-from service.upstream.config import ServerSpec, parse_server_entry, parse_servers_document
+from service.upstream.config import parse_server_entry, server_entries
 from service.upstream.registration import check_api_server
 from service.upstream.service import add_server, delete_server, get_server, list_servers, refresh_server
 
@@ -39,19 +39,19 @@ class ServersResponse(BaseModel):
     servers: list[dict[str, Any]]
 
 
-def _spec(request: ServerCreateRequest) -> ServerSpec:
+def _entry(request: ServerCreateRequest) -> tuple[str, Any, str]:
+    """The one server of the body: (its id, its entry, the JSON pointer of the entry)."""
     if request.mcp_servers is not None:
-        specs = parse_servers_document({"mcpServers": request.mcp_servers}, source="api")
-        if len(specs) != 1:
+        entries = server_entries({"mcpServers": request.mcp_servers}, root="/body")
+        if len(entries) != 1:
             raise InvalidRequest(
                 "POST /servers takes one server at a time",
-                errors=[{"pointer": "/mcpServers", "reason": "exactly one server"}],
+                errors=[{"pointer": body_pointer("mcpServers"), "reason": "exactly one server"}],
             )
-        return specs[0]
+        return entries[0]
     if not request.id:
-        raise InvalidRequest("The server needs an id", errors=[{"pointer": "/id", "reason": "missing"}])
-    entry = request.model_dump(exclude_none=True, exclude={"id", "mcp_servers"})
-    return parse_server_entry(request.id, entry, source="api", where="")
+        raise InvalidRequest("The server needs an id", errors=[{"pointer": body_pointer("id"), "reason": "missing"}])
+    return request.id, request.model_dump(exclude_none=True, exclude={"id", "mcp_servers"}), body_pointer()
 
 
 def _usable_servers(resources: Any, caller: Caller) -> tuple[set[str] | None, dict[str, int]]:
@@ -113,8 +113,9 @@ async def create_server(
 ) -> dict[str, Any]:
     """Connect a new upstream server and index its tools (admin). 502 when it cannot be reached."""
     settings = resources.settings.execution
-    spec = _spec(request)
-    await check_api_server(spec, settings)
+    server_id, entry, where = _entry(request)
+    spec = parse_server_entry(server_id, entry, source="api", where=where)
+    await check_api_server(spec, settings, where=where)
     return await add_server(resources, gateway.pool, spec, settings.startup_wait_seconds)
 
 

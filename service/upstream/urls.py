@@ -103,10 +103,10 @@ def refusal(host: str, addresses: Sequence[IpAddress], allowed: Iterable[str]) -
     return None
 
 
-def _refuse(url: str, reason: str) -> InvalidRequest:
+def _refuse(url: str, reason: str, pointer: str) -> InvalidRequest:
     return InvalidRequest(
         f"Upstream URL refused: {reason} ({ALLOW_HINT})",
-        errors=[{"pointer": "/url", "reason": reason}],
+        errors=[{"pointer": pointer, "reason": reason}],
         url=url,
     )
 
@@ -121,21 +121,22 @@ async def resolve(host: str, port: int) -> list[IpAddress]:
     return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
 
 
-async def check_upstream_url(url: str, allowed: Iterable[str]) -> None:
-    """Raise InvalidRequest unless the URL's host resolves only to public addresses (or is allowed)."""
+async def check_upstream_url(url: str, allowed: Iterable[str], *, pointer: str) -> None:
+    """Raise InvalidRequest unless the URL's host resolves only to public addresses (or is allowed); `pointer`:
+    where the URL is, for the problem's errors."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _refuse(url, "not an http:// or https:// URL with a host")
+        raise _refuse(url, "not an http:// or https:// URL with a host", pointer)
     if parts.username or parts.password:
-        raise _refuse(url, "credentials in the URL; send them as headers")
+        raise _refuse(url, "credentials in the URL; send them as headers", pointer)
     host = parts.hostname.lower()
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
-        raise _refuse(url, "invalid port") from exc
+        raise _refuse(url, "invalid port", pointer) from exc
     try:
         addresses = await resolve(host, port)
     except OSError as exc:
-        raise _refuse(url, f"host {host!r} does not resolve") from exc
+        raise _refuse(url, f"host {host!r} does not resolve", pointer) from exc
     if reason := refusal(host, addresses, allowed):
-        raise _refuse(url, reason)
+        raise _refuse(url, reason, pointer)

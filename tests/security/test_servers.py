@@ -99,22 +99,48 @@ async def test_an_allowed_api_stdio_command_takes_only_listed_environment_variab
         assert added.status_code == 201 and added.json()["health"]["state"] == "ready", added.text
 
 
+HEADER_SECRET = {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${env:TOOLSCOUT_TEST_SECRET}"}}
+
+
 @pytest.mark.parametrize(
-    "entry",
+    ("body", "pointer"),
     [
-        {"url": "https://example.com/${TOOLSCOUT_TEST_SECRET}"},
-        {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${env:TOOLSCOUT_TEST_SECRET}"}},
+        ({"id": "leak", "url": "https://example.com/${TOOLSCOUT_TEST_SECRET}"}, "/body/url"),
+        ({"id": "leak", **HEADER_SECRET}, "/body/headers/Authorization"),
+        ({"mcpServers": {"leak/1": HEADER_SECRET}}, "/body/mcpServers/leak~11/headers/Authorization"),
     ],
 )
 async def test_variables_are_not_expanded_for_api_servers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: dict[str, Any]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any], pointer: str
 ) -> None:
     monkeypatch.setenv("TOOLSCOUT_TEST_SECRET", SECRET)
     async with running(make_settings(tmp_path, permissions=None)) as (app, http):
         admin = await cli_key(app, "root", ["admin"])
-        response = await http.post("/servers", json={"id": "leak", **entry}, headers=bearer(admin))
-        body = assert_problem(response, 422)
-        assert "${" in body["detail"] and SECRET not in response.text
+        response = await http.post("/servers", json=body, headers=bearer(admin))
+        problem = assert_problem(response, 422)
+        assert "${" in problem["detail"] and SECRET not in response.text
+        assert [error["pointer"] for error in problem["errors"]] == [pointer]
+        assert await count_rows(app, Server) == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "pointer"),
+    [
+        ({"id": "bad", "url": "ftp://example"}, "/body/url"),
+        ({"id": "bad", "url": "http://10.0.0.1/mcp"}, "/body/url"),
+        ({"mcpServers": {"bad": {"url": "http://10.0.0.1/mcp"}}}, "/body/mcpServers/bad/url"),
+        ({"mcpServers": {"bad": {"url": "http://h/mcp", "timeout": -1}}}, "/body/mcpServers/bad/timeout"),
+        ({"mcpServers": {"a": {"url": "http://h/a"}, "b": {"url": "http://h/b"}}}, "/body/mcpServers"),
+        ({"url": "http://h/mcp"}, "/body/id"),
+    ],
+)
+async def test_a_refused_server_entry_points_into_the_body(
+    tmp_path: Path, body: dict[str, Any], pointer: str
+) -> None:
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        problem = assert_problem(await http.post("/servers", json=body, headers=bearer(admin)), 422)
+        assert [error["pointer"] for error in problem["errors"]] == [pointer], problem
         assert await count_rows(app, Server) == 0
 
 
@@ -279,10 +305,10 @@ async def test_a_server_flooding_its_pipes_without_newlines_costs_linear_time_an
 @pytest.mark.parametrize(
     ("entry", "pointer"),
     [
-        ({"args": ["-c", "pass\x00"]}, "/args/1"),
-        ({"env": {"TOKEN": "a\x00b"}}, "/env/TOKEN"),
-        ({"env": {"TO\x00KEN": "a"}}, "/env/TO\x00KEN"),
-        ({"cwd": "/tmp\x00"}, "/cwd"),
+        ({"args": ["-c", "pass\x00"]}, "/body/args/1"),
+        ({"env": {"TOKEN": "a\x00b"}}, "/body/env/TOKEN"),
+        ({"env": {"TO\x00KEN": "a"}}, "/body/env/TO\x00KEN"),
+        ({"cwd": "/tmp\x00"}, "/body/cwd"),
     ],
 )
 async def test_nul_in_a_server_entry_is_a_422_naming_the_field(
@@ -297,7 +323,7 @@ async def test_nul_in_a_server_entry_is_a_422_naming_the_field(
         assert problem["errors"][0]["pointer"] == pointer and "NUL" in problem["errors"][0]["reason"], problem
         headers = {"id": "web", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Key": "a\x00b"}}
         problem = assert_problem(await http.post("/servers", json=headers), 422)
-        assert problem["errors"][0]["pointer"] == "/headers/X-Key", problem
+        assert problem["errors"][0]["pointer"] == "/body/headers/X-Key", problem
         assert await count_rows(app, Server) == 0
 
 

@@ -67,11 +67,11 @@ async def test_a_variable_in_a_server_added_over_the_api_is_refused_at_its_field
         source="api",
     )[0]
     with pytest.raises(InvalidRequest) as raised:
-        await check_api_server(spec, ExecutionSettings())
+        await check_api_server(spec, ExecutionSettings(), where="/body/mcpServers/docs")
     assert raised.value.extensions["errors"] == [
-        {"pointer": "/url", "reason": "environment reference ${HOST}"},
-        {"pointer": "/headers/Authorization", "reason": "environment reference ${DOCS_TOKEN}"},
-        {"pointer": "/headers/X~1Y", "reason": "environment reference ${env:A}, ${B}"},
+        {"pointer": "/body/mcpServers/docs/url", "reason": "environment reference ${HOST}"},
+        {"pointer": "/body/mcpServers/docs/headers/Authorization", "reason": "environment reference ${DOCS_TOKEN}"},
+        {"pointer": "/body/mcpServers/docs/headers/X~1Y", "reason": "environment reference ${env:A}, ${B}"},
     ]
     references = "${B}, ${DOCS_TOKEN}, ${HOST}, ${env:A}"
     assert raised.value.detail.startswith(f"Servers added over the API may not use {references}:")
@@ -107,6 +107,10 @@ def test_vs_code_servers_key_and_types() -> None:
             "/mcpServers/a_b",
             "the id 'a_b'",
         ),
+        ({"mcpServers": {"a/b~c": {"url": "ftp://host"}}}, "/mcpServers/a~1b~0c/url", "http:// or https://"),
+        ({"servers": {"x": {"command": "a", "egress_proxy": 1}}}, "/servers/x/egress_proxy", "true or false"),
+        ({"mcpServers": {"x": {"url": "http://h/mcp", "headers": ["a"]}}}, "/mcpServers/x/headers", "string values"),
+        ({"mcpServers": {"x": {"command": "a", "env": {"A": "\x00"}}}}, "/mcpServers/x/env/A", "NUL"),
     ],
 )
 def test_errors_point_at_the_field(document: dict[str, object], pointer: str, reason: str) -> None:
