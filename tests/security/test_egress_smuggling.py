@@ -122,9 +122,8 @@ async def test_an_idle_tunnel_ends(internal: Recorder) -> None:
         env = await proxy.environment("fetch")
         port = await proxy.start()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(
-            f"CONNECT 127.0.0.1:{internal.port} HTTP/1.1\r\nProxy-Authorization: {basic(env['HTTPS_PROXY'])}\r\n\r\n".encode()
-        )
+        auth = basic(env["HTTPS_PROXY"])
+        writer.write(f"CONNECT 127.0.0.1:{internal.port} HTTP/1.1\r\nProxy-Authorization: {auth}\r\n\r\n".encode())
         await writer.drain()
         established = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
         rest = await asyncio.wait_for(reader.read(), 5)  # nothing sent either way: the proxy closes the tunnel
