@@ -104,8 +104,7 @@ async def ensure_server(
 async def _upsert_rows(
     session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport, review: Review
 ) -> None:
-    """Write the batch's rows, judged for holds by `review` (holds.judge); the held ones, changed or not, go to
-    `report.held`."""
+    """Write the batch's rows, judged for holds by `review` (holds.judge); the held ones go to `report.held`."""
     names = [t.qualified_name for t in tools]
     # Hashes first: a re-registration of unchanged tools loads no row (only the changed ones are loaded).
     hashes: dict[str, tuple[str, bool]] = {}
@@ -196,9 +195,7 @@ async def register_tools(
     the MCP server info block of the servers of the batch, for server-aware scoring)."""
     default_id = normalize_server_id(default_server) if default_server else None
     batch = validate_batch(_server_ids(raw_tools, default_server), default_id)
-    report = RegisterReport(
-        errors=list(batch.problems), warnings=list(batch.warnings), more_warnings=batch.more_warnings
-    )
+    report = RegisterReport(errors=list(batch.problems), warnings=batch.warnings, more_warnings=batch.more_warnings)
     infos = {normalize_server_id(name): info for name, info in (servers or {}).items()}
     async with resources.index_lock:
         admitted = await _admit(resources, batch, raw_tools, report)
