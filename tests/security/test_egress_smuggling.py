@@ -7,11 +7,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 
 from service.upstream.egress import EgressProxy
-from tests.security.test_egress_proxy import Recorder, basic, connect_through
+from tests.security.test_egress_proxy import (
+    Recorder,
+    basic,
+    child_environment,
+    connect_through,
+    fetch_server,
+    running,
+)
 
 
 @pytest.fixture
@@ -132,3 +141,22 @@ async def test_an_idle_tunnel_ends(internal: Recorder) -> None:
         await proxy.aclose()
     assert established == b"HTTP/1.1 200 Connection established\r\n\r\n"
     assert rest == b""
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("scheme", ["http", "https"])
+async def test_a_refused_fetch_tells_the_caller_no_proxy_credentials(
+    tmp_path: Path, python_servers: str, internal: Recorder, scheme: str
+) -> None:
+    """The real mcp-server-fetch: what a caller reads of a refusal (a 403, or a ProxyError for a tunnel) names
+    neither the proxy's password nor its user."""
+    url = f"{scheme}://127.0.0.1:{internal.port}/secret"
+    async with running(tmp_path, {"web": fetch_server(python_servers)}) as (app, client):
+        fetched = await client.post("/execute", json={"name": "web__fetch", "arguments": {"url": url}})
+        proxy = httpx.URL(child_environment(app.state.resources.gateway.pool.get("web").health.pid)["HTTP_PROXY"])
+        servers = await client.get("/servers")
+    assert fetched.json()["is_error"] is True, fetched.text
+    assert "403" in fetched.text
+    for secret in (proxy.password, proxy.username):
+        assert secret and secret not in fetched.text and secret not in servers.text
+    assert internal.hits == []
