@@ -6,7 +6,9 @@ Real sockets, as in test_egress_proxy.py: the proxy on 127.0.0.1 and a recording
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -159,4 +161,42 @@ async def test_a_refused_fetch_tells_the_caller_no_proxy_credentials(
     assert "403" in fetched.text
     for secret in (proxy.password, proxy.username):
         assert secret and secret not in fetched.text and secret not in servers.text
+    assert internal.hits == []
+
+
+@pytest.fixture
+def redirector(internal: Recorder) -> Iterator[str]:
+    """An allowed site on 127.0.0.2 whose every page redirects to the internal service on 127.0.0.1."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{internal.port}/secret")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.2:{server.server_address[1]}/start"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.upstream
+async def test_a_redirect_into_internal_space_is_not_followed_through_the_proxy(
+    tmp_path: Path, python_servers: str, internal: Recorder, redirector: str
+) -> None:
+    """The proxy passes the 302 on as bytes; the fetch server's next request goes through the proxy and is checked."""
+    async with running(tmp_path, {"web": fetch_server(python_servers)}, egress_allowed_hosts=["127.0.0.2"]) as (
+        _,
+        client,
+    ):
+        fetched = await client.post("/execute", json={"name": "web__fetch", "arguments": {"url": redirector}})
+    assert fetched.json()["is_error"] is True, fetched.text
+    assert "status code 403" in fetched.json()["content"][0]["text"]
     assert internal.hits == []
