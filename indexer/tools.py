@@ -28,6 +28,8 @@ MAX_SCHEMA_BYTES = 128_000
 MAX_SCHEMA_DEPTH = 32  # nesting of objects and arrays; deeper schemas are refused before any recursion
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64
+# Unknown keys a batch names, the others counted: 100,000 stray keys (a 1.3 MB body) were 21.5 MB of warnings.
+MAX_WARNINGS = 20
 # The integers the vector index keeps exactly in a tool's payload (i64 and u64); past them qdrant_edge made
 # 2**64 a float and refused 10**30 (a 500), and orjson could not write them into a /search answer.
 INTEGER_RANGE = (-(2**63), 2**64 - 1)
@@ -139,7 +141,9 @@ class ToolProblem:
         return {
             "index": self.index,
             "tool": self.tool,
-            "pointer": f"/{self.index}/{pointer_token(self.field)}{self.at}" if self.field else f"/{self.index}",
+            "pointer": f"/{self.index}/{pointer_token(self.field)}{self.at}"
+            if self.field or self.kind == "ignored"
+            else f"/{self.index}",
             "field": self.field,
             "reason": self.reason,
             "kind": self.kind,
@@ -153,6 +157,7 @@ class ValidatedBatch:
     tools: list[ToolDefinition] = field(default_factory=list)
     problems: list[ToolProblem] = field(default_factory=list)
     warnings: list[ToolProblem] = field(default_factory=list)  # keys no tool has, ignored (kind "ignored")
+    more_warnings: int = 0  # unknown keys past MAX_WARNINGS, counted only
 
 
 def _depth(value: Any) -> int:
@@ -296,14 +301,16 @@ def _mistyped(index: int, label: str, raw: dict[str, Any]) -> ToolProblem | None
     return None
 
 
-def unknown_keys(index: int, raw: Any) -> list[ToolProblem]:
-    """A warning for each key of a tool object that no tool has (ignored, the tool kept)."""
+def note_unknown_keys(batch: ValidatedBatch, index: int, raw: Any) -> None:
+    """Warn of the keys of a tool object that no tool has (ignored, the tool kept), MAX_WARNINGS in a batch."""
     if not isinstance(raw, dict):
-        return []
+        return
     label = raw["name"] if isinstance(raw.get("name"), str) and raw["name"] else f"#{index}"
     reason = f"not a field of a tool, ignored (fields: {', '.join(TOOL_KEYS)})"
-    known = (*TOOL_KEYS, *OTHER_TOOL_KEYS)
-    return [ToolProblem(index, label, str(key), reason, "ignored") for key in raw if key not in known]
+    unknown = [str(key) for key in raw if key not in (*TOOL_KEYS, *OTHER_TOOL_KEYS)]
+    room = MAX_WARNINGS - len(batch.warnings)
+    batch.warnings += [ToolProblem(index, label, key, reason, "ignored") for key in unknown[:room]]
+    batch.more_warnings += max(len(unknown) - room, 0)
 
 
 def validate_tool(index: int, raw: Any, default_server: str | None = None) -> ToolDefinition | ToolProblem:
@@ -372,7 +379,7 @@ def validate_batch(
     seen: dict[str, ToolDefinition] = {}
     for index, raw in enumerate(raw_tools):
         if warn_unknown_keys:
-            batch.warnings += unknown_keys(index, raw)
+            note_unknown_keys(batch, index, raw)
         result = validate_tool(index, raw, default_server)
         if isinstance(result, ToolProblem):
             batch.problems.append(result)

@@ -115,5 +115,5 @@ async def events(resources: ResourcesDep, caller: CallerDep) -> StreamingRespons
         owner,
         stream(),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

@@ -44,8 +44,10 @@ class RegisterResponse(BaseModel):
     tools: list[str]
     errors: list[dict[str, Any]]
     warnings: list[dict[str, Any]] = Field(
-        default_factory=list, description="Keys of a tool that no tool has, ignored (the tool is kept)"
+        default_factory=list,
+        description="Keys of a tool that no tool has, ignored (the tool is kept): the first 20 of the batch",
     )
+    more_warnings: int | None = Field(default=None, description="How many more such keys the batch has")
     held: list[dict[str, Any]] = Field(default_factory=list, description="Tools held for review: name and reason")
 
 
@@ -93,7 +95,7 @@ async def approve(name: str, resources: ResourcesDep, caller: ToolsAdminDep) -> 
     return await approve_tool(resources, name)
 
 
-@router.post("/tools", response_model=RegisterResponse)
+@router.post("/tools", response_model=RegisterResponse, response_model_exclude_none=True)
 async def register(request: RegisterRequest, resources: ResourcesDep, caller: ToolsAdminDep) -> dict[str, Any]:
     """Register or update a batch; bad tools are reported one by one and do not stop the others.
 

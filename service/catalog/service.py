@@ -42,6 +42,7 @@ class RegisterReport:
     removed: list[str] = field(default_factory=list)
     errors: list[ToolProblem] = field(default_factory=list)
     warnings: list[ToolProblem] = field(default_factory=list)  # keys no tool has, ignored
+    more_warnings: int = 0  # such keys past the first MAX_WARNINGS, counted only
     held: dict[str, str] = field(default_factory=dict)  # the batch's tools held for review, and why
     notes: list[str] = field(default_factory=list)  # what was dropped of the servers' own info blocks
     shown: set[str] = field(default_factory=set)  # the changed tools callers were or are shown (events.shown_tools)
@@ -55,6 +56,7 @@ class RegisterReport:
             "tools": self.created + self.updated + self.unchanged,
             "errors": [e.as_dict() for e in self.errors],
             "warnings": [w.as_dict() for w in self.warnings],
+            **({"more_warnings": self.more_warnings} if self.more_warnings else {}),
             "held": [{"name": name, "reason": reason} for name, reason in sorted(self.held.items())],
         }
 
@@ -102,8 +104,7 @@ async def ensure_server(
 async def _upsert_rows(
     session: AsyncSession, tools: list[ToolDefinition], report: RegisterReport, review: Review
 ) -> None:
-    """Write the batch's rows, judged for holds by `review` (holds.judge); the held ones, changed or not, go to
-    `report.held`."""
+    """Write the batch's rows, judged for holds by `review` (holds.judge); the held ones go to `report.held`."""
     names = [t.qualified_name for t in tools]
     # Hashes first: a re-registration of unchanged tools loads no row (only the changed ones are loaded).
     hashes: dict[str, tuple[str, bool]] = {}
@@ -194,7 +195,7 @@ async def register_tools(
     the MCP server info block of the servers of the batch, for server-aware scoring)."""
     default_id = normalize_server_id(default_server) if default_server else None
     batch = validate_batch(_server_ids(raw_tools, default_server), default_id)
-    report = RegisterReport(errors=list(batch.problems), warnings=list(batch.warnings))
+    report = RegisterReport(errors=list(batch.problems), warnings=batch.warnings, more_warnings=batch.more_warnings)
     infos = {normalize_server_id(name): info for name, info in (servers or {}).items()}
     async with resources.index_lock:
         admitted = await _admit(resources, batch, raw_tools, report)

@@ -4,7 +4,7 @@
 caller's query) as HTML or script. `Cache-Control: no-store` unless the route set its own: answers carry search
 results, tool results, a new key's secret, a caller's tools and usage, and a browser or a proxy in between kept
 them (no header at all lets a cache store them and reuse them heuristically). The console's pages and files say
-`no-cache` with their own CSP (console/routes.py); /events says `no-cache` too."""
+`no-cache` with their own CSP (console/routes.py); /events says `no-store` itself."""
 
 from __future__ import annotations
 

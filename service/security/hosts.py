@@ -95,7 +95,10 @@ class HostOriginMiddleware:
             return True
         if origin == "null":
             return False
-        netloc = urlsplit(origin).netloc
+        try:
+            netloc = urlsplit(origin).netloc
+        except ValueError:  # `http://[::1` or `http://[x]`: urlsplit refuses it, and no page has that origin
+            return False
         host = split_host(netloc)
         # An IP-literal origin is only ours if it is the bound address or loopback.
         if _is_ip(host):

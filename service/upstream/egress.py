@@ -11,7 +11,8 @@ connection) and CONNECT tunnels (HTTPS: TLS stays end to end between the child a
 
 Each server gets its own random credentials (Proxy-Authorization: Basic): another process of this machine cannot
 use the proxy to reach what it would reach anyway, nor pass as a server. A refusal is a 403 with a short reason,
-and logged; missing or wrong credentials are a 407."""
+and logged; missing or wrong credentials are a 407. The Host sent on is rebuilt from the request target, at most
+MAX_CONNECTIONS connections are open at once and a tunnel idle for IDLE_SECONDS ends."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ logger = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 32_768
 HEAD_TIMEOUT_SECONDS = 30.0
 CONNECT_TIMEOUT_SECONDS = 10.0
+# Any local process may open connections to the proxy before it shows credentials: without a bound, thousands of
+# silent ones would use up the service's file descriptors. A tunnel with no byte either way for IDLE_SECONDS ends.
+MAX_CONNECTIONS = 256
+IDLE_SECONDS = 300.0
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 # Hop-by-hop headers of the client's request that are not passed on (RFC 9110 7.6.1 and the proxy's own).
 _HOP_HEADERS = {"proxy-authorization", "proxy-connection", "connection", "keep-alive", "te", "upgrade"}
@@ -59,8 +64,15 @@ class _Request:
 class EgressProxy:
     """An HTTP forward proxy and CONNECT tunnel on 127.0.0.1 that reaches public addresses only."""
 
-    def __init__(self, allowed_hosts: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        allowed_hosts: Sequence[str] = (),
+        max_connections: int = MAX_CONNECTIONS,
+        idle_seconds: float = IDLE_SECONDS,
+    ) -> None:
         self._allowed_hosts = list(allowed_hosts)
+        self._max_connections = max_connections
+        self._idle_seconds = idle_seconds
         self._users: dict[str, tuple[str, str]] = {}  # user name -> (server id, password)
         self._user_of: dict[str, str] = {}  # server id -> user name
         self._server: asyncio.Server | None = None
@@ -112,6 +124,11 @@ class EgressProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._handlers) >= self._max_connections:
+            with contextlib.suppress(ConnectionError):
+                await _answer(writer, 503, "too many connections to the egress proxy")
+            writer.close()
+            return
         self._handlers.add(task)
         try:
             await self._handle(reader, writer)
@@ -142,7 +159,7 @@ class EgressProxy:
             else:
                 up_writer.write(request.head)
             await writer.drain()
-            await _pipe_both(reader, writer, up_reader, up_writer)
+            await _pipe_both(reader, writer, up_reader, up_writer, self._idle_seconds)
         finally:
             up_writer.close()
 
@@ -154,7 +171,14 @@ class EgressProxy:
             method, target, version = request_line.split(" ")
         except ValueError as exc:
             raise ProxyRefusal(400, "malformed request line") from exc
-        headers = [line.split(":", 1) for line in header_lines if ":" in line]
+        if any(line[:1] in (" ", "\t") or ":" not in line for line in header_lines):
+            raise ProxyRefusal(400, "malformed header line (folded, or without a colon)")
+        headers = [line.split(":", 1) for line in header_lines]
+        if any(name != name.strip() for name, _ in headers):
+            raise ProxyRefusal(400, "malformed header line (whitespace around the name)")
+        hosts = [value.strip() for name, value in headers if name.lower() == "host"]
+        if len(hosts) > 1:
+            raise ProxyRefusal(400, "more than one Host header")
         server_id = self._authenticate(headers)
         if method == "CONNECT":
             host, port = _host_port(target)
@@ -165,14 +189,18 @@ class EgressProxy:
         authority = parts.netloc
         if authority.count(":") > 1 and not authority.startswith("["):
             # httpx writes an IPv6 host without its brackets here; its Host header has them.
-            authority = next((value.strip() for name, value in headers if name.strip().lower() == "host"), "")
+            authority = hosts[0] if hosts else ""
         host, port = _host_port(authority, default_port=80)
         path = parts.path or "/"
         if parts.query:
             path = f"{path}?{parts.query}"
-        kept = [f"{name}:{value}" for name, value in headers if name.strip().lower() not in _HOP_HEADERS]
+        # RFC 9112 3.2.2: the request target names the destination and the Host sent on is rebuilt from it, so a
+        # name in egress_allowed_hosts cannot carry a Host of another site served at the same address.
+        shown = f"[{host}]" if ":" in host else host
+        kept = [f"{name}:{value}" for name, value in headers if name.lower() not in _HOP_HEADERS | {"host"}]
         # One request per connection: a second one on it could not be checked for its own host.
-        lines = [f"{method} {path} {version}", *kept, "Connection: close", "", ""]
+        host_line = f"Host: {shown}" if port == 80 else f"Host: {shown}:{port}"
+        lines = [f"{method} {path} {version}", host_line, *kept, "Connection: close", "", ""]
         return server_id, _Request(method, host, port, "\r\n".join(lines).encode("latin-1"))
 
     def _authenticate(self, headers: list[list[str]]) -> str:
@@ -232,11 +260,15 @@ async def _pipe_both(
     writer: asyncio.StreamWriter,
     up_reader: asyncio.StreamReader,
     up_writer: asyncio.StreamWriter,
+    idle_seconds: float,
 ) -> None:
-    """Copy bytes both ways until the exchange ends."""
+    """Copy bytes both ways until the exchange ends, or no byte has passed either way for idle_seconds."""
+    loop = asyncio.get_running_loop()
+    last = [loop.time()]
 
     async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         while chunk := await source.read(65_536):
+            last[0] = loop.time()
             sink.write(chunk)
             await sink.drain()
         with contextlib.suppress(OSError):
@@ -247,9 +279,12 @@ async def _pipe_both(
     try:
         # The destination closing ends the exchange; the child closing its sending side (a half-close) still
         # lets the answer through.
-        done, _ = await asyncio.wait({to_upstream, to_child}, return_when=asyncio.FIRST_COMPLETED)
-        if to_upstream in done and to_upstream.exception() is None:
-            await asyncio.wait({to_child})
+        pending = {to_upstream, to_child}
+        while pending and loop.time() - last[0] < idle_seconds:
+            wait = idle_seconds - (loop.time() - last[0])
+            done, pending = await asyncio.wait(pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            if to_child in done or to_upstream in done and to_upstream.exception() is not None:
+                break
     finally:
         for task in (to_upstream, to_child):
             task.cancel()
