@@ -25,6 +25,7 @@ from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
 from service.cluster.state import announce, cluster_state
 from service.cluster.vectors import embedder_id, save_vectors, vectors_for
 from service.db.among import among
+from service.db.engine import CATALOG_WRITE_LOCK_KEY, take_turn
 from service.db.models import Server, Tool, utcnow
 from service.errors import NotFound
 from service.resources import Resources
@@ -201,6 +202,7 @@ async def register_tools(
         review = await Review.of(admitted, resources.settings.policy, listed=False)
         vectors, new = await vectors_for(resources, admitted)
         async with resources.session() as session:
+            await take_turn(session, CATALOG_WRITE_LOCK_KEY)  # counts read after any replica's same batch committed
             await _upsert_rows(session, batch.tools, report, review)
             await save_vectors(session, new, embedder_id(resources.embedder))
             changed = set(report.created) | set(report.updated)
@@ -310,6 +312,7 @@ async def sync_server_tools(
         vectors, new = await vectors_for(resources, admitted)
         listed = {t.qualified_name for t in batch.tools}
         async with resources.session() as session:
+            await take_turn(session, CATALOG_WRITE_LOCK_KEY)
             server = await ensure_server(session, server_id, transport, config)
             await _upsert_rows(session, batch.tools, report, review)
             gone = (
@@ -368,6 +371,7 @@ async def delete_tool(resources: Resources, name: str) -> None:
     """Remove a tool from the catalog and the index."""
     async with resources.index_lock:
         async with resources.session() as session:
+            await take_turn(session, CATALOG_WRITE_LOCK_KEY)
             row = await find_tool(session, name, resources, held=True)
             server_id = row.server_id
             await session.delete(row)
@@ -384,6 +388,7 @@ async def remove_server(resources: Resources, server_id: str) -> list[str]:
     """Remove a server and its tools from the catalog and the index."""
     async with resources.index_lock:
         async with resources.session() as session:
+            await take_turn(session, CATALOG_WRITE_LOCK_KEY)
             server = await session.get(Server, server_id)
             if server is None:
                 raise NotFound(f"No server named {server_id!r}", server=server_id)
