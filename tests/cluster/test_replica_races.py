@@ -26,6 +26,7 @@ from tests.upstream.upstream_support import TEST_SERVER
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.model, pytest.mark.upstream]
 
 ROUNDS = 4
+DUEL_ROUNDS = 10
 
 
 @pytest.fixture(scope="module")
@@ -135,15 +136,18 @@ async def test_a_delete_racing_a_registration_of_the_same_tool_leaves_one_answer
 ) -> None:
     a, b = cluster.replicas[:2]
     async with httpx.AsyncClient(timeout=60) as http:
-        for round_ in range(ROUNDS):
+        for round_ in range(DUEL_ROUNDS):
             server = f"duel{round_}"
             first, second = tools_of(server, 2)
             assert (await http.post(f"{a.url}/tools", json={"tools": [first, second]})).status_code == 200
             name = f"{server}__action_0"
             changed = {**first, "description": f"Perform the changed action of the {server} service."}
-            removed, registered = await asyncio.gather(
-                http.delete(f"{a.url}/tools/{name}"), http.post(f"{b.url}/tools", json={"tools": [changed]})
-            )
+
+            async def remove(delay: float = round_ * 0.004, name: str = name) -> httpx.Response:
+                await asyncio.sleep(delay)  # each round a little later into the registration's write
+                return await http.delete(f"{a.url}/tools/{name}")
+
+            removed, registered = await asyncio.gather(remove(), http.post(f"{b.url}/tools", json={"tools": [changed]}))
             assert removed.status_code == 204, removed.text
             assert registered.status_code == 200, registered.text
             counts = registered.json()
