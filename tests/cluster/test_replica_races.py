@@ -257,3 +257,27 @@ def test_keys_created_for_one_caller_on_two_replicas_at_once_both_work_everywher
             response = httpx.get(f"{replica.url}/tools", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
             assert response.status_code == 200, response.text
     assert_no_stack_traces(cluster)
+
+
+async def test_one_server_added_on_two_replicas_at_once_is_added_once(cluster: Cluster, database_url: str) -> None:
+    a, b = cluster.replicas[:2]
+    async with httpx.AsyncClient(timeout=60) as http:
+        for round_ in range(2):
+            server = f"echoer{round_}"
+            entry = {"id": server, "command": sys.executable, "args": [str(TEST_SERVER), "stdio"]}
+            answers = await asyncio.gather(*(http.post(f"{r.url}/servers", json=entry) for r in (a, b)))
+            assert sorted(r.status_code for r in answers) == [201, 409], [r.text for r in answers]
+            refused = next(r for r in answers if r.status_code == 409)
+            assert refused.headers["content-type"].startswith("application/problem+json")
+            assert f"A server named {server!r} already exists" in refused.json()["detail"]
+            assert rows(database_url, "SELECT count(*) FROM servers WHERE id = :s", s=server) == [(1,)]
+            added = rows(
+                database_url,
+                "SELECT count(*) FROM catalog_changes WHERE kind = 'server_added' AND server_id = :s",
+                s=server,
+            )
+            assert added == [(1,)]
+            expected = active_tools(database_url, server)
+            assert f"{server}__echo" in expected
+            await assert_index_matches(http, cluster, server, expected)
+    assert_no_stack_traces(cluster)
