@@ -16,7 +16,8 @@ from sqlalchemy import select
 
 from service.catalog.holds import held_by_server
 from service.catalog.lookup import count_tools
-from service.catalog.service import ensure_server, remove_server
+from service.catalog.removal import remove_server
+from service.catalog.service import ensure_server
 from service.cluster.changes import SERVER_ADDED, record_change
 from service.cluster.state import announce, cluster_state
 from service.db.engine import one_at_a_time, server_add_lock_key
