@@ -298,9 +298,11 @@ async def sync_server_tools(
     transport: str,
     config: dict[str, Any],
     info: Mapping[str, Any] | None = None,
+    existing_only: bool = False,
 ) -> RegisterReport:
     """Make the catalog hold exactly this server's listed tools: new and changed ones indexed, the ones that
-    disappeared marked deprecated and removed from the index (`info`: what the server said at initialize)."""
+    disappeared marked deprecated and removed from the index (`info`: what the server said at initialize).
+    `existing_only`: write nothing once the server's row is gone (removed on another replica meanwhile)."""
     raw = [{**t, "server": server_id} for t in raw_tools if isinstance(t, dict)]
     batch = validate_batch(raw, server_id, warn_unknown_keys=False)
     report = RegisterReport(errors=list(batch.problems))
@@ -311,6 +313,9 @@ async def sync_server_tools(
         listed = {t.qualified_name for t in batch.tools}
         async with resources.session() as session:
             await take_turn(session, CATALOG_WRITE_LOCK_KEY)
+            if existing_only and await session.get(Server, server_id) is None:
+                logger.info("server %s was removed before its listing was written: not brought back", server_id)
+                return report
             server = await ensure_server(session, server_id, transport, config)
             await _upsert_rows(session, batch.tools, report, review)
             gone = (

@@ -281,3 +281,31 @@ async def test_one_server_added_on_two_replicas_at_once_is_added_once(cluster: C
             assert f"{server}__echo" in expected
             await assert_index_matches(http, cluster, server, expected)
     assert_no_stack_traces(cluster)
+
+
+async def test_a_server_removed_on_one_replica_while_another_refreshes_it_stays_removed(
+    cluster: Cluster, database_url: str
+) -> None:
+    a, b = cluster.replicas[:2]
+    async with httpx.AsyncClient(timeout=60) as http:
+        for round_ in range(ROUNDS):
+            server = f"fleeting{round_}"
+            entry = {"id": server, "command": sys.executable, "args": [str(TEST_SERVER), "stdio"]}
+            assert (await http.post(f"{a.url}/servers", json=entry)).status_code == 201
+            deadline = time.monotonic() + 20
+            while (await http.get(f"{b.url}/servers/{server}")).json().get("state") != "ready":
+                assert time.monotonic() < deadline, "the other replica never connected the server"
+                await asyncio.sleep(0.2)
+
+            async def refresh(delay: float = round_ * 0.01, server: str = server) -> httpx.Response:
+                await asyncio.sleep(delay)
+                return await http.post(f"{b.url}/servers/{server}/refresh")
+
+            removed, refreshed = await asyncio.gather(http.delete(f"{a.url}/servers/{server}"), refresh())
+            assert removed.status_code == 200, removed.text
+            assert refreshed.status_code in (200, 404, 502), refreshed.text
+            await asyncio.sleep(2)  # whatever the refresh wrote has committed and been followed
+            assert rows(database_url, "SELECT count(*) FROM servers WHERE id = :s", s=server) == [(0,)]
+            assert active_tools(database_url, server) == []
+            await assert_index_matches(http, cluster, server, [])
+    assert_no_stack_traces(cluster)
