@@ -232,33 +232,6 @@ async def test_two_replicas_refreshing_one_upstream_server_after_its_listing_cha
     assert_no_stack_traces(cluster)
 
 
-def test_keys_created_for_one_caller_on_two_replicas_at_once_both_work_everywhere(
-    cluster: Cluster, database_url: str
-) -> None:
-    """Last of the module: with a key in the database, the replicas leave open mode."""
-    env = {**os.environ, "TOOLSCOUT_DB__URL": database_url, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    command = [sys.executable, "-m", "service.cli", "keys", "create", "--caller", "root", "--role", "admin", "--json"]
-    made = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=True)
-    admin = {"Authorization": f"Bearer {json.loads(made.stdout)['key']}"}
-
-    async def race() -> list[httpx.Response]:
-        async with httpx.AsyncClient(timeout=60, headers=admin) as http:
-            body = {"caller": "twin-agent", "roles": []}
-            return list(await asyncio.gather(*(http.post(f"{r.url}/keys", json=body) for r in cluster.replicas)))
-
-    answers = asyncio.run(race())
-    assert [r.status_code for r in answers] == [201, 201], [r.text for r in answers]
-    secrets = {r.json()["key"] for r in answers}
-    assert len(secrets) == 2
-    stored = rows(database_url, "SELECT count(*) FROM api_keys WHERE caller = 'twin-agent' AND revoked_at IS NULL")
-    assert stored == [(2,)]
-    for secret in secrets:
-        for replica in cluster.replicas:
-            response = httpx.get(f"{replica.url}/tools", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
-            assert response.status_code == 200, response.text
-    assert_no_stack_traces(cluster)
-
-
 async def test_one_server_added_on_two_replicas_at_once_is_added_once(cluster: Cluster, database_url: str) -> None:
     a, b = cluster.replicas[:2]
     async with httpx.AsyncClient(timeout=60) as http:
@@ -308,4 +281,31 @@ async def test_a_server_removed_on_one_replica_while_another_refreshes_it_stays_
             assert rows(database_url, "SELECT count(*) FROM servers WHERE id = :s", s=server) == [(0,)]
             assert active_tools(database_url, server) == []
             await assert_index_matches(http, cluster, server, [])
+    assert_no_stack_traces(cluster)
+
+
+def test_keys_created_for_one_caller_on_two_replicas_at_once_both_work_everywhere(
+    cluster: Cluster, database_url: str
+) -> None:
+    """Last of the module: with a key in the database, the replicas leave open mode."""
+    env = {**os.environ, "TOOLSCOUT_DB__URL": database_url, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    command = [sys.executable, "-m", "service.cli", "keys", "create", "--caller", "root", "--role", "admin", "--json"]
+    made = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=True)
+    admin = {"Authorization": f"Bearer {json.loads(made.stdout)['key']}"}
+
+    async def race() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60, headers=admin) as http:
+            body = {"caller": "twin-agent", "roles": []}
+            return list(await asyncio.gather(*(http.post(f"{r.url}/keys", json=body) for r in cluster.replicas)))
+
+    answers = asyncio.run(race())
+    assert [r.status_code for r in answers] == [201, 201], [r.text for r in answers]
+    secrets = {r.json()["key"] for r in answers}
+    assert len(secrets) == 2
+    stored = rows(database_url, "SELECT count(*) FROM api_keys WHERE caller = 'twin-agent' AND revoked_at IS NULL")
+    assert stored == [(2,)]
+    for secret in secrets:
+        for replica in cluster.replicas:
+            response = httpx.get(f"{replica.url}/tools", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
+            assert response.status_code == 200, response.text
     assert_no_stack_traces(cluster)
