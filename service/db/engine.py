@@ -19,12 +19,13 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 MIGRATION_LOCK_KEY = 0x746F6F6C73636F75  # "toolscou"
 DEMO_SEED_LOCK_KEY = MIGRATION_LOCK_KEY + 1
 CATALOG_WRITE_LOCK_KEY = MIGRATION_LOCK_KEY + 2
-_SERVER_ADD_LOCKS = 0x7473_6164 << 32  # "tsad": the keys of adding one server id, one per id's CRC-32
+SERVER_ADD_LOCKS = 0x7473_6164  # "tsad": adding one server id
+APPROVAL_REQUEST_LOCKS = 0x7473_6172  # "tsar": one caller's approval requests
 
 
-def server_add_lock_key(server_id: str) -> int:
-    """The advisory lock key of adding this server id (a CRC-32 collision only makes two adds take turns)."""
-    return _SERVER_ADD_LOCKS | zlib.crc32(server_id.encode())
+def lock_key(kind: int, name: str) -> int:
+    """The advisory lock key of one name of a kind (a CRC-32 collision only makes two names take turns)."""
+    return kind << 32 | zlib.crc32(name.encode())
 
 
 def sync_url(url: str) -> str:
@@ -145,7 +146,7 @@ __all__ = [
     "create_engine_for",
     "create_sessionmaker",
     "one_at_a_time",
-    "server_add_lock_key",
+    "lock_key",
     "take_turn",
     "upgrade_database",
     "downgrade_database",

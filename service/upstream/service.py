@@ -20,7 +20,7 @@ from service.catalog.removal import remove_server
 from service.catalog.service import ensure_server
 from service.cluster.changes import SERVER_ADDED, record_change
 from service.cluster.state import announce, cluster_state
-from service.db.engine import one_at_a_time, server_add_lock_key
+from service.db.engine import SERVER_ADD_LOCKS, lock_key, one_at_a_time
 from service.db.models import Server
 from service.errors import Conflict, NotFound, UpstreamError
 from service.resources import Resources
@@ -136,7 +136,7 @@ async def add_server(resources: Resources, pool: UpstreamPool, spec: ServerSpec,
     Adds of one id take turns across replicas (the row exists only once the first sync ran, so the check alone let
     two replicas both add it, the later one's config overwriting the earlier's): the later one is a 409."""
     assert resources.engine is not None
-    async with one_at_a_time(resources.engine, server_add_lock_key(spec.id)):
+    async with one_at_a_time(resources.engine, lock_key(SERVER_ADD_LOCKS, spec.id)):
         async with resources.session() as session:
             existing = await session.get(Server, spec.id)
         if existing is not None or spec.id in pool.adding:
