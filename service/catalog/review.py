@@ -11,6 +11,7 @@ from service.catalog.service import index_definitions, to_definition, tool_view
 from service.cluster.changes import TOOLS, record_change
 from service.cluster.state import announce, cluster_state
 from service.cluster.vectors import embedder_id, save_vectors, vectors_for
+from service.db.engine import CATALOG_WRITE_LOCK_KEY, take_turn
 from service.db.models import Server, Tool, utcnow
 from service.errors import Conflict
 from service.resources import Resources
@@ -28,6 +29,7 @@ async def approve_tool(resources: Resources, name: str) -> dict[str, Any]:
     is not held."""
     async with resources.index_lock:
         async with resources.session() as session:
+            await take_turn(session, CATALOG_WRITE_LOCK_KEY)  # an approval on another replica: this one is a 409
             row = await session.get(Tool, name)
             if row is None or row.deprecated:
                 raise tool_not_found(name, resources)

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
-from service.catalog import lookup
+from service.catalog import lookup, removal
 from service.catalog import service as catalog
 from service.catalog.json_body import StrictJsonBodyRoute
 from service.catalog.review import admin_view, approve_tool
@@ -125,5 +125,5 @@ async def register(request: RegisterRequest, resources: ResourcesDep, caller: To
 @router.delete("/tools/{name}", status_code=204)
 async def delete(name: str, resources: ResourcesDep, caller: ToolsAdminDep) -> Response:
     """Remove a tool from the catalog and the index."""
-    await catalog.delete_tool(resources, name)
+    await removal.delete_tool(resources, name)
     return Response(status_code=204)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import content_hash
@@ -18,15 +18,14 @@ from indexer.pipeline import DenseVectors, SyncReport, index_tools
 from indexer.tools import ToolDefinition, ToolProblem, ValidatedBatch, normalize_server_id, validate_batch
 from service.catalog.events import publish_tools_changed, shown_tools
 from service.catalog.holds import Review, judged, trust
-from service.catalog.lookup import find_tool
 from service.catalog.server_info import screened, store_info
 from service.catalog.server_vectors import refresh_servers
-from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
+from service.cluster.changes import TOOLS, record_change
 from service.cluster.state import announce, cluster_state
 from service.cluster.vectors import embedder_id, save_vectors, vectors_for
 from service.db.among import among
+from service.db.engine import CATALOG_WRITE_LOCK_KEY, take_turn
 from service.db.models import Server, Tool, utcnow
-from service.errors import NotFound
 from service.resources import Resources
 
 logger = logging.getLogger(__name__)
@@ -202,6 +201,7 @@ async def register_tools(
         review = await Review.of(admitted, resources.settings.policy, listed=False)
         vectors, new = await vectors_for(resources, admitted)
         async with resources.session() as session:
+            await take_turn(session, CATALOG_WRITE_LOCK_KEY)  # counts read after any replica's same batch committed
             await _upsert_rows(session, batch.tools, report, review)
             await save_vectors(session, new, embedder_id(resources.embedder))
             changed = set(report.created) | set(report.updated)
@@ -299,9 +299,11 @@ async def sync_server_tools(
     transport: str,
     config: dict[str, Any],
     info: Mapping[str, Any] | None = None,
+    existing_only: bool = False,
 ) -> RegisterReport:
     """Make the catalog hold exactly this server's listed tools: new and changed ones indexed, the ones that
-    disappeared marked deprecated and removed from the index (`info`: what the server said at initialize)."""
+    disappeared marked deprecated and removed from the index (`info`: what the server said at initialize).
+    `existing_only`: write nothing once the server's row is gone (removed on another replica meanwhile)."""
     raw = [{**t, "server": server_id} for t in raw_tools if isinstance(t, dict)]
     batch = validate_batch(raw, server_id, warn_unknown_keys=False)
     report = RegisterReport(errors=list(batch.problems))
@@ -311,6 +313,10 @@ async def sync_server_tools(
         vectors, new = await vectors_for(resources, admitted)
         listed = {t.qualified_name for t in batch.tools}
         async with resources.session() as session:
+            await take_turn(session, CATALOG_WRITE_LOCK_KEY)
+            if existing_only and await session.get(Server, server_id) is None:
+                logger.info("server %s was removed before its listing was written: not brought back", server_id)
+                return report
             server = await ensure_server(session, server_id, transport, config)
             await _upsert_rows(session, batch.tools, report, review)
             gone = (
@@ -363,38 +369,3 @@ async def unindex(resources: Resources, names: list[str]) -> None:
     await resources.run_index(index.delete, names)
     for name in names:
         resources.retriever.directory.remove(name)
-
-
-async def delete_tool(resources: Resources, name: str) -> None:
-    """Remove a tool from the catalog and the index."""
-    async with resources.index_lock:
-        async with resources.session() as session:
-            row = await find_tool(session, name, resources, held=True)
-            server_id = row.server_id
-            await session.delete(row)
-            record_change(session, TOOLS, [name], server=server_id, origin=cluster_state(resources).replica_id)
-            await session.commit()
-        shown = shown_tools(resources, [name])
-        await unindex(resources, [name])
-        await refresh_servers(resources, [server_id])
-    publish_tools_changed(resources, server_id, shown)
-    await announce(resources)
-
-
-async def remove_server(resources: Resources, server_id: str) -> list[str]:
-    """Remove a server and its tools from the catalog and the index."""
-    async with resources.index_lock:
-        async with resources.session() as session:
-            server = await session.get(Server, server_id)
-            if server is None:
-                raise NotFound(f"No server named {server_id!r}", server=server_id)
-            names = list((await session.scalars(select(Tool.qualified_name).where(Tool.server_id == server_id))).all())
-            await session.execute(delete(Tool).where(Tool.server_id == server_id))
-            await session.delete(server)
-            record_change(session, SERVER_REMOVED, names, server=server_id, origin=cluster_state(resources).replica_id)
-            await session.commit()
-        await unindex(resources, names)
-        await refresh_servers(resources, [server_id])
-    publish_tools_changed(resources, server_id)
-    await announce(resources)
-    return names

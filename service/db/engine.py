@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,6 +18,14 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 # pg_advisory_lock key of the migrations: replicas starting together upgrade one after the other.
 MIGRATION_LOCK_KEY = 0x746F6F6C73636F75  # "toolscou"
 DEMO_SEED_LOCK_KEY = MIGRATION_LOCK_KEY + 1
+CATALOG_WRITE_LOCK_KEY = MIGRATION_LOCK_KEY + 2
+SERVER_ADD_LOCKS = 0x7473_6164  # "tsad": adding one server id
+APPROVAL_REQUEST_LOCKS = 0x7473_6172  # "tsar": one caller's approval requests
+
+
+def lock_key(kind: int, name: str) -> int:
+    """The advisory lock key of one name of a kind (a CRC-32 collision only makes two names take turns)."""
+    return kind << 32 | zlib.crc32(name.encode())
 
 
 def sync_url(url: str) -> str:
@@ -75,6 +84,16 @@ async def one_at_a_time(engine: AsyncEngine, key: int) -> AsyncIterator[None]:
         yield
 
 
+async def take_turn(session: AsyncSession, key: int) -> None:
+    """Make the session's transaction wait for, then hold until it ends, a PostgreSQL advisory lock: writers of one
+    concern on other replicas commit before it reads, or after it commits (SQLite: a file has one service).
+
+    Its reads then see every row the earlier writer committed, so two replicas writing the same new rows at once
+    count them once (created on one, unchanged on the other) instead of colliding on a UniqueViolation."""
+    if session.get_bind().dialect.name == "postgresql":
+        await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """Sessions that keep loaded objects usable after commit."""
     return async_sessionmaker(engine, expire_on_commit=False)
@@ -123,5 +142,12 @@ def downgrade_database(url: str, revision: str = "base") -> None:
 
 
 __all__ = [
-    "Engine", "create_engine_for", "create_sessionmaker", "one_at_a_time", "upgrade_database", "downgrade_database"
+    "Engine",
+    "create_engine_for",
+    "create_sessionmaker",
+    "one_at_a_time",
+    "lock_key",
+    "take_turn",
+    "upgrade_database",
+    "downgrade_database",
 ]

@@ -74,6 +74,7 @@ def build_gateway(resources: Resources) -> Gateway:
             transport=spec.transport,
             config=spec.config(),
             info=connection.server_info if connection else None,
+            existing_only=spec.source == "api" and spec.id not in pool.adding,  # checked again in the write
         )
         if (gateway := resources.gateway) is not None:
             gateway.executor.tools.invalidate_server(spec.id)

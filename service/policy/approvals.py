@@ -16,6 +16,7 @@ from sqlalchemy import false, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.among import among
+from service.db.engine import APPROVAL_REQUEST_LOCKS, lock_key, take_turn
 from service.db.models import Approval, as_utc, utcnow
 from service.errors import ApprovalRequired, BadRequest, Conflict, NotFound, PermissionDenied, RateLimited
 from service.policy.callers import Caller
@@ -99,6 +100,9 @@ async def request_approval(
     /execute that asks for it fails (and rolls its own session back)."""
     now = utcnow()
     async with resources.session() as session:
+        # One caller's requests take turns across replicas: the same call asked of two at once is one request, and
+        # the pending limit counts the other's.
+        await take_turn(session, lock_key(APPROVAL_REQUEST_LOCKS, caller.id))
         existing = (
             await session.scalars(
                 select(Approval)
@@ -255,8 +259,9 @@ async def grant_approval(
     approval_id: str,
     ttl_seconds: int | None = None,
 ) -> Approval:
-    """Grant a pending request; the call may then be made once before the expiry."""
-    row = await session.get(Approval, approval_id)
+    """Grant a pending request; the call may then be made once before the expiry. The row is locked: a grant or a
+    denial on another replica at the same moment makes this one a 409, not a second decision over the first."""
+    row = await session.get(Approval, approval_id, with_for_update=True)
     if row is None:
         raise NotFound(f"No approval {approval_id!r}", approval_id=approval_id)
     _check_grantor(resources, approver, row.caller)
@@ -302,8 +307,9 @@ async def grant_call(
 
 
 async def deny_approval(resources: Resources, session: AsyncSession, approver: Caller, approval_id: str) -> Approval:
-    """Refuse a pending request (or withdraw a grant not used yet)."""
-    row = await session.get(Approval, approval_id)
+    """Refuse a pending request (or withdraw a grant not used yet); the row is locked, as in grant_approval (a use
+    committing meanwhile makes this a 409: a denial never hides a call that was made)."""
+    row = await session.get(Approval, approval_id, with_for_update=True)
     if row is None:
         raise NotFound(f"No approval {approval_id!r}", approval_id=approval_id)
     state = status_of(row)

@@ -16,9 +16,11 @@ from sqlalchemy import select
 
 from service.catalog.holds import held_by_server
 from service.catalog.lookup import count_tools
-from service.catalog.service import ensure_server, remove_server
+from service.catalog.removal import remove_server
+from service.catalog.service import ensure_server
 from service.cluster.changes import SERVER_ADDED, record_change
 from service.cluster.state import announce, cluster_state
+from service.db.engine import SERVER_ADD_LOCKS, lock_key, one_at_a_time
 from service.db.models import Server
 from service.errors import Conflict, NotFound, UpstreamError
 from service.resources import Resources
@@ -129,22 +131,27 @@ async def get_server(resources: Resources, pool: UpstreamPool, server_id: str) -
 
 
 async def add_server(resources: Resources, pool: UpstreamPool, spec: ServerSpec, wait_seconds: float) -> dict[str, Any]:
-    """Connect a new server and sync its tools. A server whose first connection fails is not kept."""
-    async with resources.session() as session:
-        existing = await session.get(Server, spec.id)
-    if existing is not None:
-        raise Conflict(f"A server named {spec.id!r} already exists", server=spec.id)
-    pool.adding.add(spec.id)
-    try:
-        connection = pool.add(spec)
-        await connection.wait_started(wait_seconds)
-        if not connection.ready and connection.health.state == "backoff":
-            error = connection.health.last_error or "the first connection failed"
-            await pool.remove(spec.id)
-            raise UpstreamError(f"Could not connect to MCP server {spec.id!r}: {error}", server=spec.id)
-        await _announce_server(resources, spec)
-    finally:
-        pool.adding.discard(spec.id)
+    """Connect a new server and sync its tools. A server whose first connection fails is not kept.
+
+    Adds of one id take turns across replicas (the row exists only once the first sync ran, so the check alone let
+    two replicas both add it, the later one's config overwriting the earlier's): the later one is a 409."""
+    assert resources.engine is not None
+    async with one_at_a_time(resources.engine, lock_key(SERVER_ADD_LOCKS, spec.id)):
+        async with resources.session() as session:
+            existing = await session.get(Server, spec.id)
+        if existing is not None or spec.id in pool.adding:
+            raise Conflict(f"A server named {spec.id!r} already exists", server=spec.id)
+        pool.adding.add(spec.id)
+        try:
+            connection = pool.add(spec)
+            await connection.wait_started(wait_seconds)
+            if not connection.ready and connection.health.state == "backoff":
+                error = connection.health.last_error or "the first connection failed"
+                await pool.remove(spec.id)
+                raise UpstreamError(f"Could not connect to MCP server {spec.id!r}: {error}", server=spec.id)
+            await _announce_server(resources, spec)
+        finally:
+            pool.adding.discard(spec.id)
     return await get_server(resources, pool, spec.id)
 
 

@@ -13,9 +13,10 @@ from indexer.embedding import SentenceTransformerEmbedder
 from indexer.index.base import SearchFilter
 from indexer.servers import server_document, server_info
 from service.catalog.files import demo_catalog
+from service.catalog.removal import remove_server
 from service.catalog.server_info import demo_servers
 from service.catalog.server_vectors import refresh_servers
-from service.catalog.service import register_tools, remove_server
+from service.catalog.service import register_tools
 from service.db.models import CatalogChange, Server, ToolVectors
 from service.resources import Resources, build_resources, close_resources, start_resources
 from service.search.service import start_search

@@ -1,0 +1,53 @@
+"""Removing tools and servers from the catalog of record, then from this replica's index (the others follow)."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select
+
+from service.catalog.events import publish_tools_changed, shown_tools
+from service.catalog.lookup import find_tool
+from service.catalog.server_vectors import refresh_servers
+from service.catalog.service import unindex
+from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
+from service.cluster.state import announce, cluster_state
+from service.db.engine import CATALOG_WRITE_LOCK_KEY, take_turn
+from service.db.models import Server, Tool
+from service.errors import NotFound
+from service.resources import Resources
+
+
+async def delete_tool(resources: Resources, name: str) -> None:
+    """Remove a tool from the catalog and the index."""
+    async with resources.index_lock:
+        async with resources.session() as session:
+            await take_turn(session, CATALOG_WRITE_LOCK_KEY)
+            row = await find_tool(session, name, resources, held=True)
+            server_id = row.server_id
+            await session.delete(row)
+            record_change(session, TOOLS, [name], server=server_id, origin=cluster_state(resources).replica_id)
+            await session.commit()
+        shown = shown_tools(resources, [name])
+        await unindex(resources, [name])
+        await refresh_servers(resources, [server_id])
+    publish_tools_changed(resources, server_id, shown)
+    await announce(resources)
+
+
+async def remove_server(resources: Resources, server_id: str) -> list[str]:
+    """Remove a server and its tools from the catalog and the index."""
+    async with resources.index_lock:
+        async with resources.session() as session:
+            await take_turn(session, CATALOG_WRITE_LOCK_KEY)
+            server = await session.get(Server, server_id)
+            if server is None:
+                raise NotFound(f"No server named {server_id!r}", server=server_id)
+            names = list((await session.scalars(select(Tool.qualified_name).where(Tool.server_id == server_id))).all())
+            await session.execute(delete(Tool).where(Tool.server_id == server_id))
+            await session.delete(server)
+            record_change(session, SERVER_REMOVED, names, server=server_id, origin=cluster_state(resources).replica_id)
+            await session.commit()
+        await unindex(resources, names)
+        await refresh_servers(resources, [server_id])
+    publish_tools_changed(resources, server_id)
+    await announce(resources)
+    return names
