@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from indexer.embedding import HashingEmbedder
+from service.resources import Resources, build_resources, close_resources, start_resources
+from service.search.service import start_search
+from tests.conftest import make_settings
 from tests.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = "redis://127.0.0.1:6379/0"
+# Replicas without a rate limit, statistics refreshed every second, and stdio servers added over the API allowed
+# for this interpreter only (the test servers).
+BUSY_REPLICAS = {
+    "TOOLSCOUT_POLICY__RATE_LIMIT_PER_MINUTE": "0",
+    "TOOLSCOUT_LEARNING__REFRESH_SECONDS": "1",
+    "TOOLSCOUT_LEARNING__REFRESH_LAG_SECONDS": "0.5",
+    "TOOLSCOUT_EXECUTION__ALLOW_API_STDIO": "true",
+    "TOOLSCOUT_EXECUTION__API_STDIO_COMMANDS": json.dumps([sys.executable]),
+}
+
+
+@asynccontextmanager
+async def replicas_in_process(root: Path, database_url: str, *, search: bool = False) -> AsyncIterator[list[Resources]]:
+    """Two replicas' resources on one database in this process, each with its own data folder and connections."""
+    started: list[Resources] = []
+    try:
+        for name in ("a", "b"):
+            resources = build_resources(make_settings(root / name, db={"url": database_url}), HashingEmbedder())
+            await start_resources(resources)
+            if search:
+                await start_search(resources)
+            started.append(resources)
+        yield started
+    finally:
+        for resources in started:
+            await close_resources(resources)
 
 
 @dataclass

@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from indexer.embedding import HashingEmbedder
 from service.db.models import Approval
 from service.errors import ApprovalRequired, Conflict
 from service.policy import approvals
 from service.policy.callers import Caller
-from service.resources import Resources, build_resources, close_resources, start_resources
-from tests.conftest import make_settings
+from service.resources import Resources
+from tests.cluster.cluster_support import replicas_in_process
 
 pytestmark = pytest.mark.postgres
 
@@ -27,16 +26,8 @@ TOOL, DIGEST = "files__delete_file", approvals.arguments_digest({"path": "/tmp/x
 
 @pytest.fixture
 async def replicas(tmp_path: Path, postgres_url: str) -> AsyncIterator[list[Resources]]:
-    started = []
-    try:
-        for name in ("a", "b"):
-            resources = build_resources(make_settings(tmp_path / name, db={"url": postgres_url}), HashingEmbedder())
-            await start_resources(resources)
-            started.append(resources)
+    async with replicas_in_process(tmp_path, postgres_url) as started:
         yield started
-    finally:
-        for resources in started:
-            await close_resources(resources)
 
 
 async def _decide(resources: Resources, decide: str, approval_id: str) -> str:

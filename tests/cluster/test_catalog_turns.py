@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from indexer.embedding import HashingEmbedder
 from service.catalog.service import register_tools, sync_server_tools
 from service.db.models import Server, Tool
-from service.resources import Resources, build_resources, close_resources, start_resources
-from service.search.service import start_search
-from tests.conftest import make_settings
+from service.resources import Resources
+from tests.cluster.cluster_support import replicas_in_process
 
 pytestmark = pytest.mark.postgres
 
@@ -27,17 +25,8 @@ TOOLS = [
 
 @pytest.fixture
 async def replicas(tmp_path: Path, postgres_url: str) -> AsyncIterator[list[Resources]]:
-    started = []
-    try:
-        for name in ("a", "b"):
-            resources = build_resources(make_settings(tmp_path / name, db={"url": postgres_url}), HashingEmbedder())
-            await start_resources(resources)
-            await start_search(resources)
-            started.append(resources)
+    async with replicas_in_process(tmp_path, postgres_url, search=True) as started:
         yield started
-    finally:
-        for resources in started:
-            await close_resources(resources)
 
 
 async def _count(resources: Resources, statement: object) -> int:

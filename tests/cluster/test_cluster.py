@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.cluster.cluster_support import Cluster, Replica
+from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster, Replica
 from tests.conftest import _create_database, _drop_database
 from tests.upstream.upstream_support import TEST_SERVER
 
@@ -49,16 +49,7 @@ def database() -> Iterator[str]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Two replicas, no rate limit, statistics refreshed every second."""
     for url in database():
-        group = Cluster(
-            tmp_path_factory.mktemp("cluster"),
-            url,
-            TOOLSCOUT_POLICY__RATE_LIMIT_PER_MINUTE="0",
-            TOOLSCOUT_LEARNING__REFRESH_SECONDS="1",
-            TOOLSCOUT_LEARNING__REFRESH_LAG_SECONDS="0.5",
-            # The test server is a stdio child added over the API: allowed for this interpreter only.
-            TOOLSCOUT_EXECUTION__ALLOW_API_STDIO="true",
-            TOOLSCOUT_EXECUTION__API_STDIO_COMMANDS=json.dumps([sys.executable]),
-        )
+        group = Cluster(tmp_path_factory.mktemp("cluster"), url, **BUSY_REPLICAS)
         try:
             group.start(2)
             yield group

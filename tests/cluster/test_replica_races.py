@@ -19,7 +19,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.cluster.cluster_support import Cluster, Replica
+from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster, Replica
 from tests.conftest import _create_database, _drop_database
 from tests.upstream.upstream_support import TEST_SERVER
 
@@ -42,15 +42,7 @@ def database_url() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[Cluster]:
     """Two replicas without a rate limit, statistics refreshed every second, stdio servers of this interpreter."""
-    group = Cluster(
-        tmp_path_factory.mktemp("races"),
-        database_url,
-        TOOLSCOUT_POLICY__RATE_LIMIT_PER_MINUTE="0",
-        TOOLSCOUT_LEARNING__REFRESH_SECONDS="1",
-        TOOLSCOUT_LEARNING__REFRESH_LAG_SECONDS="0.5",
-        TOOLSCOUT_EXECUTION__ALLOW_API_STDIO="true",
-        TOOLSCOUT_EXECUTION__API_STDIO_COMMANDS=json.dumps([sys.executable]),
-    )
+    group = Cluster(tmp_path_factory.mktemp("races"), database_url, **BUSY_REPLICAS)
     try:
         group.start(2)
         yield group
