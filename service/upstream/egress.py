@@ -33,7 +33,8 @@ from service.upstream import urls
 logger = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 32_768
-HEAD_TIMEOUT_SECONDS = 30.0
+# An HTTP client sends its request head as soon as it connects; a connection silent this long gives up its slot.
+HEAD_TIMEOUT_SECONDS = 5.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 # Any local process may open connections to the proxy before it shows credentials: without a bound, thousands of
 # silent ones would use up the service's file descriptors. A tunnel with no byte either way for IDLE_SECONDS ends.
@@ -69,10 +70,12 @@ class EgressProxy:
         allowed_hosts: Sequence[str] = (),
         max_connections: int = MAX_CONNECTIONS,
         idle_seconds: float = IDLE_SECONDS,
+        head_seconds: float = HEAD_TIMEOUT_SECONDS,
     ) -> None:
         self._allowed_hosts = list(allowed_hosts)
         self._max_connections = max_connections
         self._idle_seconds = idle_seconds
+        self._head_seconds = head_seconds
         self._users: dict[str, tuple[str, str]] = {}  # user name -> (server id, password)
         self._user_of: dict[str, str] = {}  # server id -> user name
         self._server: asyncio.Server | None = None
@@ -142,7 +145,7 @@ class EgressProxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_SECONDS)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._head_seconds)
         except asyncio.LimitOverrunError:
             await _answer(writer, 431, "request head too large")
             return

@@ -127,6 +127,22 @@ async def test_connections_beyond_the_bound_are_turned_away() -> None:
     assert after.startswith(b"HTTP/1.1 407 ")  # the slots came back when the silent ones closed
 
 
+async def test_a_silent_connection_gives_up_its_slot() -> None:
+    """A connection that sends no request head within head_seconds is closed, so silent ones cannot keep every
+    slot for long."""
+    proxy = EgressProxy(max_connections=1, head_seconds=0.3)
+    port = await proxy.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        closed = await asyncio.wait_for(reader.read(), 5)  # b"" once the proxy closes it
+        writer.close()
+        after = await send_raw(port, "GET http://example.test/ HTTP/1.1\r\n\r\n")
+    finally:
+        await proxy.aclose()
+    assert closed == b""
+    assert after.startswith(b"HTTP/1.1 407 ")  # the slot came back
+
+
 async def test_an_idle_tunnel_ends(internal: Recorder) -> None:
     proxy = EgressProxy(["127.0.0.1"], idle_seconds=0.5)
     try:
