@@ -3,10 +3,12 @@ and stopping a child (SIGTERM, then SIGKILL)."""
 
 from __future__ import annotations
 
+import selectors
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 
 def free_port() -> int:
@@ -52,3 +54,20 @@ def stop_process(process: subprocess.Popen[bytes], grace_seconds: float = 30.0) 
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(10)
+
+
+def read_until(stream: IO[bytes], marker: str, seconds: float, process: subprocess.Popen[bytes]) -> list[str]:
+    """A child's lines on `stream` (its stdout or stderr pipe) up to and including the first holding `marker`."""
+    selector = selectors.DefaultSelector()
+    selector.register(stream, selectors.EVENT_READ)
+    lines: list[str] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if selector.select(timeout=0.5):
+            line = stream.readline().decode(errors="replace")
+            if not line:
+                break
+            lines.append(line)
+            if marker in line:
+                return lines
+    raise AssertionError(f"no line with {marker!r} within {seconds:g} s (exit {process.poll()}): {lines}")

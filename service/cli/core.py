@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from service.http_transport import listening_server
     from service.main import create_app
     from service.observability.logging import log_requests_off_loop
     from service.security.proxies import forwarding_options
@@ -68,11 +69,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = args.host or settings.host, args.port or settings.port
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
-    print(
-        f"Toolscout on http://{host}:{port}  (console at /console, OpenAPI at /openapi.json; data in "
-        f"{settings.data_dir.resolve()})",
-        flush=True,
-    )
     json_logs = settings.log_format == "json"  # one JSON line per request replaces uvicorn's access log
     config = uvicorn.Config(
         ExplainedStartFailure(create_app(settings), settings.data_dir.resolve()),
@@ -84,7 +80,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         **forwarding_options(settings),
     )
     request_lines = log_requests_off_loop()  # after the config set up uvicorn's loggers
-    server = uvicorn.Server(config)
+
+    def listening() -> None:
+        print(
+            f"Toolscout on http://{host}:{port}  (console at /console, OpenAPI at /openapi.json; data in "
+            f"{settings.data_dir.resolve()})",
+            flush=True,
+        )
+
+    server = listening_server(config, listening)
     try:
         server.run()
     except KeyboardInterrupt:

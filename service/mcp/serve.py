@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -81,18 +80,17 @@ async def serve_http(
     accepts connections (the lifespan has run by then)."""
     import uvicorn
 
+    from service.http_transport import listening_server
+
     app = http_app(frontend, path=path, host=host)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", lifespan="on", **forwarding_options(frontend.settings)
     )
     url = f"http://{host}:{port}{path or frontend.settings.frontend.http_path}"
 
-    class ListeningServer(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets)
-            if self.started:
-                logger.info("Toolscout MCP front end (%s) on %s", frontend.mode, url)
-                if on_listening is not None:
-                    on_listening(url)
+    def listening() -> None:
+        logger.info("Toolscout MCP front end (%s) on %s", frontend.mode, url)
+        if on_listening is not None:
+            on_listening(url)
 
-    await ListeningServer(config).serve()
+    await listening_server(config, listening).serve()

@@ -5,37 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
 from tests.mcp.conftest import HEADERS, INITIALIZE
-from tests.processes import free_port, stop_process
+from tests.processes import free_port, read_until, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def read_until(process: subprocess.Popen[bytes], marker: str, seconds: float) -> list[str]:
-    """The child's stderr lines up to and including the first holding `marker`."""
-    assert process.stderr is not None
-    selector = selectors.DefaultSelector()
-    selector.register(process.stderr, selectors.EVENT_READ)
-    lines: list[str] = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if selector.select(timeout=0.5):
-            line = process.stderr.readline().decode(errors="replace")
-            if not line:
-                break
-            lines.append(line)
-            if marker in line:
-                return lines
-    raise AssertionError(f"no line with {marker!r} within {seconds:g} s (exit {process.poll()}): {lines}")
 
 
 def test_the_address_line_comes_once_the_front_end_listens(tmp_path: Path) -> None:
@@ -49,7 +29,8 @@ def test_the_address_line_comes_once_the_front_end_listens(tmp_path: Path) -> No
     command = [sys.executable, "-m", "service.cli", "mcp", "--transport", "http", "--port", str(port)]
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
-        lines = read_until(process, "Toolscout MCP front end", 60)
+        assert process.stderr is not None
+        lines = read_until(process.stderr, "Toolscout MCP front end", 60, process)
         with socket.create_connection(("127.0.0.1", port), timeout=5):  # once: refused if the line came early
             pass
         answer = httpx.post(f"http://127.0.0.1:{port}/mcp", json=INITIALIZE, headers=HEADERS, timeout=30)
