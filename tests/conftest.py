@@ -6,7 +6,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -95,14 +95,21 @@ def _drop_database(name: str) -> None:
     engine.dispose()
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database with a random name, dropped afterwards."""
     name = _create_database()
     try:
         yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     finally:
         _drop_database(name)
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -111,11 +118,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'catalog.db'}"
         return
-    name = _create_database()
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        _drop_database(name)
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

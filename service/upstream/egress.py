@@ -135,8 +135,9 @@ class EgressProxy:
         self._handlers.add(task)
         try:
             await self._handle(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
-            pass  # the child went away or stalled: nothing to answer
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            # The child went away or stalled (no head within head_seconds): there is no one to answer.
+            logger.debug("egress proxy: connection ended without an answer (%s)", type(exc).__name__)
         finally:
             self._handlers.discard(task)
             writer.close()

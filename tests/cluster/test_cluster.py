@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster, Replica
-from tests.conftest import _create_database, _drop_database
+from tests.conftest import fresh_database
 from tests.upstream.upstream_support import TEST_SERVER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.model, pytest.mark.upstream]
@@ -36,19 +36,10 @@ FORECAST = {
 }
 
 
-def database() -> Iterator[str]:
-    """A fresh PostgreSQL database for one group of replicas."""
-    name = _create_database()
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        _drop_database(name)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Two replicas, no rate limit, statistics refreshed every second."""
-    for url in database():
+    with fresh_database() as url:
         group = Cluster(tmp_path_factory.mktemp("cluster"), url, **BUSY_REPLICAS)
         try:
             group.start(2)
@@ -177,7 +168,7 @@ def test_a_new_replica_embeds_nothing(cluster: Cluster) -> None:
 
 
 def test_a_rate_limit_holds_across_all_replicas_together(tmp_path: Path) -> None:
-    for url in database():
+    with fresh_database() as url:
         group = Cluster(
             tmp_path, url, TOOLSCOUT_POLICY__RATE_LIMIT_PER_MINUTE="6", TOOLSCOUT_POLICY__RATE_LIMIT_BURST="6"
         )

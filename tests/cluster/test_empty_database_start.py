@@ -18,7 +18,7 @@ from service.catalog.seed import seed_demo_catalog
 from service.resources import build_resources, close_resources, start_resources
 from service.search.service import start_search
 from tests.cluster.cluster_support import Cluster
-from tests.conftest import _create_database, _drop_database, make_settings
+from tests.conftest import fresh_database, make_settings
 
 pytestmark = pytest.mark.postgres
 
@@ -28,11 +28,8 @@ DEMO_TOOLS = len(demo_catalog())
 @pytest.fixture
 def empty_database() -> Iterator[str]:
     """A new PostgreSQL database with a random name, not even migrated; dropped afterwards."""
-    name = _create_database()
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        _drop_database(name)
+    with fresh_database() as url:
+        yield url
 
 
 async def test_seeds_run_at_once_on_one_database_create_the_demo_catalog_once(

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster, Replica
-from tests.conftest import _create_database, _drop_database
+from tests.conftest import fresh_database
 from tests.upstream.upstream_support import TEST_SERVER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.model, pytest.mark.upstream]
@@ -32,11 +32,8 @@ DUEL_ROUNDS = 10
 @pytest.fixture(scope="module")
 def database_url() -> Iterator[str]:
     """A fresh PostgreSQL database with a random name, dropped afterwards."""
-    name = _create_database()
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        _drop_database(name)
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from service.policy import keys as auth
 from service.resources import Resources
 from service.settings import Settings
 from tests.processes import free_port
+from tests.security.egress_support import Recorder
 
 TEST_SERVER = Path(__file__).resolve().parents[1] / "upstream" / "mcp_test_server.py"
 PROBLEM_JSON = "application/problem+json"
@@ -177,3 +178,15 @@ async def serving(app: Any) -> AsyncIterator[str]:
         server.should_exit = True
         with anyio.fail_after(60):
             await task
+
+
+@pytest.fixture
+def internal() -> Iterator[Recorder]:
+    """An HTTP service on loopback recording what reaches it (the egress proxy's tests)."""
+    recorder = Recorder()
+    server = recorder.serve()
+    try:
+        yield recorder
+    finally:
+        server.shutdown()
+        server.server_close()

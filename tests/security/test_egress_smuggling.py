@@ -15,25 +15,14 @@ import httpx
 import pytest
 
 from service.upstream.egress import EgressProxy
-from tests.security.test_egress_proxy import (
+from tests.security.egress_support import (
     Recorder,
     basic,
     child_environment,
     connect_through,
     fetch_server,
-    running,
 )
-
-
-@pytest.fixture
-def internal() -> Iterator[Recorder]:
-    recorder = Recorder()
-    server = recorder.serve()
-    try:
-        yield recorder
-    finally:
-        server.shutdown()
-        server.server_close()
+from tests.upstream.upstream_support import running
 
 
 async def send_raw(port: int, head: str) -> bytes:
