@@ -141,6 +141,10 @@ class EgressProxy:
             logger.debug("egress proxy: connection ended without an answer (%s)", type(exc).__name__)
         except (ProxyRefusal, asyncio.LimitOverrunError) as exc:  # a malformed body, once forwarding began
             logger.info("egress proxy: exchange cut: %s", exc)
+        except asyncio.CancelledError:
+            # aclose ends the connections in flight. The handler task ends normally: Python 3.11's streams log a
+            # cancelled one as an error ("Exception in callback").
+            pass
         finally:
             self._waiting.pop(task, None)
             self._handlers.discard(task)

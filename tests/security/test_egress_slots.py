@@ -21,9 +21,7 @@ async def test_silent_connections_cannot_keep_a_server_out(internal: Recorder) -
     try:
         await asyncio.sleep(0.2)  # the proxy has taken them all
         answer = await get(env["HTTP_PROXY"], f"http://127.0.0.1:{internal.port}/page")
-        closed = 0
-        for reader, _ in silent:
-            closed += await asyncio.wait_for(reader.read(), 5) == b"" if reader.at_eof() else 0
+        closed = sum(reader.at_eof() for reader, _ in silent)  # the proxy closed them
     finally:
         for _, writer in silent:
             writer.close()
