@@ -23,7 +23,8 @@ import contextlib
 import hmac
 import logging
 import secrets
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from service.upstream import urls
@@ -54,6 +55,9 @@ MAX_PER_SERVER = 64
 # A tunnel or an answer with no byte either way for IDLE_SECONDS ends.
 IDLE_SECONDS = 300.0
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+# Node before 24 ignores the proxy variables (fetch() and the http/https modules connect directly): every child
+# behind the proxy preloads this script, which sends both through it; Node 24+ honours NODE_USE_ENV_PROXY=1.
+NODE_PRELOAD = Path(__file__).with_name("egress_preload.cjs")
 
 
 class EgressProxy:
@@ -106,8 +110,9 @@ class EgressProxy:
         if server is not None:
             await server.wait_closed()
 
-    async def environment(self, server_id: str) -> dict[str, str]:
-        """The proxy variables of a child that runs behind the proxy (credentials of its own)."""
+    async def environment(self, server_id: str, own: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The proxy variables of a child that runs behind the proxy (credentials of its own), and Node's: the
+        preload goes before the NODE_OPTIONS of the child's own environment `own`."""
         port = await self.start()
         user = self._user_of.get(server_id)
         if user is None:
@@ -115,7 +120,8 @@ class EgressProxy:
             self._users[user] = (server_id, secrets.token_urlsafe(24))
         url = f"http://{user}:{self._users[user][1]}@127.0.0.1:{port}"
         env = {name: url for name in PROXY_VARIABLES} | {name.lower(): url for name in PROXY_VARIABLES}
-        return env | {"NO_PROXY": "", "no_proxy": ""}
+        node_options = f'--require "{NODE_PRELOAD}" {(own or {}).get("NODE_OPTIONS", "")}'.strip()
+        return env | {"NO_PROXY": "", "no_proxy": "", "NODE_OPTIONS": node_options, "NODE_USE_ENV_PROXY": "1"}
 
     def forget(self, server_id: str) -> None:
         """A removed server's credentials stop working."""
@@ -269,4 +275,4 @@ async def _both(
             raise error
 
 
-__all__ = ["PROXY_VARIABLES", "EgressProxy", "ProxyRefusal"]
+__all__ = ["NODE_PRELOAD", "PROXY_VARIABLES", "EgressProxy", "ProxyRefusal"]
