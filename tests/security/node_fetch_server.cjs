@@ -27,7 +27,8 @@ const tools = {
 };
 
 function reason(error) {
-  return String(error && error.cause ? error.cause.message : error && error.message ? error.message : error);
+  while (error && error.cause) error = error.cause; // fetch() wraps the connection's error
+  return String(error && error.message ? error.message : error);
 }
 
 async function answer(message) {
