@@ -3,16 +3,19 @@
 An upstream server hands a URL a caller gave it to its HTTP client, so a fetch-like tool reaches whatever this
 machine reaches: 127.0.0.1's services, the private network, the cloud metadata address. The servers that run
 behind this proxy (the demo `fetch` server, and servers-file entries with `"egress_proxy": true`) get
-HTTP_PROXY / HTTPS_PROXY / ALL_PROXY pointing at it and an empty NO_PROXY. For each request it resolves the host
-once, refuses it when an address is internal (urls.is_internal, unless `execution.egress_allowed_hosts` lists
-the host or its network) and connects to exactly the address it checked, so a DNS answer that changes after the
-check (rebinding) reaches no internal address. It speaks plain HTTP forwarding (absolute-form requests, one per
-connection) and CONNECT tunnels (HTTPS: TLS stays end to end between the child and the destination).
+HTTP_PROXY / HTTPS_PROXY / ALL_PROXY pointing at it and an empty NO_PROXY, and Node's NODE_OPTIONS preload
+(egress_preload.cjs) with NODE_USE_ENV_PROXY=1, since Node before 24 ignores the proxy variables. For each request
+it resolves the host once, refuses it when an address is internal (urls.is_internal, unless
+`execution.egress_allowed_hosts` lists the host or its network) and connects to exactly the address it checked,
+so a DNS answer that changes after the check (rebinding) reaches no internal address. It speaks plain HTTP
+forwarding (absolute-form requests, one per connection: egress_http.py) and CONNECT tunnels (HTTPS: TLS stays end
+to end between the child and the destination).
 
 Each server gets its own random credentials (Proxy-Authorization: Basic): another process of this machine cannot
 use the proxy to reach what it would reach anyway, nor pass as a server. A refusal is a 403 with a short reason,
-and logged; missing or wrong credentials are a 407. The Host sent on is rebuilt from the request target, at most
-MAX_CONNECTIONS connections are open at once and a tunnel idle for IDLE_SECONDS ends."""
+and logged; missing or wrong credentials are a 407. Connections without a head yet hold a budget of their own
+(MAX_UNAUTHENTICATED, the oldest closed for a new one), those with credentials at most MAX_CONNECTIONS, at most
+MAX_PER_SERVER of them one server's (the next gets a 503), and an exchange idle for IDLE_SECONDS ends."""
 
 from __future__ import annotations
 

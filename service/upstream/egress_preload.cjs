@@ -20,6 +20,8 @@ const proxyUrl = env.HTTPS_PROXY || env.https_proxy || env.HTTP_PROXY || env.htt
 if (proxyUrl) install(new URL(proxyUrl));
 
 function install(proxy) {
+  const proxyHost = proxy.hostname.replace(/^\[(.*)\]$/, '$1');
+  const proxyPort = Number(proxy.port || 80);
   const authorization = proxy.username
     ? 'Basic ' +
       Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')
@@ -29,7 +31,7 @@ function install(proxy) {
   function tunnel(host, port, callback) {
     const bare = String(host).replace(/^\[(.*)\]$/, '$1');
     const target = net.isIPv6(bare) ? `[${bare}]:${port}` : `${bare}:${port}`;
-    const socket = net.connect(Number(proxy.port || 80), proxy.hostname.replace(/^\[(.*)\]$/, '$1'));
+    const socket = net.connect(proxyPort, proxyHost);
     let head = Buffer.alloc(0);
     let settled = false;
     const settle = (error, result) => {
@@ -102,9 +104,13 @@ function install(proxy) {
   }
 
   // http / https modules: their default agents connect through the tunnel.
+  // A client that honours HTTP_PROXY itself (axios, request) writes its absolute-form request to the proxy: that
+  // connection goes to the proxy as it is, which checks the request.
   class TunnelAgent extends http.Agent {
     createConnection(options, callback) {
-      tunnel(options.host, options.port || 80, callback);
+      const port = Number(options.port || 80);
+      if (options.host === proxyHost && port === proxyPort) return net.connect(port, options.host);
+      tunnel(options.host, port, callback);
     }
   }
   class SecureTunnelAgent extends https.Agent {

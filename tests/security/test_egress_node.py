@@ -35,14 +35,21 @@ const reason = (e) => {
 const viaModule = (client, target) => new Promise((resolve) => client.get(target, (response) => {
   let body = '';
   response.on('data', (chunk) => (body += chunk));
-  response.on('end', () => resolve(`${response.statusCode} ${body}`));
+  response.on('end', () => resolve(`${response.statusCode} ${body.trim()}`));
 }).on('error', (e) => resolve(reason(e))));
+// As axios does: a client that honours HTTP_PROXY itself writes an absolute-form request to the proxy.
+const proxy = new URL(process.env.HTTP_PROXY);
+const viaProxy = (target) => viaModule(http, {
+  host: proxy.hostname, port: proxy.port, path: target,
+  headers: { 'Proxy-Authorization': `Basic ${Buffer.from(`${proxy.username}:${proxy.password}`).toString('base64')}` },
+});
 const viaFetch = (target) => fetch(target).then(async (r) => `${r.status} ${await r.text()}`, reason);
 (async () => {
   console.log(`fetch: ${await viaFetch(url)}`);
   console.log(`http.get: ${await viaModule(http, url)}`);
   console.log(`https fetch: ${await viaFetch(secureUrl)}`);
   console.log(`https.get: ${await viaModule(https, secureUrl)}`);
+  console.log(`proxy-aware http: ${await viaProxy(url)}`);
 })();
 """
 
@@ -73,14 +80,18 @@ async def test_node_behind_the_proxy_reaches_no_internal_address(internal: Recor
         lines = await probe(await proxy.environment("web"), internal.port)
     finally:
         await proxy.aclose()
-    refused = (
-        f"egress proxy refused 127.0.0.1:{internal.port}: HTTP/1.1 403 Forbidden - refused: host '127.0.0.1' "
-        "resolves to an internal address (127.0.0.1) (allow it with execution.egress_allowed_hosts)"
+    reason = (
+        "refused: host '127.0.0.1' resolves to an internal address (127.0.0.1) (allow it with "
+        "execution.egress_allowed_hosts)"
     )
-    assert lines[1::2] == [f"http.get: {refused}", f"https.get: {refused}"]
+    refused = f"egress proxy refused 127.0.0.1:{internal.port}: HTTP/1.1 403 Forbidden - {reason}"
+    assert lines[1:4:2] == [f"http.get: {refused}", f"https.get: {refused}"]
     # fetch(): the preload's tunnel, or on Node 22.21+ and 24+ undici's own proxy agent (NODE_USE_ENV_PROXY=1).
-    assert [line.split(": ", 1)[0] for line in lines[::2]] == ["fetch", "https fetch"]
-    assert all(line.endswith((refused, NATIVE_REFUSAL)) for line in lines[::2]), lines
+    assert [line.split(": ", 1)[0] for line in lines[0:4:2]] == ["fetch", "https fetch"]
+    assert all(line.endswith((refused, NATIVE_REFUSAL)) for line in lines[0:4:2]), lines
+    # A client that writes to the proxy itself reaches it as it is (not through a tunnel to 127.0.0.1, refused):
+    # the proxy checks its request and answers the 403.
+    assert lines[4] == f"proxy-aware http: 403 {reason}"
     assert internal.hits == []
 
 
@@ -106,9 +117,10 @@ async def test_node_reaches_an_allowed_host_through_the_tunnel(internal: Recorde
         await proxy.aclose()
     assert lines[:2] == ["fetch: 200 internal secret of 127.0.0.1", "http.get: 200 internal secret of 127.0.0.1"]
     # TLS runs end to end through the tunnel: the plain-HTTP service cannot answer a handshake.
-    assert [line.split(": ", 1)[0] for line in lines[2:]] == ["https fetch", "https.get"]
-    assert not any("secret" in line for line in lines[2:]), lines
-    assert [path for path, _ in internal.hits] == ["/secret", "/secret"]
+    assert [line.split(": ", 1)[0] for line in lines[2:4]] == ["https fetch", "https.get"]
+    assert not any("secret" in line for line in lines[2:4]), lines
+    assert lines[4] == "proxy-aware http: 200 internal secret of 127.0.0.1"
+    assert [path for path, _ in internal.hits] == ["/secret", "/secret", "/secret"]
     assert all("proxy-authorization" not in headers for _, headers in internal.hits)
 
 
