@@ -194,7 +194,7 @@ class UpstreamConnection(ToolCalls):
             return {}
         if self._egress is None:
             raise UpstreamError(f"MCP server {self.id} must run behind the egress proxy and none is running")
-        return await self._egress.environment(self.id)
+        return await self._egress.environment(self.id, spec.env)
 
     def _transport(self, spec: ServerSpec, proxy_env: dict[str, str]) -> AbstractAsyncContextManager[Any]:
         if spec.transport == "http":

@@ -3,16 +3,19 @@
 An upstream server hands a URL a caller gave it to its HTTP client, so a fetch-like tool reaches whatever this
 machine reaches: 127.0.0.1's services, the private network, the cloud metadata address. The servers that run
 behind this proxy (the demo `fetch` server, and servers-file entries with `"egress_proxy": true`) get
-HTTP_PROXY / HTTPS_PROXY / ALL_PROXY pointing at it and an empty NO_PROXY. For each request it resolves the host
-once, refuses it when an address is internal (urls.is_internal, unless `execution.egress_allowed_hosts` lists
-the host or its network) and connects to exactly the address it checked, so a DNS answer that changes after the
-check (rebinding) reaches no internal address. It speaks plain HTTP forwarding (absolute-form requests, one per
-connection) and CONNECT tunnels (HTTPS: TLS stays end to end between the child and the destination).
+HTTP_PROXY / HTTPS_PROXY / ALL_PROXY pointing at it and an empty NO_PROXY, and Node's NODE_OPTIONS preload
+(egress_preload.cjs) with NODE_USE_ENV_PROXY=1, since Node before 24 ignores the proxy variables. For each request
+it resolves the host once, refuses it when an address is internal (urls.is_internal, unless
+`execution.egress_allowed_hosts` lists the host or its network) and connects to exactly the address it checked,
+so a DNS answer that changes after the check (rebinding) reaches no internal address. It speaks plain HTTP
+forwarding (absolute-form requests, one per connection: egress_http.py) and CONNECT tunnels (HTTPS: TLS stays end
+to end between the child and the destination).
 
 Each server gets its own random credentials (Proxy-Authorization: Basic): another process of this machine cannot
 use the proxy to reach what it would reach anyway, nor pass as a server. A refusal is a 403 with a short reason,
-and logged; missing or wrong credentials are a 407. The Host sent on is rebuilt from the request target, at most
-MAX_CONNECTIONS connections are open at once and a tunnel idle for IDLE_SECONDS ends."""
+and logged; missing or wrong credentials are a 407. Connections without a head yet hold a budget of their own
+(MAX_UNAUTHENTICATED, the oldest closed for a new one), those with credentials at most MAX_CONNECTIONS, at most
+MAX_PER_SERVER of them one server's (the next gets a 503), and an exchange idle for IDLE_SECONDS ends."""
 
 from __future__ import annotations
 
@@ -23,43 +26,43 @@ import contextlib
 import hmac
 import logging
 import secrets
-from collections.abc import Sequence
-from dataclasses import dataclass
-from http import HTTPStatus
-from urllib.parse import urlsplit
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from service.upstream import urls
+from service.upstream.egress_http import (
+    MAX_HEAD_BYTES,
+    ProxyRefusal,
+    Request,
+    answer,
+    copy,
+    destination,
+    parse_head,
+    relay_answer,
+    relay_body,
+)
 
 logger = logging.getLogger(__name__)
 
-MAX_HEAD_BYTES = 32_768
 # An HTTP client sends its request head as soon as it connects; a connection silent this long gives up its slot.
 HEAD_TIMEOUT_SECONDS = 5.0
 CONNECT_TIMEOUT_SECONDS = 10.0
-# Any local process may open connections to the proxy before it shows credentials: without a bound, thousands of
-# silent ones would use up the service's file descriptors. A tunnel with no byte either way for IDLE_SECONDS ends.
+# Any local process may open connections to the proxy before it shows credentials. Those hold a budget of their
+# own, MAX_UNAUTHENTICATED, in which a new connection closes the oldest one still without a head: silent ones
+# cannot keep a server's connection from sending its head, nor use up the service's file descriptors (a process
+# that opens connections without pause can still close a server's before its head is read: about 1 request in
+# 2,000 during a flood of 500 connections a second, measured). Connections with valid credentials hold at most
+# MAX_CONNECTIONS slots, at most MAX_PER_SERVER of them one server's.
+MAX_UNAUTHENTICATED = 256
 MAX_CONNECTIONS = 256
+MAX_PER_SERVER = 64
+# A tunnel or an answer with no byte either way for IDLE_SECONDS ends.
 IDLE_SECONDS = 300.0
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
-# Hop-by-hop headers of the client's request that are not passed on (RFC 9110 7.6.1 and the proxy's own).
-_HOP_HEADERS = {"proxy-authorization", "proxy-connection", "connection", "keep-alive", "te", "upgrade"}
-
-
-class ProxyRefusal(Exception):
-    """A request the proxy answers itself (status and reason) instead of forwarding."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class _Request:
-    method: str
-    host: str
-    port: int
-    head: bytes  # what to send the destination (empty for CONNECT)
+# Node before 24 ignores the proxy variables (fetch() and the http/https modules connect directly): every child
+# behind the proxy preloads this script, which sends both through it; Node 24+ honours NODE_USE_ENV_PROXY=1.
+NODE_PRELOAD = Path(__file__).with_name("egress_preload.cjs")
 
 
 class EgressProxy:
@@ -71,9 +74,13 @@ class EgressProxy:
         max_connections: int = MAX_CONNECTIONS,
         idle_seconds: float = IDLE_SECONDS,
         head_seconds: float = HEAD_TIMEOUT_SECONDS,
+        max_unauthenticated: int = MAX_UNAUTHENTICATED,
+        max_per_server: int = MAX_PER_SERVER,
     ) -> None:
         self._allowed_hosts = list(allowed_hosts)
         self._max_connections = max_connections
+        self._max_unauthenticated = max_unauthenticated
+        self._max_per_server = max_per_server
         self._idle_seconds = idle_seconds
         self._head_seconds = head_seconds
         self._users: dict[str, tuple[str, str]] = {}  # user name -> (server id, password)
@@ -81,6 +88,8 @@ class EgressProxy:
         self._server: asyncio.Server | None = None
         self._lock = asyncio.Lock()
         self._handlers: set[asyncio.Task[None]] = set()
+        self._waiting: dict[asyncio.Task[None], asyncio.StreamWriter] = {}  # no head yet, oldest first
+        self._holding: dict[str, int] = {}  # server id -> its open connections
 
     @property
     def port(self) -> int | None:
@@ -106,8 +115,9 @@ class EgressProxy:
         if server is not None:
             await server.wait_closed()
 
-    async def environment(self, server_id: str) -> dict[str, str]:
-        """The proxy variables of a child that runs behind the proxy (credentials of its own)."""
+    async def environment(self, server_id: str, own: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The proxy variables of a child that runs behind the proxy (credentials of its own), and Node's: the
+        preload goes before the NODE_OPTIONS of the child's own environment `own`."""
         port = await self.start()
         user = self._user_of.get(server_id)
         if user is None:
@@ -115,7 +125,8 @@ class EgressProxy:
             self._users[user] = (server_id, secrets.token_urlsafe(24))
         url = f"http://{user}:{self._users[user][1]}@127.0.0.1:{port}"
         env = {name: url for name in PROXY_VARIABLES} | {name.lower(): url for name in PROXY_VARIABLES}
-        return env | {"NO_PROXY": "", "no_proxy": ""}
+        node_options = f'--require "{NODE_PRELOAD}" {(own or {}).get("NODE_OPTIONS", "")}'.strip()
+        return env | {"NO_PROXY": "", "no_proxy": "", "NODE_OPTIONS": node_options, "NODE_USE_ENV_PROXY": "1"}
 
     def forget(self, server_id: str) -> None:
         """A removed server's credentials stop working."""
@@ -127,89 +138,94 @@ class EgressProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._handlers) >= self._max_connections:
-            with contextlib.suppress(ConnectionError):
-                await _answer(writer, 503, "too many connections to the egress proxy")
-            writer.close()
-            return
+        if len(self._waiting) >= self._max_unauthenticated:
+            # The oldest connection still without a head makes room: a client sends its head as it connects, so
+            # only a silent one is old, and silent ones cannot keep a server's connection out.
+            oldest = next(iter(self._waiting))
+            self._waiting.pop(oldest).transport.abort()
+        self._waiting[task] = writer
         self._handlers.add(task)
         try:
-            await self._handle(reader, writer)
+            await self._handle(reader, writer, task)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
             # The child went away or stalled (no head within head_seconds): there is no one to answer.
             logger.debug("egress proxy: connection ended without an answer (%s)", type(exc).__name__)
+        except (ProxyRefusal, asyncio.LimitOverrunError) as exc:  # a malformed body, once forwarding began
+            logger.info("egress proxy: exchange cut: %s", exc)
+        except asyncio.CancelledError:
+            # aclose ends the connections in flight. The handler task ends normally: Python 3.11's streams log a
+            # cancelled one as an error ("Exception in callback").
+            pass
         finally:
+            self._waiting.pop(task, None)
             self._handlers.discard(task)
             writer.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, task: asyncio.Task[None]
+    ) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self._head_seconds)
         except asyncio.LimitOverrunError:
-            await _answer(writer, 431, "request head too large")
+            await answer(writer, 431, "request head too large")
+            return
+        finally:
+            self._waiting.pop(task, None)
+        try:
+            parsed = parse_head(head)
+            server_id = self._authenticate(parsed.headers)
+            request = destination(parsed)
+            self._take_slot(server_id)
+        except ProxyRefusal as refusal:
+            await answer(writer, refusal.status, refusal.reason)
             return
         try:
-            server_id, request = self._parse(head)
-            upstream = await self._open(server_id, request.host, request.port)
+            await self._forward(reader, writer, server_id, request)
+        finally:
+            self._holding[server_id] -= 1
+
+    def _take_slot(self, server_id: str) -> None:
+        """One of the slots of connections with credentials; ProxyRefusal 503 when none is free."""
+        if self._holding.get(server_id, 0) >= self._max_per_server:
+            raise ProxyRefusal(503, f"too many connections of MCP server {server_id} to the egress proxy")
+        if sum(self._holding.values()) >= self._max_connections:
+            raise ProxyRefusal(503, "too many connections to the egress proxy")
+        self._holding[server_id] = self._holding.get(server_id, 0) + 1
+
+    async def _forward(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server_id: str, request: Request
+    ) -> None:
+        try:
+            up_reader, up_writer = await self._open(server_id, request.host, request.port)
         except ProxyRefusal as refusal:
-            await _answer(writer, refusal.status, refusal.reason)
+            await answer(writer, refusal.status, refusal.reason)
             return
-        up_reader, up_writer = upstream
+        loop = asyncio.get_running_loop()
+        last = [loop.time()]
+
+        def touch() -> None:
+            last[0] = loop.time()
+
         try:
             if request.method == "CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await writer.drain()
+                sending = copy(reader, up_writer, touch)
+                receiving = copy(up_reader, writer, touch)
             else:
                 up_writer.write(request.head)
-            await writer.drain()
-            await _pipe_both(reader, writer, up_reader, up_writer, self._idle_seconds)
+                await up_writer.drain()
+                sending = relay_body(reader, up_writer, request.body_length, touch)
+                receiving = relay_answer(up_reader, writer, touch)
+            await _both(sending, receiving, last, self._idle_seconds)
         finally:
             up_writer.close()
 
-    def _parse(self, head: bytes) -> tuple[str, _Request]:
-        """The server a request comes from and where it goes; ProxyRefusal for one not to forward."""
-        try:
-            text = head.decode("latin-1")
-            request_line, *header_lines = text[:-4].split("\r\n")
-            method, target, version = request_line.split(" ")
-        except ValueError as exc:
-            raise ProxyRefusal(400, "malformed request line") from exc
-        if any(line[:1] in (" ", "\t") or ":" not in line for line in header_lines):
-            raise ProxyRefusal(400, "malformed header line (folded, or without a colon)")
-        headers = [line.split(":", 1) for line in header_lines]
-        if any(name != name.strip() for name, _ in headers):
-            raise ProxyRefusal(400, "malformed header line (whitespace around the name)")
-        hosts = [value.strip() for name, value in headers if name.lower() == "host"]
-        if len(hosts) > 1:
-            raise ProxyRefusal(400, "more than one Host header")
-        server_id = self._authenticate(headers)
-        if method == "CONNECT":
-            host, port = _host_port(target)
-            return server_id, _Request(method, host, port, b"")
-        parts = urlsplit(target)
-        if parts.scheme != "http" or not parts.netloc or "@" in parts.netloc:
-            raise ProxyRefusal(400, "only http:// URLs in absolute form, or CONNECT for https")
-        authority = parts.netloc
-        if authority.count(":") > 1 and not authority.startswith("["):
-            # httpx writes an IPv6 host without its brackets here; its Host header has them.
-            authority = hosts[0] if hosts else ""
-        host, port = _host_port(authority, default_port=80)
-        path = parts.path or "/"
-        if parts.query:
-            path = f"{path}?{parts.query}"
-        # RFC 9112 3.2.2: the request target names the destination and the Host sent on is rebuilt from it, so a
-        # name in egress_allowed_hosts cannot carry a Host of another site served at the same address.
-        shown = f"[{host}]" if ":" in host else host
-        kept = [f"{name}:{value}" for name, value in headers if name.lower() not in _HOP_HEADERS | {"host"}]
-        # One request per connection: a second one on it could not be checked for its own host.
-        host_line = f"Host: {shown}" if port == 80 else f"Host: {shown}:{port}"
-        lines = [f"{method} {path} {version}", host_line, *kept, "Connection: close", "", ""]
-        return server_id, _Request(method, host, port, "\r\n".join(lines).encode("latin-1"))
-
-    def _authenticate(self, headers: list[list[str]]) -> str:
+    def _authenticate(self, headers: list[tuple[str, str]]) -> str:
         """The server whose credentials the request carries; ProxyRefusal 407 without valid ones."""
-        values = [value.strip() for name, value in headers if name.strip().lower() == "proxy-authorization"]
+        values = [value for name, value in headers if name.lower() == "proxy-authorization"]
         scheme, _, token = (values[0] if values else "").partition(" ")
         try:
             user, _, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
@@ -238,51 +254,17 @@ class EgressProxy:
         raise ProxyRefusal(502, f"cannot connect to {host}:{port}: {failure}")
 
 
-def _host_port(authority: str, default_port: int | None = None) -> tuple[str, int]:
-    """`host:port` or `[v6]:port` (the port may be left out when there is a default)."""
-    host, separator, port = authority.rpartition(":")
-    if not separator or host.startswith("[") and not host.endswith("]") or authority.endswith("]"):
-        host, port = authority, str(default_port or "")
-    if not port.isdigit() or not host.strip("[]") or not 0 < int(port) < 65536:
-        raise ProxyRefusal(400, "the destination must be host:port")
-    return host.strip("[]").lower(), int(port)
-
-
-async def _answer(writer: asyncio.StreamWriter, status: int, reason: str) -> None:
-    body = f"{reason}\n".encode()
-    extra = 'Proxy-Authenticate: Basic realm="toolscout-egress"\r\n' if status == 407 else ""
-    writer.write(
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{extra}Content-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-        + body
-    )
-    await writer.drain()
-
-
-async def _pipe_both(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    up_reader: asyncio.StreamReader,
-    up_writer: asyncio.StreamWriter,
-    idle_seconds: float,
+async def _both(
+    sending: Coroutine[Any, Any, None], receiving: Coroutine[Any, Any, None], last: list[float], idle_seconds: float
 ) -> None:
-    """Copy bytes both ways until the exchange ends, or no byte has passed either way for idle_seconds."""
+    """Run both directions until the destination's side ends (or sending fails), or no byte has passed either
+    way for idle_seconds (last[0]: when one last did)."""
     loop = asyncio.get_running_loop()
-    last = [loop.time()]
-
-    async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        while chunk := await source.read(65_536):
-            last[0] = loop.time()
-            sink.write(chunk)
-            await sink.drain()
-        with contextlib.suppress(OSError):
-            sink.write_eof()
-
-    to_upstream = asyncio.create_task(copy(reader, up_writer))
-    to_child = asyncio.create_task(copy(up_reader, writer))
+    to_upstream = asyncio.create_task(sending)
+    to_child = asyncio.create_task(receiving)
     try:
-        # The destination closing ends the exchange; the child closing its sending side (a half-close) still
-        # lets the answer through.
+        # The destination closing ends the exchange; the child closing its sending side (a half-close), or the
+        # end of the request's body, still lets the answer through.
         pending = {to_upstream, to_child}
         while pending and loop.time() - last[0] < idle_seconds:
             wait = idle_seconds - (loop.time() - last[0])
@@ -293,6 +275,9 @@ async def _pipe_both(
         for task in (to_upstream, to_child):
             task.cancel()
         await asyncio.gather(to_upstream, to_child, return_exceptions=True)
+    for task in (to_child, to_upstream):  # a malformed body, a vanished peer: the caller logs it
+        if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+            raise error
 
 
-__all__ = ["PROXY_VARIABLES", "EgressProxy", "ProxyRefusal"]
+__all__ = ["NODE_PRELOAD", "PROXY_VARIABLES", "EgressProxy", "ProxyRefusal"]

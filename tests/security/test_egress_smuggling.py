@@ -95,27 +95,6 @@ async def test_a_tunnel_to_loopback_spelt_otherwise_is_refused(internal: Recorde
     assert internal.hits == []
 
 
-async def test_connections_beyond_the_bound_are_turned_away() -> None:
-    """Silent connections (no credentials needed to open one) hold at most max_connections."""
-    proxy = EgressProxy(max_connections=3)
-    port = await proxy.start()
-    silent = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
-    try:
-        await asyncio.sleep(0.1)  # the proxy has taken the three
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        answer = await asyncio.wait_for(reader.read(), 5)
-        writer.close()
-        for _, held in silent:
-            held.close()
-        await asyncio.sleep(0.1)
-        after = await send_raw(port, "GET http://example.test/ HTTP/1.1\r\n\r\n")
-    finally:
-        await proxy.aclose()
-    assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
-    assert answer.endswith(b"too many connections to the egress proxy\n")
-    assert after.startswith(b"HTTP/1.1 407 ")  # the slots came back when the silent ones closed
-
-
 async def test_a_silent_connection_gives_up_its_slot() -> None:
     """A connection that sends no request head within head_seconds is closed, so silent ones cannot keep every
     slot for long."""
