@@ -128,6 +128,7 @@ def demo_servers(settings: Settings) -> list[ServerSpec]:
                 command="node",
                 args=("stdio",),
                 env={"GZIP_ALLOWED_DOMAINS": EVERYTHING_GZIP_DOMAINS},
+                egress_proxy=True,  # its gzip resource fetches a URL; Node's fetch is confined by the preload
                 source="demo",
                 demo=("node", "everything"),
             ),

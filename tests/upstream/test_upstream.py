@@ -300,6 +300,8 @@ async def test_demo_configuration_starts_real_servers(
         found = await client.post(
             "/search", json={"query": "show the commit history of a git repository", "k": 5}
         )
+        echoed = await client.post("/execute", json={"name": "everything__echo", "arguments": {"message": "hi"}})
+    assert echoed.json()["content"][0]["text"] == "Echo: hi", echoed.text  # behind the egress proxy and preload
     assert set(servers) == {"time", "fetch", "git", "memory", "filesystem", "everything"}
     assert all(s["state"] == "ready" for s in servers.values()), {k: s["health"] for k, s in servers.items()}
     assert servers["git"]["tools"] == 12 and servers["time"]["tools"] == 2
