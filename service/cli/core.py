@@ -341,6 +341,31 @@ def _kept_and_lost(repaired: int, repairs: list[str], rejected: int, rejections:
     return lines
 
 
+def _eval_warnings(result: dict[str, Any]) -> list[str]:
+    """What the figures of an evaluation could not count as the file says: relevant ids no catalog line has or
+    whose tool was refused, queries without relevant ids, qids on several lines, results mapped to no id."""
+    lines = []
+    if result["unknown_relevant"]:
+        shown = ", ".join(result["unknown_relevant"][:10])
+        lines.append(f"relevant ids that no catalog line has (the first 20 kept): {shown} "
+                     f"({result['unknown_relevant_ids']} ids, named by {result['queries_with_unknown_relevant']}"
+                     " queries, which lose that recall)")
+    if result["rejected_relevant"]:
+        lines.append(f"relevant tools the registration refused, named by {result['queries_with_rejected_relevant']}"
+                     " queries (the first 20):")
+        lines += [f"  {r['id']} ({r['tool']}): {r['reason']}" for r in result["rejected_relevant"]]
+    if result["unscored_queries"]:
+        lines.append(f"{result['unscored_queries']} queries have an empty `relevant` and are not scored: "
+                     + ", ".join(result["unscored_qids"][:10]))
+    if result["duplicate_qid_lines"]:
+        lines.append(f"{result['duplicate_qid_lines']} lines repeat an earlier line's qid (each is scored): "
+                     + ", ".join(result["duplicate_qids"][:10]))
+    if result["unmapped_results"]:
+        lines.append("results that map to no catalog id (a fault of the evaluation): "
+                     + ", ".join(result["unmapped_results"][:10]))
+    return lines
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from service.search.evaluation import evaluate
 
@@ -356,9 +381,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for line in _kept_and_lost(result["repaired_tools"], result["repairs"], result["rejected_tools"],
                                [f"{e['tool']} ({e['pointer']}): {e['reason']}" for e in result["rejections"]]):
         print(printable(line), file=sys.stderr)
-    if result["unknown_relevant"]:
-        shown = ", ".join(result["unknown_relevant"][:10])
-        print(printable(f"relevant ids that no catalog line has (the first 20 kept): {shown}"), file=sys.stderr)
+    for line in _eval_warnings(result):
+        print(printable(line), file=sys.stderr)
     print(f"{'category':<24}{'n':>7}" + "".join(f"{k:>11}" for k in keys))
     print(f"{'all':<24}{result['queries']:>7}" + "".join(f"{result[k]:>11.3f}" for k in keys))
     for name, row in result["by_category"].items():
