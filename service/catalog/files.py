@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from service.errors import BadRequest
 
 DEMO_CATALOGS = Path(__file__).resolve().parents[1] / "demo" / "catalogs"
 DEFAULT_JSONL_SERVER = "catalog"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -75,7 +77,7 @@ def dataset_json(line: str) -> tuple[Any, str | None]:
         raise
     except ValueError as exc:
         value = json.loads(line)
-        return copy_strings(value, lambda s: s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")), str(exc)
+        return copy_strings(value, lambda text: _SURROGATE.sub("\ufffd", text)), str(exc)
 
 
 def _text(value: Any) -> str | None:

@@ -20,7 +20,7 @@ from service.catalog.files import CatalogFile, jsonl_lines, load_catalog_file
 from service.catalog.service import register_tools
 from service.errors import BadRequest
 from service.resources import build_resources, close_resources, start_resources
-from service.search.service import start_search
+from service.search.service import start_search, warm_search
 from service.settings import Settings
 from service.usage.rollups import percentile
 
@@ -139,9 +139,9 @@ async def evaluate(
             report = await register_tools(resources, catalog.tools)
             index_seconds = time.perf_counter() - started
             assert resources.retriever is not None
-            # One search untimed first, as `toolscout serve` warms up before it listens: the first search's
-            # one-off costs (~300 ms) were the p95 of a small query set.
-            await resources.retriever.search("warm up", 1, SearchFilter())
+            # Warmed as `toolscout serve` is before it listens: the first searches' one-off costs (~450 ms, the
+            # model's first passes at new lengths) were the p95 of a small query set.
+            await warm_search(resources)
             overall: list[dict[str, float]] = []
             by_category: dict[str, list[dict[str, float]]] = defaultdict(list)
             latencies: list[float] = []
