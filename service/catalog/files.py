@@ -85,12 +85,12 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
-def _from_jsonl(path: Path, server: str | None) -> CatalogFile:
+def _from_jsonl(path: Path, text: str, server: str | None) -> CatalogFile:
     tools: list[dict[str, Any]] = []
     ids: dict[str, str] = {}
     repairs: list[str] = []
     catalog = CatalogFile(tools, ids, repairs=repairs)
-    for number, line in jsonl_lines(_read_text(path)):
+    for number, line in jsonl_lines(text):
         try:
             item, overlooked = dataset_json(line)
         except (ValueError, RecursionError) as exc:
@@ -173,19 +173,24 @@ def _from_tools_list(path: Path, data: Any, server: str | None) -> CatalogFile:
 
 
 def load_catalog_file(path: Path, server: str | None = None) -> CatalogFile:
-    """Read a catalog: `.jsonl` in the evaluation format, otherwise an MCP tools/list JSON (server from the
-    file name unless given)."""
-    if not path.is_file():
+    """Read a catalog: JSON Lines in the evaluation format (`.jsonl`, or any file holding more than one JSON
+    value, or one tool object), otherwise an MCP tools/list JSON (server from the file name unless given)."""
+    if not path.exists() or path.is_dir():  # not is_file(): a pipe (`--catalog <(...)`) is read as well
         raise BadRequest(f"{path}: no such file", file=str(path))
-    if path.suffix == ".jsonl":
-        return _from_jsonl(path, server)
+    text = _read_text(path)
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return _from_jsonl(path, text, server)
     try:
-        data = strict_json(_read_text(path))
+        data = strict_json(text)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # a catalog.json of one tool a line, as the evaluation format writes
+            return _from_jsonl(path, text, server)
         raise BadRequest(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})", file=str(path)) from exc
     except (ValueError, RecursionError) as exc:
         reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         raise BadRequest(f"{path}: not valid JSON ({reason})", file=str(path)) from exc
+    if isinstance(data, dict) and not {"tools", "result"} & data.keys() and {"id", "name"} & data.keys():
+        return _from_jsonl(path, text, server)  # one line of the evaluation format
     return _from_tools_list(path, data, server)
 
 

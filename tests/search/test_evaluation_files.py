@@ -207,7 +207,7 @@ def test_figures_follow_the_format_with_mixed_categories_empty_relevant_and_an_i
         '{"qid": "3", "query": "get_weather", "relevant": ["w"], "category": ["a"]}\n'
         '{"qid": "4", "query": "x", "relevant": [], "category": "all"}\n'
     )
-    out = tmp_path / "result.json"
+    out = tmp_path / "not" / "made" / "result.json"  # was a FileNotFoundError once the run was over
     assert main(["eval", "--catalog", str(catalog), "--queries", str(queries), "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     half = 1 / (1 + 1 / math.log2(3))  # query 2: one of its two relevant ids at rank 1, the other nowhere
@@ -219,3 +219,31 @@ def test_figures_follow_the_format_with_mixed_categories_empty_relevant_and_an_i
     err = capsys.readouterr().err
     assert "gone (1 ids, named by 1 queries, which lose that recall)" in err
     assert "1 queries have an empty `relevant` and are not scored: 4" in err
+
+
+def test_a_catalog_of_json_lines_under_another_suffix_or_from_a_pipe_is_read_as_json_lines(tmp_path: Path) -> None:
+    """`catalog.json` holding the evaluation format was refused as a bad tools/list ("Extra data"), and a
+    `--catalog <(...)` pipe as "no such file"."""
+    import os
+
+    lines = '{"id": "a", "name": "alpha", "description": "first"}\n{"id": "b", "name": "beta"}\n'
+    for name in ("catalog.json", "catalog.NDJSON", "catalog"):
+        (tmp_path / name).write_text(lines)
+        assert load_catalog_file(tmp_path / name).line_ids == ["a", "b"]
+    (tmp_path / "one.json").write_text('{"id": "a", "name": "alpha", "description": "first"}')
+    assert load_catalog_file(tmp_path / "one.json").line_ids == ["a"]
+    read, write = os.pipe()
+    os.write(write, lines.encode())
+    os.close(write)
+    try:
+        assert load_catalog_file(Path(f"/dev/fd/{read}")).line_ids == ["a", "b"]
+    finally:
+        os.close(read)
+
+
+def test_a_sample_size_below_one_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    """random.sample(queries, -1) was a ValueError traceback."""
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "--catalog", str(CATALOG), "--queries", str(CATALOG), "--max-queries", "-1"])
+    assert exited.value.code == 2
+    assert "argument --max-queries: expected a whole number of at least 1, got '-1'" in capsys.readouterr().err
