@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,14 +71,20 @@ def jsonl_lines(text: str) -> list[tuple[int, str]]:
 def dataset_json(line: str) -> tuple[Any, str | None]:
     """A dataset line's value, and what had to be overlooked to read it: the strict reader's refusals (a key given
     twice, NaN, a lone surrogate) are data a public dataset carries, most often in fields nobody reads here; read
-    as Python's json module reads them (the last of a key wins), lone surrogates made U+FFFD."""
+    as Python's json module reads them (the last of a key wins), but NaN, Infinity and numbers past the floats as
+    null (as an MCP client would send them) and lone surrogates as U+FFFD."""
     try:
         return strict_json(line), None
     except json.JSONDecodeError:
         raise
     except ValueError as exc:
-        value = json.loads(line)
+        value = json.loads(line, parse_constant=lambda _: None, parse_float=_finite_or_none)
         return copy_strings(value, lambda text: _SURROGATE.sub("\ufffd", text)), str(exc)
+
+
+def _finite_or_none(text: str) -> float | None:
+    number = float(text)
+    return number if math.isfinite(number) else None
 
 
 def _text(value: Any) -> str | None:
@@ -112,9 +119,14 @@ def _from_jsonl(path: Path, text: str, server: str | None) -> CatalogFile:
         notes[:0] = [f"read past {overlooked}"] if overlooked else []
         _admit(catalog, tool, tool_id, number, notes)
         if notes:
-            repairs.append(f"{path.name}:{number}: {tool['name']}: {'; '.join(notes)}")
+            repairs.append(f"{path.name}:{number}: {_shown(tool['name'])}: {'; '.join(notes)}")
         tools.append(tool)
     return catalog
+
+
+def _shown(name: str) -> str:
+    """A name as a repair line shows it: one of 256 characters filled the screen."""
+    return name if len(name) <= 80 else f"{name[:77]}..."
 
 
 def _admit(catalog: CatalogFile, tool: dict[str, Any], tool_id: str, number: int, notes: list[str]) -> None:
