@@ -73,10 +73,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(printable(line), file=sys.stderr)
     for line in _eval_warnings(result):
         print(printable(line), file=sys.stderr)
-    print(f"{'category':<24}{'n':>7}" + "".join(f"{k:>11}" for k in keys))
-    print(f"{'all':<24}{result['queries']:>7}" + "".join(f"{result[k]:>11.3f}" for k in keys))
+    # The categories indented under the overall row (a category may be called "all"), written as printable()
+    # does (they come from the dataset), as wide as the longest (cut at 23, two would read alike).
+    names = {name: "  " + printable(name) for name in result["by_category"]}
+    width = max([24, *(len(shown) + 1 for shown in names.values())])
+    print(f"{'category':<{width}}{'n':>7}" + "".join(f"{k:>11}" for k in keys))
+    print(f"{'all':<{width}}{result['queries']:>7}" + "".join(f"{result[k]:>11.3f}" for k in keys))
     for name, row in result["by_category"].items():
-        print(f"{name[:23]:<24}{row['queries']:>7}" + "".join(f"{row[k]:>11.3f}" for k in keys))
+        print(f"{names[name]:<{width}}{row['queries']:>7}" + "".join(f"{row[k]:>11.3f}" for k in keys))
     if args.json_out:
         try:  # the figures are printed above: a path that cannot be written loses the file only
             args.json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -206,17 +206,22 @@ def test_figures_follow_the_format_with_mixed_categories_empty_relevant_and_an_i
         '{"qid": "2", "query": "send_mail", "relevant": ["m", "gone"]}\n'
         '{"qid": "3", "query": "get_weather", "relevant": ["w"], "category": ["a"]}\n'
         '{"qid": "4", "query": "x", "relevant": [], "category": "all"}\n'
+        '{"qid": "5", "query": "weather_now", "relevant": ["w"], "category": "c\\u001b[2J"}\n'
     )
     out = tmp_path / "not" / "made" / "result.json"  # was a FileNotFoundError once the run was over
     assert main(["eval", "--catalog", str(catalog), "--queries", str(queries), "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     half = 1 / (1 + 1 / math.log2(3))  # query 2: one of its two relevant ids at rank 1, the other nowhere
-    assert (result["queries"], result["unscored_queries"], result["queries_with_unknown_relevant"]) == (3, 1, 1)
+    assert (result["queries"], result["unscored_queries"], result["queries_with_unknown_relevant"]) == (4, 1, 1)
     assert [result[k] for k in ("recall@1", "recall@5", "ndcg@5", "ndcg@10", "mrr")] == [
-        round(2.5 / 3, 4), round(2.5 / 3, 4), round((2 + half) / 3, 4), round((2 + half) / 3, 4), 1.0]
+        round(3.5 / 4, 4), round(3.5 / 4, 4), round((3 + half) / 4, 4), round((3 + half) / 4, 4), 1.0]
     assert {name: (row["queries"], row["recall@5"], row["ndcg@10"]) for name, row in result["by_category"].items()} \
-        == {"(no category)": (1, 0.5, round(half, 4)), '["a"]': (1, 1.0, 1.0), "all": (1, 1.0, 1.0)}
-    err = capsys.readouterr().err
+        == {"(no category)": (1, 0.5, round(half, 4)), '["a"]': (1, 1.0, 1.0), "all": (1, 1.0, 1.0),
+            "c\x1b[2J": (1, 1.0, 1.0)}
+    printed = capsys.readouterr()
+    rows = [line[:24].rstrip() for line in printed.out.splitlines()[2:]]
+    assert rows == ["all", "  (no category)", '  ["a"]', "  all", "  c\\x1b[2J"]  # the categories indented, escaped
+    err = printed.err
     assert "gone (1 ids, named by 1 queries, which lose that recall)" in err
     assert "1 queries have an empty `relevant` and are not scored: 4" in err
 
