@@ -56,13 +56,23 @@ def _eval_warnings(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _progress(stage: str, done: int, total: int) -> None:
+    print(f"\r{stage} {done}/{total}", end="", file=sys.stderr, flush=True)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from service.search.evaluation import evaluate
 
+    # A count of the queries run, on a terminal only: 21,041 queries ran for minutes without a sign of life.
+    shown = sys.stderr.isatty()
     try:
-        result = asyncio.run(evaluate(args.catalog, args.queries, max_queries=args.max_queries, seed=args.seed))
+        result = asyncio.run(evaluate(args.catalog, args.queries, max_queries=args.max_queries, seed=args.seed,
+                                      progress=_progress if shown else None))
     except ToolscoutError as exc:
         return fail(exc)
+    finally:
+        if shown:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
     keys = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr")
     print(
         f"{result['tools']} tools, {result['queries']} queries, indexed in {result['index_seconds']} s, "
