@@ -181,7 +181,8 @@ def _from_tools_list(path: Path, data: Any, server: str | None) -> CatalogFile:
     }
     # An export may carry the server's own description (`serverInfo` and `instructions`), as the bundled ones do.
     info = data.get("server") if isinstance(data, dict) else None
-    return CatalogFile(tools, ids, {server: info} if isinstance(info, dict) else {})
+    line_ids = [str(t["name"]) if isinstance(t, dict) and "name" in t else "" for t in tools]
+    return CatalogFile(tools, ids, {server: info} if isinstance(info, dict) else {}, line_ids=line_ids)
 
 
 def load_catalog_file(path: Path, server: str | None = None) -> CatalogFile:

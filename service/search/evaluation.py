@@ -15,9 +15,8 @@ from typing import Any
 
 from indexer.embedding import Embedder
 from indexer.index.base import SearchFilter
-from indexer.tools import ToolProblem
 from service.catalog.files import CatalogFile, jsonl_lines, load_catalog_file
-from service.catalog.service import register_tools
+from service.catalog.service import RegisterReport, register_tools
 from service.errors import BadRequest
 from service.resources import build_resources, close_resources, start_resources
 from service.search.service import start_search, warm_search
@@ -166,7 +165,7 @@ async def evaluate(
         "tools": len(report.created) + len(report.updated) + len(report.unchanged),
         "rejected_tools": len(report.errors),
         "repaired_tools": len(catalog.repairs),
-        **_lost_relevant(queries, catalog, report.errors),
+        **_lost_relevant(queries, catalog, report),
         "repairs": catalog.repairs[:20],
         "rejections": [e.as_dict() for e in report.errors[:20]],
         "queries": len(queries),
@@ -195,13 +194,14 @@ def _run_settings(base: Settings, data_dir: Path) -> Settings:
                                    "embedding": base.embedding.model_copy(update={"models_dir": base.models_dir})})
 
 
-def _lost_relevant(queries: list[Query], catalog: CatalogFile, rejected: list[ToolProblem]) -> dict[str, Any]:
+def _lost_relevant(queries: list[Query], catalog: CatalogFile, report: RegisterReport) -> dict[str, Any]:
     """The relevant ids no ranking can find, and the queries that name them: ids no catalog line has, and the
-    tools the registration refused (each with why)."""
+    tools the registration refused (each with why) whose id no registered tool has."""
     wanted = {r for q in queries for r in q.relevant}
     unknown = wanted - set(catalog.line_ids)
-    refused = {catalog.line_ids[p.index]: p for p in rejected if 0 <= p.index < len(catalog.line_ids)}
-    refused = {tool_id: p for tool_id, p in refused.items() if tool_id in wanted}
+    kept = {catalog.ids.get(name) for name in (*report.created, *report.updated, *report.unchanged)}
+    refused = {catalog.line_ids[p.index]: p for p in report.errors if 0 <= p.index < len(catalog.line_ids)}
+    refused = {tool_id: p for tool_id, p in refused.items() if tool_id in wanted and tool_id not in kept}
     return {
         # every query naming one loses recall that no ranking can win
         "unknown_relevant": sorted(unknown)[:20],

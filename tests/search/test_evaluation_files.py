@@ -252,3 +252,30 @@ def test_a_sample_size_below_one_is_refused_by_the_parser(capsys: pytest.Capture
         main(["eval", "--catalog", str(CATALOG), "--queries", str(CATALOG), "--max-queries", "-1"])
     assert exited.value.code == 2
     assert "argument --max-queries: expected a whole number of at least 1, got '-1'" in capsys.readouterr().err
+
+
+@pytest.mark.model
+def test_a_relevant_tool_the_registration_refuses_is_named_with_why_and_its_queries_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An MCP tools/list file is refused as a server lists it (never repaired): a relevant tool refused was only
+    missing from the results, its queries' recall lost without a word."""
+    import json
+
+    catalog = tmp_path / "weather.json"
+    catalog.write_text(json.dumps({"tools": [
+        {"name": "forecast", "description": "Weather forecast of a city", "inputSchema": {"type": "object"}},
+        {"name": "alerts", "description": "Storm alerts of a region", "inputSchema": "a string"},
+    ]}))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text('{"qid": "1", "query": "forecast", "relevant": ["forecast"]}\n'
+                       '{"qid": "2", "query": "any storm warnings in Ohio?", "relevant": ["alerts", "forecast"]}\n')
+    out = tmp_path / "result.json"
+    assert main(["eval", "--catalog", str(catalog), "--queries", str(queries), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert (result["tools"], result["rejected_tools"], result["unknown_relevant"]) == (1, 1, [])
+    assert result["rejected_relevant"] == [
+        {"id": "alerts", "tool": "alerts", "reason": "input_schema must be a JSON object, not a string"}]
+    assert result["queries_with_rejected_relevant"] == 1
+    err = capsys.readouterr().err
+    assert "relevant tools the registration refused, named by 1 queries (the first 20):\n  alerts (alerts): " in err
