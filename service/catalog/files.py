@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.tools import normalize_server_id, qualify
+from indexer.tools import MAX_NAME_CHARS, ToolProblem, normalize_server_id, qualify, validate_tool
 from service.catalog.json_body import strict_json
-from service.catalog.repair import repair_tool
+from service.catalog.repair import copy_strings, repair_tool
 from service.errors import BadRequest
 
 DEMO_CATALOGS = Path(__file__).resolve().parents[1] / "demo" / "catalogs"
 DEFAULT_JSONL_SERVER = "catalog"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -24,6 +28,7 @@ class CatalogFile:
     ids: dict[str, str]  # qualified name -> catalog id
     servers: dict[str, dict[str, Any]] = field(default_factory=dict)  # server -> its info block, when the file has one
     repairs: list[str] = field(default_factory=list)  # "file:line: tool: what was changed to keep it" (JSON Lines)
+    line_ids: list[str] = field(default_factory=list)  # the catalog id of each of `tools`, in order (JSON Lines)
 
 
 def _description(item: dict[str, Any]) -> str:
@@ -40,7 +45,8 @@ def _description(item: dict[str, Any]) -> str:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte order mark before the first line (Windows editors write one) is no part of the JSON.
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         line = exc.object.count(b"\n", 0, exc.start) + 1
         raise BadRequest(
@@ -55,44 +61,104 @@ def _json_problem(exc: ValueError) -> str:
     return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
 
 
-def _from_jsonl(path: Path, server: str | None) -> CatalogFile:
+def jsonl_lines(text: str) -> list[tuple[int, str]]:
+    """The numbered non-blank lines of a JSON Lines text. Only LF (and CRLF) end a line: str.splitlines() also
+    split at U+2028, U+0085 and U+001C-U+001E, which a JSON string may hold unescaped (`ensure_ascii=False`
+    writes them so), and cut such a line in two."""
+    return [(number, line) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
+
+
+def dataset_json(line: str) -> tuple[Any, str | None]:
+    """A dataset line's value, and what had to be overlooked to read it: the strict reader's refusals (a key given
+    twice, NaN, a lone surrogate) are data a public dataset carries, most often in fields nobody reads here; read
+    as Python's json module reads them (the last of a key wins), but NaN, Infinity and numbers past the floats as
+    null (as an MCP client would send them) and lone surrogates as U+FFFD."""
+    try:
+        return strict_json(line), None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        value = json.loads(line, parse_constant=lambda _: None, parse_float=_finite_or_none)
+        return copy_strings(value, lambda text: _SURROGATE.sub("\ufffd", text)), str(exc)
+
+
+def _finite_or_none(text: str) -> float | None:
+    number = float(text)
+    return number if math.isfinite(number) else None
+
+
+def _text(value: Any) -> str | None:
+    """A non-blank string field, else None."""
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _from_jsonl(path: Path, text: str, server: str | None) -> CatalogFile:
     tools: list[dict[str, Any]] = []
     ids: dict[str, str] = {}
-    taken: set[str] = set()
     repairs: list[str] = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
+    catalog = CatalogFile(tools, ids, repairs=repairs)
+    for number, line in jsonl_lines(text):
         try:
-            item = strict_json(line)
+            item, overlooked = dataset_json(line)
         except (ValueError, RecursionError) as exc:
             reason = _json_problem(exc) if isinstance(exc, ValueError) else "nested too deeply"
             raise BadRequest(f"{path}:{number}: not valid JSON ({reason})", file=str(path), line=number) from exc
-        if not isinstance(item, dict) or not isinstance(item.get("name") or item.get("id"), str):
+        if not isinstance(item, dict) or (_text(item.get("name")) or _text(item.get("id"))) is None:
             raise BadRequest(f"{path}:{number}: each line must be an object with a name", file=str(path), line=number)
-        name = item.get("name") or item["id"]
-        tool_server = item.get("server") or server or DEFAULT_JSONL_SERVER
-        qualified = qualify(normalize_server_id(tool_server), name)
-        if qualified in taken:
-            # Same name twice on one server in a file: keep both, told apart by their catalog ids.
-            name = f"{name}_{item.get('id', number)}"
-            qualified = qualify(normalize_server_id(tool_server), name)
-        taken.add(qualified)
-        ids[qualified] = str(item.get("id", name))
+        tool_id = str(item["id"]) if item.get("id") is not None else item["name"]
         tool, notes = repair_tool(
             {
-                "server": tool_server,
-                "name": name,
+                "server": _text(item.get("server")) or server or DEFAULT_JSONL_SERVER,
+                "name": _text(item.get("name")) or tool_id,
                 "description": _description(item),
                 "input_schema": item.get("input_schema") or item.get("inputSchema") or {},
                 "annotations": item.get("annotations") or {},
                 "tags": item.get("tags") or [],
             }
         )
+        notes[:0] = [f"read past {overlooked}"] if overlooked else []
+        _admit(catalog, tool, tool_id, number, notes)
         if notes:
-            repairs.append(f"{path.name}:{number}: {tool['name']}: {'; '.join(notes)}")
+            repairs.append(f"{path.name}:{number}: {_shown(tool['name'])}: {'; '.join(notes)}")
         tools.append(tool)
-    return CatalogFile(tools, ids, repairs=repairs)
+    return catalog
+
+
+def _shown(name: str) -> str:
+    """A name as a repair line shows it: one of 256 characters filled the screen."""
+    return name if len(name) <= 80 else f"{name[:77]}..."
+
+
+def _admit(catalog: CatalogFile, tool: dict[str, Any], tool_id: str, number: int, notes: list[str]) -> None:
+    """Map the qualified name the registration will give the tool to its catalog id. The name is the one the
+    registration derives (the repaired, stripped name, the server made an id), else a repaired name (cut past
+    256 characters, invisible characters left out) found nothing by its catalog id. A name the registration
+    would still refuse (nothing left of it) becomes the id; a second tool of one qualified name is told apart
+    by its id, or its line."""
+    for key in ("server", "name"):
+        if not (tool[key] or "").strip():
+            tool[key] = DEFAULT_JSONL_SERVER if key == "server" else tool_id
+            notes.append(f"{key} was blank once its invisible characters were left out: {tool[key]!r}")
+    base = tool["name"]
+    suffixes = [f"_{tool_id}" if len(tool_id) <= 64 else f"_{hashlib.sha1(tool_id.encode()).hexdigest()[:8]}",
+                f"_{number}"]
+    while True:
+        qualified = _qualified(tool)
+        if qualified not in catalog.ids or not suffixes:
+            break
+        # Same name twice on one server in a file: keep both, told apart by their catalog ids.
+        suffix = suffixes.pop(0)
+        tool["name"] = base[: MAX_NAME_CHARS - len(suffix)] + suffix
+    catalog.ids[qualified] = tool_id
+    catalog.line_ids.append(tool_id)
+
+
+def _qualified(tool: dict[str, Any]) -> str:
+    """The qualified name register_tools gives a dataset's tool (its server made an MCP-safe id, then validated)."""
+    checked = validate_tool(0, {**tool, "server": normalize_server_id(tool["server"])})
+    if isinstance(checked, ToolProblem):  # refused all the same: registered under no name, reported by its line
+        return qualify(normalize_server_id(tool["server"]), tool["name"].strip())
+    return checked.qualified_name
 
 
 def _from_tools_list(path: Path, data: Any, server: str | None) -> CatalogFile:
@@ -115,23 +181,29 @@ def _from_tools_list(path: Path, data: Any, server: str | None) -> CatalogFile:
     }
     # An export may carry the server's own description (`serverInfo` and `instructions`), as the bundled ones do.
     info = data.get("server") if isinstance(data, dict) else None
-    return CatalogFile(tools, ids, {server: info} if isinstance(info, dict) else {})
+    line_ids = [str(t["name"]) if isinstance(t, dict) and "name" in t else "" for t in tools]
+    return CatalogFile(tools, ids, {server: info} if isinstance(info, dict) else {}, line_ids=line_ids)
 
 
 def load_catalog_file(path: Path, server: str | None = None) -> CatalogFile:
-    """Read a catalog: `.jsonl` in the evaluation format, otherwise an MCP tools/list JSON (server from the
-    file name unless given)."""
-    if not path.is_file():
+    """Read a catalog: JSON Lines in the evaluation format (`.jsonl`, or any file holding more than one JSON
+    value, or one tool object), otherwise an MCP tools/list JSON (server from the file name unless given)."""
+    if not path.exists() or path.is_dir():  # not is_file(): a pipe (`--catalog <(...)`) is read as well
         raise BadRequest(f"{path}: no such file", file=str(path))
-    if path.suffix == ".jsonl":
-        return _from_jsonl(path, server)
+    text = _read_text(path)
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return _from_jsonl(path, text, server)
     try:
-        data = strict_json(_read_text(path))
+        data = strict_json(text)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # a catalog.json of one tool a line, as the evaluation format writes
+            return _from_jsonl(path, text, server)
         raise BadRequest(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})", file=str(path)) from exc
     except (ValueError, RecursionError) as exc:
         reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         raise BadRequest(f"{path}: not valid JSON ({reason})", file=str(path)) from exc
+    if isinstance(data, dict) and not {"tools", "result"} & data.keys() and {"id", "name"} & data.keys():
+        return _from_jsonl(path, text, server)  # one line of the evaluation format
     return _from_tools_list(path, data, server)
 
 

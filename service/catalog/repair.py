@@ -110,7 +110,7 @@ def repair_schema(schema: Any) -> tuple[Any, list[str]]:
     return repaired, ([] if repr(repaired) == before else ["input_schema written in JSON Schema's own types"])
 
 
-def _copy(value: Any, text: Callable[[str], str] = str) -> Any:
+def copy_strings(value: Any, text: Callable[[str], str] = str) -> Any:
     """A deep copy with `text` applied to every string, keys included; iterative (a dataset's line can nest deeper
     than the registration's limit)."""
     stack_root: dict[str, Any] = {}
@@ -148,7 +148,7 @@ def without_hidden(text: str) -> str:
 def repair_tool(tool: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A dataset line's tool that the registration keeps, and what was changed to keep it."""
     notes: list[str] = []
-    fixed = _copy(tool, without_hidden)
+    fixed = copy_strings(tool, without_hidden)
     if fixed != tool:
         notes.append("invisible characters left out")
     for key, limit in (("name", MAX_NAME_CHARS), ("description", MAX_DESCRIPTION_CHARS)):

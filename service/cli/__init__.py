@@ -18,8 +18,8 @@ from service.errors import ToolscoutError
 
 # Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
 COMMAND_MODULES = [
-    "service.cli.core", "service.cli.bench", "service.cli.keys", "service.cli.analytics", "service.cli.mcp",
-    "service.cli.servers", "service.cli.tools", "service.cli.models",
+    "service.cli.core", "service.cli.evaluate", "service.cli.bench", "service.cli.keys", "service.cli.analytics",
+    "service.cli.mcp", "service.cli.servers", "service.cli.tools", "service.cli.models",
 ]
 
 

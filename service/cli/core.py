@@ -1,4 +1,4 @@
-"""`toolscout serve | index | search | eval`."""
+"""`toolscout serve | index | search` (`eval`: service/cli/evaluate.py)."""
 
 from __future__ import annotations
 
@@ -43,16 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     search.add_argument("--explain", action="store_true", help="show the score of each signal behind each result")
     search.add_argument("--json", action="store_true", help="print the raw JSON response")
     search.set_defaults(func=cmd_search)
-
-    evaluate = subparsers.add_parser("eval", help="measure retrieval quality (recall, nDCG, MRR) on labelled queries")
-    evaluate.add_argument("--catalog", type=Path, required=True, help="the tools, a JSON Lines file")
-    evaluate.add_argument(
-        "--queries", type=Path, required=True, help="JSON Lines of {qid, query, relevant: [tool names], category?}"
-    )
-    evaluate.add_argument("--max-queries", type=int, default=None, help="a random sample of this many queries")
-    evaluate.add_argument("--seed", type=int, default=0, help="seed of that sample (default 0)")
-    evaluate.add_argument("--json", type=Path, default=None, dest="json_out", help="also write the figures here")
-    evaluate.set_defaults(func=cmd_eval)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -339,30 +329,3 @@ def _kept_and_lost(repaired: int, repairs: list[str], rejected: int, rejections:
     if rejected:
         lines += [f"rejected {rejected} tools:"] + [f"  {r}" for r in rejections[:20]]
     return lines
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from service.search.evaluation import evaluate
-
-    try:
-        result = asyncio.run(evaluate(args.catalog, args.queries, max_queries=args.max_queries, seed=args.seed))
-    except ToolscoutError as exc:
-        return fail(exc)
-    keys = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr")
-    print(
-        f"{result['tools']} tools, {result['queries']} queries, indexed in {result['index_seconds']} s, "
-        f"latency p50 {result['latency_ms']['p50']} ms p95 {result['latency_ms']['p95']} ms"
-    )
-    for line in _kept_and_lost(result["repaired_tools"], result["repairs"], result["rejected_tools"],
-                               [f"{e['tool']} ({e['pointer']}): {e['reason']}" for e in result["rejections"]]):
-        print(printable(line), file=sys.stderr)
-    if result["unknown_relevant"]:
-        shown = ", ".join(result["unknown_relevant"][:10])
-        print(printable(f"relevant ids that no catalog line has (the first 20 kept): {shown}"), file=sys.stderr)
-    print(f"{'category':<24}{'n':>7}" + "".join(f"{k:>11}" for k in keys))
-    print(f"{'all':<24}{result['queries']:>7}" + "".join(f"{result[k]:>11.3f}" for k in keys))
-    for name, row in result["by_category"].items():
-        print(f"{name[:23]:<24}{row['queries']:>7}" + "".join(f"{row[k]:>11.3f}" for k in keys))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(result, indent=2))
-    return 0

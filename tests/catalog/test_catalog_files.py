@@ -32,7 +32,11 @@ def test_a_jsonl_tool_is_described_by_every_description_field_of_its_line(tmp_pa
     ]
 
 
-def test_a_catalog_file_that_is_not_utf8_or_holds_nan_is_a_bad_request_naming_the_line(tmp_path: Path) -> None:
+def test_a_catalog_file_that_is_not_utf8_is_a_bad_request_naming_the_line_and_a_dataset_nan_is_null(
+    tmp_path: Path,
+) -> None:
+    """NaN refused the whole dataset file (every tool lost to an evaluation); it is null, as an MCP client would
+    send it, never float("nan"): here the schema it made invalid is left out, the tool kept."""
     import pytest
 
     from service.errors import BadRequest
@@ -42,9 +46,11 @@ def test_a_catalog_file_that_is_not_utf8_or_holds_nan_is_a_bad_request_naming_th
     with pytest.raises(BadRequest, match=r"latin.jsonl:2: not UTF-8 \(byte 0xe9 at offset 28\)"):
         load_catalog_file(latin)
     nan = tmp_path / "nan.jsonl"
-    nan.write_text('{"name": "a", "input_schema": {"type": "object", "maximum": NaN}}\n')
-    with pytest.raises(BadRequest, match=r"nan.jsonl:1: not valid JSON \(NaN is not a JSON number\)"):
-        load_catalog_file(nan)  # was read as float("nan")
+    nan.write_text('{"name": "a", "input_schema": {"type": "object", "maximum": NaN, "minimum": 1e400}}\n')
+    read = load_catalog_file(nan)
+    assert [t["input_schema"] for t in read.tools] == [{}]
+    assert read.repairs == ["nan.jsonl:1: a: read past NaN is not a JSON number; input_schema left out (not a valid "
+                            "JSON Schema at maximum: null is not of type \"number\")"]
     listed = tmp_path / "server.json"
     listed.write_text('{"tools": [{"name": "a", "inputSchema": {"type": "object", "minimum": -Infinity}}]}')
     with pytest.raises(BadRequest, match=r"not valid JSON \(-Infinity is not a JSON number\)"):
