@@ -70,7 +70,9 @@ def read_queries(path: Path) -> QueryFile:
             qid, relevant = str(item.get("qid", f"line {number}")), item["relevant"]
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise BadRequest(f"{path}:{number}: expected {{qid, query, relevant}} ({exc})", file=str(path)) from exc
-        # A string would count its letters; ids written as numbers are compared as the catalog's (str(id)).
+        if isinstance(relevant, str):  # one id written bare: never counted letter by letter
+            relevant = [relevant]
+        # Ids written as numbers are compared as the catalog's (str(id)).
         if not (isinstance(item.get("query"), str) and isinstance(relevant, list)
                 and all(isinstance(r, str | int) and not isinstance(r, bool) for r in relevant)):
             raise BadRequest(

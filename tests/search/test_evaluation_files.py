@@ -28,7 +28,6 @@ def test_a_missing_queries_file_is_named_without_a_stack_trace(tmp_path: Path,
 @pytest.mark.parametrize(
     "line",
     [
-        '{"qid": "1", "query": "x", "relevant": "tool_a"}',  # a string would count its letters
         '{"qid": "1", "query": 5, "relevant": ["a"]}',
         '{"qid": "1", "query": "x", "relevant": [["a"]]}',
     ],
@@ -135,11 +134,12 @@ def test_an_empty_relevant_is_left_unscored_and_repeated_qids_and_numeric_ids_ar
         '{"qid": "b", "query": "y", "relevant": [7, "t"], "category": ["k", 1]}\n'
         '{"qid": "b", "query": "z", "relevant": ["t"], "category": 3}\n'
         '{"query": "no qid", "relevant": ["t"], "category": ""}\n'
+        '{"qid": "c", "query": "one id written bare", "relevant": "tool_a"}\n'
     )
     read = read_queries(path)
     assert (read.unscored, read.duplicate_qids) == (["a"], ["b"])
     assert [(q.qid, q.relevant, q.category) for q in read.queries] == [
-        ("b", {"7", "t"}, '["k", 1]'), ("b", {"t"}, "3"), ("line 4", {"t"}, None)]
+        ("b", {"7", "t"}, '["k", 1]'), ("b", {"t"}, "3"), ("line 4", {"t"}, None), ("c", {"tool_a"}, None)]
 
 
 def test_every_tool_maps_to_its_id_under_the_name_the_registration_gives_it(tmp_path: Path) -> None:
