@@ -13,6 +13,8 @@ one of the best epoch (W = I when no epoch beat it).
 Applied (`where`): "desc" the description score only; "fields" the three field scores; "all" the fields and the
 `tool` vector scan. A split request's parts are mapped as its whole text.
 
+Not kept (docs/quality-history.md, "A learned query adapter"): no form gained the other set in both directions.
+
 Usage: python bench/query_adapter.py EMBEDDINGS.pkl [GROUP ...] (bench/embed_cache.py's cache; groups: GROUPS)"""
 
 from __future__ import annotations
@@ -168,6 +170,7 @@ FORMS: dict[str, list[dict]] = {  # train() keyword arguments, each with where (
     "tau": [{"rank": 64, "reg": 1e-3, "tau": tau, "where": "fields"} for tau in (0.02, 0.1)],
     "slow": [{"rank": r, "reg": 1e-2, "lr": 2e-4, "where": "fields"} for r in (0, 64)]
     + [{"rank": 0, "reg": 0.1, "lr": 5e-4, "where": "all"}],
+    "seeds": [{"rank": 0, "reg": reg, "seed": seed, "where": "fields"} for reg in (1e-3, 1e-2) for seed in (1, 2)],
     "insample": [{"rank": 0, "reg": 1e-2, "where": "fields"}, {"rank": 0, "reg": 0.1, "where": "all"}],
 }
 
