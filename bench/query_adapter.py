@@ -2,13 +2,13 @@
 tool) pairs of one dev set and measured with the service's whole search (bench/pool_variants.py: centred fields,
 parts' pool 50, lexical fusion, splitting, verbs) on the other set.
 
-The adapter maps a text vector q to q' = normalize(W q), W = I + U V^T (rank r) or I + A (full, 384 x 384), with
-an L2 pull of W towards I. Loss: softmax over the training catalog's tools of the (centred) field cosines divided
-by a temperature, each relevant tool a positive (the mean of their -log p). `loss_fields` "desc" scores the
-description field alone, "all" the service's weighted name / description / params mix. `sym` maps the documents'
-field vectors by the same W too. Early stop on a held-out slice of the training set: the queries of 15 % of its
-tools (those tools out of the softmax), so the stop measures tools the adapter never saw; the adapter kept is the
-one of the best epoch (W = I when no epoch beat it).
+The adapter maps a text vector q to q' = normalize(W q), W = I + U V^T (rank r), I + A (full, 384 x 384; rank 0)
+or I + diag(a) (rank -1), with an L2 pull of W towards I. Loss: softmax over the training catalog's tools of the
+(centred) field cosines divided by a temperature, each relevant tool a positive (the mean of their -log p).
+`loss_fields` "desc" scores the description field alone, "all" the service's weighted name / description / params
+mix. `sym` maps the documents' field vectors by the same W too. Early stop on a held-out slice of the training set:
+the queries of 15 % of its tools (those tools out of the softmax), so the stop measures tools the adapter never
+saw; the adapter kept is the one of the best epoch (W = I when no epoch beat it).
 
 Applied (`where`): "desc" the description score only; "fields" the three field scores; "all" the fields and the
 `tool` vector scan. A split request's parts are mapped as its whole text.
@@ -68,6 +68,8 @@ def _scores(q: torch.Tensor, docs: dict[str, torch.Tensor], loss_fields: str) ->
 
 def _matrix(params: list[torch.Tensor], rank: int) -> torch.Tensor:
     eye = torch.eye(384)
+    if rank < 0:  # a diagonal: each dimension reweighted
+        return eye + torch.diag(params[0])
     return eye + (params[0] @ params[1].T if rank else params[0])
 
 
@@ -100,8 +102,12 @@ def train(sets: list[TrainSet], rank: int, reg: float, tau: float = 0.05, loss_f
     def held_recall(w: torch.Tensor) -> float:
         return float(np.mean([_recall5(w, t, val, loss_fields, sym) for t, val, *_ in plans]))
 
-    params = ([torch.zeros(384, rank, requires_grad=True), (0.01 * torch.randn(384, rank)).requires_grad_()]
-              if rank else [torch.zeros(384, 384, requires_grad=True)])
+    if rank < 0:
+        params = [torch.zeros(384, requires_grad=True)]
+    elif rank:
+        params = [torch.zeros(384, rank, requires_grad=True), (0.01 * torch.randn(384, rank)).requires_grad_()]
+    else:
+        params = [torch.zeros(384, 384, requires_grad=True)]
     opt = torch.optim.Adam(params, lr=lr)
     best_w, best_epoch, history = torch.eye(384), 0, []
     base = best = held_recall(best_w)
@@ -171,6 +177,8 @@ FORMS: dict[str, list[dict]] = {  # train() keyword arguments, each with where (
     "slow": [{"rank": r, "reg": 1e-2, "lr": 2e-4, "where": "fields"} for r in (0, 64)]
     + [{"rank": 0, "reg": 0.1, "lr": 5e-4, "where": "all"}],
     "seeds": [{"rank": 0, "reg": reg, "seed": seed, "where": "fields"} for reg in (1e-3, 1e-2) for seed in (1, 2)],
+    "diag": [{"rank": -1, "reg": reg, "lr": 1e-2, "where": "fields"} for reg in (1e-3, 1e-2)]
+    + [{"rank": -1, "reg": 1e-3, "lr": 1e-2, "where": "all"}],
     "insample": [{"rank": 0, "reg": 1e-2, "where": "fields"}, {"rank": 0, "reg": 0.1, "where": "all"}],
 }
 
