@@ -137,6 +137,8 @@ async def evaluate(
         await start_search(resources)
         try:
             started = time.perf_counter()
+            if progress:  # indexing a large catalog takes minutes: say so before it starts
+                progress("indexing tools", 0, len(catalog.tools))
             report = await register_tools(resources, catalog.tools)
             index_seconds = time.perf_counter() - started
             assert resources.retriever is not None

@@ -29,7 +29,10 @@ def embedder() -> SentenceTransformerEmbedder:
 async def test_hybrid_search_quality_on_the_fixture_slice(
     embedder: SentenceTransformerEmbedder, tmp_path: Path
 ) -> None:
-    result = await evaluate(CATALOG, QUERIES, settings=make_settings(tmp_path), embedder=embedder)
+    steps: list[tuple[str, int, int]] = []
+    result = await evaluate(CATALOG, QUERIES, settings=make_settings(tmp_path), embedder=embedder,
+                            progress=lambda *step: steps.append(step))
+    assert steps == [("indexing tools", 0, 253), ("queries", 100, 120)]  # a sign of life before indexing
     assert result["tools"] == 253 and result["queries"] == 120
     assert result["recall@5"] >= 0.85, result
     assert result["ndcg@10"] >= 0.75, result
