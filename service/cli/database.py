@@ -19,7 +19,7 @@ async def with_database(settings: Settings, fn: Callable[[Resources], Awaitable[
     """Run fn(resources) with the migrated database connected (no index, no model loaded)."""
     resources = build_resources(settings)
     await anyio.to_thread.run_sync(upgrade_database, settings.database_url)
-    resources.engine = create_engine_for(settings.database_url, settings.db.echo)
+    resources.engine = create_engine_for(settings.database_url, settings.db.echo, settings.db.timeout_seconds)
     resources.sessionmaker = create_sessionmaker(resources.engine)
     try:
         return await fn(resources)

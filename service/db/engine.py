@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -57,8 +58,26 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.close()
 
 
-def create_engine_for(url: str, echo: bool = False) -> AsyncEngine:
-    """An async engine for the catalog database; SQLite gets WAL and foreign keys."""
+def postgres_timeouts(url: str, seconds: float) -> dict[str, int]:
+    """libpq's connection parameters that bound a connection attempt and a connection whose server stopped
+    answering (`tcp_user_timeout`: sent data unacknowledged that long fails the connection; keepalives find an idle
+    one dead as fast), unless the URL sets them itself."""
+    whole = max(1, math.ceil(seconds))
+    wanted = {
+        "connect_timeout": whole,
+        "tcp_user_timeout": int(seconds * 1000),
+        "keepalives": 1,
+        "keepalives_idle": whole,
+        "keepalives_interval": max(1, whole // 3),
+        "keepalives_count": 3,
+    }
+    given = make_url(url).query
+    return {key: value for key, value in wanted.items() if key not in given}
+
+
+def create_engine_for(url: str, echo: bool = False, timeout_seconds: float = 10.0) -> AsyncEngine:
+    """An async engine for the catalog database; SQLite gets WAL and foreign keys, PostgreSQL connections the
+    timeouts of `postgres_timeouts`."""
     full = async_url(url)
     if make_url(full).get_backend_name() == "sqlite":
         database = make_url(full).database
@@ -67,7 +86,14 @@ def create_engine_for(url: str, echo: bool = False) -> AsyncEngine:
         engine = create_async_engine(full, echo=echo)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(full, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    return create_async_engine(
+        full,
+        echo=echo,
+        pool_size=10,
+        max_overflow=20,
+        pool_pre_ping=True,
+        connect_args=postgres_timeouts(full, timeout_seconds),
+    )
 
 
 @asynccontextmanager
@@ -144,6 +170,7 @@ def downgrade_database(url: str, revision: str = "base") -> None:
 __all__ = [
     "Engine",
     "create_engine_for",
+    "postgres_timeouts",
     "create_sessionmaker",
     "one_at_a_time",
     "lock_key",

@@ -102,7 +102,10 @@ def build_gateway(resources: Resources) -> Gateway:
         max_tools_per_server=settings.execution.max_tools_per_server,
     )
     log = ExecutionLog(
-        resources.session, settings.data_dir / "executions-spill.jsonl", settings.execution.log_durability
+        resources.session,
+        settings.data_dir / "executions-spill.jsonl",
+        settings.execution.log_durability,
+        settings.db.timeout_seconds,
     )
     results = ResultStore(resources)
     return Gateway(resources, pool, log, results, Executor(resources, pool, log, results))
