@@ -163,7 +163,9 @@ def _filter_values(field: str, values: list[str] | None, settings: SearchSetting
 
 async def start_search_log(resources: Resources) -> None:
     """Start-up hook: the batched writer of the search log, under the supervisor."""
-    resources.search_log = SearchLog(resources.session, resources.settings.data_dir / "searches-spill.jsonl")
+    resources.search_log = SearchLog(
+        resources.session, resources.settings.data_dir / "searches-spill.jsonl", resources.settings.db.timeout_seconds
+    )
     await resources.search_log.replay()
     resources.supervisor.start(SEARCH_LOG_TASK, resources.search_log.run)
 

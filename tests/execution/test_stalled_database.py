@@ -1,6 +1,7 @@
 """A PostgreSQL server that stops answering (a stalled server, a partition without resets) costs at most
 `db.timeout_seconds`: a new connection gives up, the execution log spills the batch it was writing so the calls
-waiting for it answer (and writes it once the database is back), and /readyz says "not ready" instead of hanging."""
+waiting for it answer (and writes it once the database is back), the search log spills at shutdown, and /readyz
+says "not ready" instead of hanging."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from service.db.engine import create_engine_for, create_sessionmaker, postgres_t
 from service.db.models import Execution
 from service.execution.log import ExecutionLog
 from service.main import create_app
+from service.search.log import SearchLog
 from service.supervisor import Supervisor
 from tests.conftest import fresh_database, make_settings
 from tests.database_link import DatabaseLink
 from tests.execution.test_execute_log import make_row
+from tests.search.test_search_log import _row
 
 pytestmark = pytest.mark.postgres
 
@@ -117,3 +120,25 @@ async def test_readyz_says_not_ready_when_the_database_stalls(
             assert stalled.status_code == 503
             assert stalled.json()["checks"]["database"] == "error: TimeoutError"
             assert (await http.get(f"/tools/none__{uuid.uuid4().hex[:6]}")).status_code == 404
+
+
+async def test_the_search_log_spills_at_shutdown_instead_of_waiting_for_a_stalled_database(
+    linked: tuple[DatabaseLink, str], tmp_path: Path
+) -> None:
+    link, url = linked
+    engine = create_engine_for(url, timeout_seconds=1)
+    spill = tmp_path / "searches-spill.jsonl"
+    log = SearchLog(create_sessionmaker(engine), spill, write_timeout_seconds=1)
+    async with engine.connect() as connection:  # a pooled connection, whose checkout ping will wait
+        await connection.execute(text("SELECT 1"))
+    link.hang()
+    try:
+        for i in range(3):
+            log.record(_row(i))
+        started = time.monotonic()
+        await asyncio.wait_for(log.close(), 20)  # waited for ever before
+        assert time.monotonic() - started < 8
+        assert log.lost == 0 and log.pending == 0 and len(spill.read_text().splitlines()) == 3
+    finally:
+        link.restore()
+        await engine.dispose()
