@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
             "TOOLSCOUT_EXECUTION__SERVERS_FILE": str(servers),
             "TOOLSCOUT_CLUSTER__REDIS_URL": redis.url,
             "TOOLSCOUT_DB__TIMEOUT_SECONDS": "3",
+            "TOOLSCOUT_EXECUTION__SHUTDOWN_GRACE_SECONDS": "3",
         }
         group = Cluster(tmp, link.url(url), **env)
         try:
@@ -182,6 +184,38 @@ async def test_a_restarted_redis_costs_no_call_and_the_replicas_use_it_again(cha
     assert found_on_b is not None and found_on_b < 3
     assert back_after is not None and back_after < 15
     assert traffic.statuses.keys() <= {("/execute", 200), ("/search", 200)}, traffic.statuses
+    assert_nothing_lost(chaos, traffic)
+
+
+async def test_a_sigterm_while_the_database_stalls_stops_the_replica_and_keeps_its_rows(chaos: Chaos) -> None:
+    """A database that stops answering (the link forwards nothing, no reset): the replica stops within its bounds
+    (it stayed up until SIGKILL before) and what it answered is written."""
+    stopped = chaos.cluster.replicas[1]
+    took: float | None = None
+
+    async def stall(traffic: Traffic) -> None:
+        nonlocal took
+        chaos.link.hang()
+        await asyncio.sleep(2)
+        traffic.down.add(stopped.name)
+        assert stopped.process is not None
+        stopped.process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(stopped.process.wait, 60)
+            took = time.monotonic() - started
+        except subprocess.TimeoutExpired:
+            stopped.process.kill()
+            await asyncio.to_thread(stopped.process.wait, 10)
+        chaos.link.restore()
+
+    try:
+        traffic = await run_traffic(chaos, stall)
+    finally:
+        chaos.link.restore()
+    await asyncio.to_thread(chaos.cluster.restart, stopped)
+    print(f"stopped {took} s after its SIGTERM; answers {dict(traffic.statuses)}")
+    assert took is not None and took < 45
     assert_nothing_lost(chaos, traffic)
 
 
