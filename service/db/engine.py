@@ -75,6 +75,12 @@ def postgres_timeouts(url: str, seconds: float) -> dict[str, int]:
     return {key: value for key, value in wanted.items() if key not in given}
 
 
+def write_bound(url: str, seconds: float) -> float | None:
+    """How long a log's write may wait for the database: `seconds` on PostgreSQL; no bound on SQLite, whose writes
+    wait for the file's lock (busy_timeout) and whose cancelled call would go on in its thread."""
+    return seconds if make_url(url).get_backend_name() == "postgresql" else None
+
+
 def create_engine_for(url: str, echo: bool = False, timeout_seconds: float = 10.0) -> AsyncEngine:
     """An async engine for the catalog database; SQLite gets WAL and foreign keys, PostgreSQL connections the
     timeouts of `postgres_timeouts`."""
@@ -171,6 +177,7 @@ __all__ = [
     "Engine",
     "create_engine_for",
     "postgres_timeouts",
+    "write_bound",
     "create_sessionmaker",
     "one_at_a_time",
     "lock_key",

@@ -17,7 +17,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import OperationalError
 
 from indexer.embedding import HashingEmbedder
-from service.db.engine import create_engine_for, create_sessionmaker, postgres_timeouts, upgrade_database
+from service.db.engine import create_engine_for, create_sessionmaker, postgres_timeouts, upgrade_database, write_bound
 from service.db.models import Execution
 from service.execution.log import ExecutionLog
 from service.main import create_app
@@ -47,6 +47,8 @@ def test_the_timeouts_go_to_libpq_unless_the_url_sets_them() -> None:
     given = postgres_timeouts("postgresql+psycopg://u@h/db?connect_timeout=30", 2.5)
     assert "connect_timeout" not in given
     assert given["tcp_user_timeout"] == 2500 and given["keepalives_idle"] == 3 and given["keepalives"] == 1
+    # SQLite's writes wait for the file lock, in a thread a cancellation would not stop: no bound there.
+    assert write_bound("postgresql+psycopg://u@h/db", 2.5) == 2.5 and write_bound("sqlite:///x.db", 2.5) is None
 
 
 async def test_a_connection_to_a_server_that_does_not_answer_gives_up(linked: tuple[DatabaseLink, str]) -> None:
