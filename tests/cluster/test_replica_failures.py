@@ -168,8 +168,10 @@ async def test_a_restarted_redis_costs_no_call_and_the_replicas_use_it_again(cha
             tool = {"server": "calendar", "name": "create_event", "description": "Create a calendar event."}
             assert (await http.post(f"{a.url}/tools", json={"tools": [tool]})).status_code == 200
             registered = time.monotonic()
+            exact = {"query": "calendar__create_event", "k": 1}
             while found_on_b is None and time.monotonic() - registered < 10:  # followed by polling
-                if (await http.get(f"{b.url}/tools/calendar__create_event")).status_code == 200:
+                found = (await http.post(f"{b.url}/search", json=exact)).json()["results"]
+                if [r["name"] for r in found] == ["calendar__create_event"]:  # in b's name directory and index
                     found_on_b = time.monotonic() - registered
                 await asyncio.sleep(0.1)
             await asyncio.to_thread(chaos.redis.start)
