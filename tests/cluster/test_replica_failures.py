@@ -183,7 +183,7 @@ async def test_a_restarted_redis_costs_no_call_and_the_replicas_use_it_again(cha
 
     traffic = await run_traffic(chaos, redis_away)
     print(f"without Redis: found on the other replica after {found_on_b} s; ready again {back_after} s after")
-    assert found_on_b is not None and found_on_b < 3
+    assert found_on_b is not None and found_on_b < 5
     assert back_after is not None and back_after < 15
     assert traffic.statuses.keys() <= {("/execute", 200), ("/search", 200)}, traffic.statuses
     assert_nothing_lost(chaos, traffic)
