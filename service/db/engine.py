@@ -139,11 +139,13 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade_database(url: str, revision: str = "head") -> None:
+def upgrade_database(url: str, revision: str = "head", timeout_seconds: float = 10.0) -> None:
     """Apply the migrations up to `revision` (creating the SQLite folder if needed).
 
     On PostgreSQL the upgrade holds an advisory lock, so replicas starting at once migrate one at a time
-    (the later ones find the schema current and do nothing); SQLite's own write lock serialises it there."""
+    (the later ones find the schema current and do nothing); SQLite's own write lock serialises it there. Its
+    connection has the timeouts of `postgres_timeouts`: a start against a database that does not answer fails
+    instead of waiting (waiting for the lock, or a long migration, sends nothing and is not cut short)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +153,9 @@ def upgrade_database(url: str, revision: str = "head") -> None:
     if parsed.get_backend_name() != "postgresql":
         command.upgrade(config, revision)
         return
-    engine = create_engine(sync_url(url), poolclass=NullPool)
+    engine = create_engine(
+        sync_url(url), poolclass=NullPool, connect_args=postgres_timeouts(sync_url(url), timeout_seconds)
+    )
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})

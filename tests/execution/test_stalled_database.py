@@ -70,6 +70,20 @@ async def test_a_connection_to_a_server_that_does_not_answer_gives_up(linked: tu
         await engine.dispose()
 
 
+async def test_a_start_against_a_database_that_does_not_answer_fails_instead_of_waiting(
+    linked: tuple[DatabaseLink, str],
+) -> None:
+    link, url = linked
+    link.hang()
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationalError):
+            await asyncio.wait_for(asyncio.to_thread(upgrade_database, url, "head", 1), 20)  # waited for ever
+        assert time.monotonic() - started < 5
+    finally:
+        link.restore()
+
+
 async def test_a_batch_the_database_leaves_unanswered_is_spilled_and_written_later(
     linked: tuple[DatabaseLink, str], tmp_path: Path
 ) -> None:
