@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
@@ -25,8 +26,10 @@ async def readyz(resources: ResourcesDep) -> JSONResponse:
     the status "degraded", still ready)."""
     checks: dict[str, str] = {}
     try:
-        async with resources.session() as session:
-            await session.execute(text("SELECT 1"))
+        # Bounded: a stalled database makes the replica "not ready" for the balancer, not a probe left hanging.
+        with anyio.fail_after(resources.settings.db.timeout_seconds):
+            async with resources.session() as session:
+                await session.execute(text("SELECT 1"))
         checks["database"] = "ok"
     except Exception as exc:  # noqa: BLE001 - readiness reports any failure instead of raising
         checks["database"] = f"error: {exc.__class__.__name__}"

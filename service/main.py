@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from fastapi import Depends, FastAPI
 
 from indexer.embedding import Embedder
@@ -40,6 +41,24 @@ from service.usage import learning
 from service.usage import routes as analytics
 
 logger = logging.getLogger(__name__)
+
+
+def _hook_seconds(hook: Any, settings: Settings) -> float:
+    """How long a shutdown hook may take: the gateway drains calls for the grace period, then five seconds for
+    those its servers' stop ended, then writes (or spills) the log; the others do a few database writes at most."""
+    limit = 3 * settings.db.timeout_seconds
+    if hook is gateway.stop_gateway:
+        limit += settings.execution.shutdown_grace_seconds + 5.0
+    return limit
+
+
+async def _bounded(work: Awaitable[None], seconds: float, what: Any) -> None:
+    """Run one step of the shutdown, given up after `seconds`: a database that stopped answering kept a SIGTERM'd
+    replica up until its SIGKILL."""
+    with anyio.move_on_after(seconds) as scope:
+        await work
+    if scope.cancelled_caught:
+        logger.error("shutdown: %s gave up after %g s", getattr(what, "__qualname__", what), seconds)
 
 
 def create_app(
@@ -77,8 +96,8 @@ def create_app(
             yield
         finally:
             for hook in reversed(app.state.shutdown_hooks):
-                await hook(resources)
-            await close_resources(resources)
+                await _bounded(hook(resources), _hook_seconds(hook, settings), hook)
+            await _bounded(close_resources(resources), settings.db.timeout_seconds, close_resources)
 
     app = FastAPI(
         title="Toolscout",

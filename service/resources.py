@@ -150,8 +150,8 @@ async def start_resources(resources: Resources, index: VectorIndex | None = None
     # One BLAS thread: the only large product is the search's scan of the pool matrix (0.3 ms of CPU with one
     # thread, 0.46 ms with two), and requests run side by side on the cores anyway.
     threadpool_limits(1, user_api="blas")
-    await anyio.to_thread.run_sync(upgrade_database, settings.database_url)
-    resources.engine = create_engine_for(settings.database_url, settings.db.echo)
+    await anyio.to_thread.run_sync(upgrade_database, settings.database_url, "head", settings.db.timeout_seconds)
+    resources.engine = create_engine_for(settings.database_url, settings.db.echo, settings.db.timeout_seconds)
     resources.sessionmaker = create_sessionmaker(resources.engine)
     if index is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)

@@ -66,6 +66,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=port,
         log_level=settings.log_level.lower(),
         access_log=not json_logs,
+        # A SIGTERM waits this long for the requests in flight, then cancels them (their calls are logged) and shuts
+        # down: one waiting on a database that stopped answering used to keep the process up until SIGKILL.
+        timeout_graceful_shutdown=int(settings.execution.shutdown_grace_seconds + 0.999),
         **({"log_config": None} if json_logs else {}),
         **forwarding_options(settings),
     )

@@ -18,8 +18,8 @@ T = TypeVar("T")
 async def with_database(settings: Settings, fn: Callable[[Resources], Awaitable[T]]) -> T:
     """Run fn(resources) with the migrated database connected (no index, no model loaded)."""
     resources = build_resources(settings)
-    await anyio.to_thread.run_sync(upgrade_database, settings.database_url)
-    resources.engine = create_engine_for(settings.database_url, settings.db.echo)
+    await anyio.to_thread.run_sync(upgrade_database, settings.database_url, "head", settings.db.timeout_seconds)
+    resources.engine = create_engine_for(settings.database_url, settings.db.echo, settings.db.timeout_seconds)
     resources.sessionmaker = create_sessionmaker(resources.engine)
     try:
         return await fn(resources)

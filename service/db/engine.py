@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -57,8 +58,32 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyp
     cursor.close()
 
 
-def create_engine_for(url: str, echo: bool = False) -> AsyncEngine:
-    """An async engine for the catalog database; SQLite gets WAL and foreign keys."""
+def postgres_timeouts(url: str, seconds: float) -> dict[str, int]:
+    """libpq's connection parameters that bound a connection attempt and a connection whose server stopped
+    answering (`tcp_user_timeout`: sent data unacknowledged that long fails the connection; keepalives find an idle
+    one dead as fast), unless the URL sets them itself."""
+    whole = max(1, math.ceil(seconds))
+    wanted = {
+        "connect_timeout": whole,
+        "tcp_user_timeout": int(seconds * 1000),
+        "keepalives": 1,
+        "keepalives_idle": whole,
+        "keepalives_interval": max(1, whole // 3),
+        "keepalives_count": 3,
+    }
+    given = make_url(url).query
+    return {key: value for key, value in wanted.items() if key not in given}
+
+
+def write_bound(url: str, seconds: float) -> float | None:
+    """How long a log's write may wait for the database: `seconds` on PostgreSQL; no bound on SQLite, whose writes
+    wait for the file's lock (busy_timeout) and whose cancelled call would go on in its thread."""
+    return seconds if make_url(url).get_backend_name() == "postgresql" else None
+
+
+def create_engine_for(url: str, echo: bool = False, timeout_seconds: float = 10.0) -> AsyncEngine:
+    """An async engine for the catalog database; SQLite gets WAL and foreign keys, PostgreSQL connections the
+    timeouts of `postgres_timeouts`."""
     full = async_url(url)
     if make_url(full).get_backend_name() == "sqlite":
         database = make_url(full).database
@@ -67,7 +92,14 @@ def create_engine_for(url: str, echo: bool = False) -> AsyncEngine:
         engine = create_async_engine(full, echo=echo)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(full, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    return create_async_engine(
+        full,
+        echo=echo,
+        pool_size=10,
+        max_overflow=20,
+        pool_pre_ping=True,
+        connect_args=postgres_timeouts(full, timeout_seconds),
+    )
 
 
 @asynccontextmanager
@@ -107,11 +139,13 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def upgrade_database(url: str, revision: str = "head") -> None:
+def upgrade_database(url: str, revision: str = "head", timeout_seconds: float = 10.0) -> None:
     """Apply the migrations up to `revision` (creating the SQLite folder if needed).
 
     On PostgreSQL the upgrade holds an advisory lock, so replicas starting at once migrate one at a time
-    (the later ones find the schema current and do nothing); SQLite's own write lock serialises it there."""
+    (the later ones find the schema current and do nothing); SQLite's own write lock serialises it there. Its
+    connection has the timeouts of `postgres_timeouts`: a start against a database that does not answer fails
+    instead of waiting (waiting for the lock, or a long migration, sends nothing and is not cut short)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +153,9 @@ def upgrade_database(url: str, revision: str = "head") -> None:
     if parsed.get_backend_name() != "postgresql":
         command.upgrade(config, revision)
         return
-    engine = create_engine(sync_url(url), poolclass=NullPool)
+    engine = create_engine(
+        sync_url(url), poolclass=NullPool, connect_args=postgres_timeouts(sync_url(url), timeout_seconds)
+    )
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
@@ -144,6 +180,8 @@ def downgrade_database(url: str, revision: str = "base") -> None:
 __all__ = [
     "Engine",
     "create_engine_for",
+    "postgres_timeouts",
+    "write_bound",
     "create_sessionmaker",
     "one_at_a_time",
     "lock_key",

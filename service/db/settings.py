@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -16,6 +16,10 @@ class DatabaseSettings(BaseModel):
 
     url: str | None = None
     echo: bool = False
+    # PostgreSQL: a connection attempt, and an open connection whose server leaves what it was sent unanswered (a
+    # partition or a stalled server), give up after this long: each execution-log batch goes to the spill file and
+    # /readyz answers "not ready" instead of both waiting for the kernel (~15 min).
+    timeout_seconds: float = Field(default=10.0, gt=0, le=300)
 
     @field_validator("url")
     @classmethod

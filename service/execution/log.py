@@ -81,8 +81,13 @@ class ExecutionLog:
         session_factory: Callable[[], AsyncSession],
         spill_path: Path,
         durability: Durability = "commit",
+        write_timeout_seconds: float | None = None,
     ) -> None:
         self._session_factory = session_factory
+        # A batch the database leaves unanswered this long fails like a refused one (spilled in commit mode): a
+        # stalled server or a partition would otherwise hold every call's answer, and a shutdown, until the kernel
+        # gives up on the connection.
+        self.write_timeout_seconds = write_timeout_seconds
         self.spill_path = spill_path
         self.spill = SpillFile(spill_path, BATCH_SIZE)
         self.durable = durability == "commit"
@@ -158,7 +163,7 @@ class ExecutionLog:
             self._settle(len(self._pending))
         self._closed = True
         if self._connection is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception), anyio.move_on_after(self.write_timeout_seconds):
                 await self._connection.close()
             self._connection = None
         await self._notify()
@@ -262,14 +267,17 @@ class ExecutionLog:
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
         # The writer keeps one connection: no pool checkout and reset per batch (each is a round trip, and
         # with aiosqlite a thread hand-off, which a loaded machine makes expensive).
-        connection = await self._writer_connection()
+        connection = None
         try:
-            await connection.execute(_insert_new(connection.dialect.name, Execution.__table__), rows)
-            await connection.commit()
+            with anyio.fail_after(self.write_timeout_seconds):
+                connection = await self._writer_connection()
+                await connection.execute(_insert_new(connection.dialect.name, Execution.__table__), rows)
+                await connection.commit()
         except BaseException:
             self._connection = None
-            with contextlib.suppress(Exception):
-                await connection.close()
+            if connection is not None:
+                with contextlib.suppress(Exception), anyio.move_on_after(1):
+                    await connection.invalidate()  # not close(): its rollback would wait on the same server
             raise
 
     async def _writer_connection(self) -> AsyncConnection:

@@ -17,6 +17,7 @@ from typing import Any
 from service.catalog.events import publish_tools_changed
 from service.catalog.service import sync_server_tools
 from service.cluster.state import cluster_state
+from service.db.engine import write_bound
 from service.db.models import Server
 from service.errors import ToolscoutError, json_pointer
 from service.execution.executor import Executor
@@ -102,7 +103,10 @@ def build_gateway(resources: Resources) -> Gateway:
         max_tools_per_server=settings.execution.max_tools_per_server,
     )
     log = ExecutionLog(
-        resources.session, settings.data_dir / "executions-spill.jsonl", settings.execution.log_durability
+        resources.session,
+        settings.data_dir / "executions-spill.jsonl",
+        settings.execution.log_durability,
+        write_bound(settings.database_url, settings.db.timeout_seconds),
     )
     results = ResultStore(resources)
     return Gateway(resources, pool, log, results, Executor(resources, pool, log, results))

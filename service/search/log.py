@@ -37,8 +37,14 @@ CLOSE_ATTEMPTS = 3
 class SearchLog:
     """Batched writer of `searches` rows."""
 
-    def __init__(self, session_factory: Callable[[], AsyncSession], spill_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        session_factory: Callable[[], AsyncSession],
+        spill_path: Path | None = None,
+        write_timeout_seconds: float | None = None,
+    ) -> None:
         self._session_factory = session_factory
+        self.write_timeout_seconds = write_timeout_seconds  # a batch left unanswered this long failed
         self.spill = (
             SpillFile(spill_path, BATCH_SIZE, "search log", ("created_at",)) if spill_path is not None else None
         )
@@ -129,8 +135,8 @@ class SearchLog:
             await self._insert_one_by_one(rows)  # a row refused on its own must not hold back the others
         except (SQLAlchemyError, OSError) as exc:
             self._failures += 1
-            if self._closing and self._failures >= CLOSE_ATTEMPTS:
-                return False
+            if self._closing and (self._failures >= CLOSE_ATTEMPTS or isinstance(exc, TimeoutError)):
+                return False  # spilled by close (a database that stopped answering gets no second wait)
             delay = min(RETRY_MAX_SECONDS, RETRY_INITIAL_SECONDS * 2 ** (self._failures - 1))
             logger.warning("search log: writing %d rows failed (%s); retrying in %.1f s", len(rows), exc, delay)
             await anyio.sleep(0 if self._closing else delay)
@@ -143,9 +149,10 @@ class SearchLog:
         return True
 
     async def _insert(self, rows: list[dict[str, Any]]) -> None:
-        async with self._session_factory() as session:
-            await session.execute(insert(Search), rows)
-            await session.commit()
+        with anyio.fail_after(self.write_timeout_seconds):
+            async with self._session_factory() as session:
+                await session.execute(insert(Search), rows)
+                await session.commit()
 
     async def _insert_one_by_one(self, rows: list[dict[str, Any]]) -> None:
         for row in rows:

@@ -13,6 +13,7 @@ from indexer.index.base import SearchFilter
 from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
+from service.db.engine import write_bound
 from service.db.models import Search, utcnow
 from service.errors import InvalidRequest, body_pointer
 from service.observability import observe_search, span
@@ -163,7 +164,12 @@ def _filter_values(field: str, values: list[str] | None, settings: SearchSetting
 
 async def start_search_log(resources: Resources) -> None:
     """Start-up hook: the batched writer of the search log, under the supervisor."""
-    resources.search_log = SearchLog(resources.session, resources.settings.data_dir / "searches-spill.jsonl")
+    settings = resources.settings
+    resources.search_log = SearchLog(
+        resources.session,
+        settings.data_dir / "searches-spill.jsonl",
+        write_bound(settings.database_url, settings.db.timeout_seconds),
+    )
     await resources.search_log.replay()
     resources.supervisor.start(SEARCH_LOG_TASK, resources.search_log.run)
 

@@ -98,29 +98,7 @@ class Cluster:
             name = f"r{len(self.replicas)}"
             replica = Replica(name, free_port(), self.tmp_path / name)
             replica.data_dir.mkdir(parents=True)
-            env = {
-                **os.environ,
-                **self.env,
-                "PYTHONPATH": str(ROOT),
-                "TOOLSCOUT_DATA_DIR": str(replica.data_dir),
-                "TOOLSCOUT_CLUSTER__REPLICA_ID": f"{self.prefix}-{name}",
-            }
-            command = [
-                sys.executable,
-                "-c",
-                "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))",
-                "--log-level",
-                "INFO",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(replica.port),
-            ]
-            with replica.log.open("wb") as log:
-                replica.process = subprocess.Popen(
-                    command, env=env, cwd=replica.data_dir, stdout=log, stderr=subprocess.STDOUT
-                )
+            self._launch(replica)
             self.replicas.append(replica)
             started.append(replica)
             if len(self.replicas) == 1 and not together:
@@ -128,6 +106,38 @@ class Cluster:
         for replica in started:
             self._wait_ready(replica, timeout)
         return started
+
+    def restart(self, replica: Replica, timeout: float = 120.0) -> None:
+        """Start a stopped replica again on its data folder and port (what it spilled is replayed) and wait."""
+        assert replica.process is not None and replica.process.poll() is not None, "the replica still runs"
+        self._launch(replica)
+        self._wait_ready(replica, timeout)
+
+    def _launch(self, replica: Replica) -> None:
+        name = replica.name
+        env = {
+            **os.environ,
+            **self.env,
+            "PYTHONPATH": str(ROOT),
+            "TOOLSCOUT_DATA_DIR": str(replica.data_dir),
+            "TOOLSCOUT_CLUSTER__REPLICA_ID": f"{self.prefix}-{name}",
+        }
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))",
+            "--log-level",
+            "INFO",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(replica.port),
+        ]
+        with replica.log.open("ab") as log:
+            replica.process = subprocess.Popen(
+                command, env=env, cwd=replica.data_dir, stdout=log, stderr=subprocess.STDOUT
+            )
 
     def _wait_ready(self, replica: Replica, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -11,10 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from indexer.embedding import HashingEmbedder
 from service.catalog.files import demo_catalog
 from service.catalog.seed import seed_demo_catalog
+from service.db.engine import MIGRATION_LOCK_KEY, sync_url
 from service.resources import build_resources, close_resources, start_resources
 from service.search.service import start_search
 from tests.cluster.cluster_support import Cluster
@@ -74,3 +77,25 @@ def test_two_replicas_started_together_on_an_empty_database_both_serve_the_demo_
             assert [r["server"] for r in search.json()["results"]] == ["time"], search.text
     finally:
         group.stop()
+
+
+async def test_a_replica_starting_while_another_migrates_waits_for_it(tmp_path: Path, empty_database: str) -> None:
+    """The migration lock held (another replica migrating): a start waits for it instead of failing or migrating
+    alongside, and serves once it is released."""
+    holder = create_engine(sync_url(empty_database), poolclass=NullPool)
+    resources = build_resources(make_settings(tmp_path, db={"url": empty_database}), HashingEmbedder())
+    try:
+        with holder.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            connection.commit()
+            starting = asyncio.create_task(start_resources(resources))
+            await asyncio.sleep(2)
+            assert not starting.done()
+            connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            connection.commit()
+            await asyncio.wait_for(starting, 60)
+        async with resources.session() as session:
+            assert await session.scalar(text("SELECT count(*) FROM tools")) == 0
+    finally:
+        await close_resources(resources)
+        holder.dispose()
