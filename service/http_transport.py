@@ -28,9 +28,12 @@ def async_nodelay_transport() -> httpx.AsyncHTTPTransport:
     return httpx.AsyncHTTPTransport(socket_options=NODELAY)
 
 
-def listening_server(config: uvicorn.Config, on_listening: Callable[[], None]) -> uvicorn.Server:
+def listening_server(
+    config: uvicorn.Config, on_listening: Callable[[], None], on_stopping: Callable[[], None] | None = None
+) -> uvicorn.Server:
     """A uvicorn server calling `on_listening` once, after a start-up that succeeded: not before the model load
-    and warm-up (seconds), when a URL printed first would be refused."""
+    and warm-up (seconds), when a URL printed first would be refused; and `on_stopping` when it begins to stop,
+    before it waits for the open connections to close (a stream that never ends would keep it waiting)."""
     import uvicorn
 
     class ListeningServer(uvicorn.Server):
@@ -38,5 +41,10 @@ def listening_server(config: uvicorn.Config, on_listening: Callable[[], None]) -
             await super().startup(sockets)
             if self.started:
                 on_listening()
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if on_stopping is not None:
+                on_stopping()
+            await super().shutdown(sockets)
 
     return ListeningServer(config)
