@@ -19,8 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from tests.security.conftest import bearer, cli_key, make_settings, probe_entry, running, servers_file
+from tests.security.scripted_servers import scripted_entry
 
 SMALL_OBJECTS = 100_000  # {"a": []}: two containers each, 0.9 MB of JSON
+# An upstream whose one tool answers SMALL_OBJECTS small objects as its structured content.
+DUMP_SERVER = f"""
+def handle(method, mid, msg):
+    if method == "tools/list":
+        tool = {{"name": "dump", "description": "Dump the records", "inputSchema": {{"type": "object"}}}}
+        send({{"jsonrpc": "2.0", "id": mid, "result": {{"tools": [tool]}}}})
+    elif method == "tools/call":
+        records = {{"records": [{{"a": []}} for _ in range({SMALL_OBJECTS})]}}
+        result = {{"content": [{{"type": "text", "text": "records"}}], "structuredContent": records}}
+        send({{"jsonrpc": "2.0", "id": mid, "result": result}})
+serve("dump", handle)
+"""
 
 
 @contextmanager
@@ -48,6 +61,11 @@ def collections_inside(inside: Callable[[list[str]], bool]) -> Iterator[list[int
 
 def reading_a_message(names: list[str]) -> bool:
     return "Sandbox.receive" in names or "strict_json" in names
+
+
+def reading_an_upstream_message(names: list[str]) -> bool:
+    """pydantic's read of a JSON-RPC line from a stdio server (the one collection after it walks what it made)."""
+    return "TypeAdapter.validate_json" in names and "stdio_transport.<locals>.read_stdout" in names
 
 
 def copying_a_request(names: list[str]) -> bool:
@@ -84,3 +102,16 @@ async def test_the_mcp_clients_copy_of_large_valid_arguments_runs_no_collection(
         assert answered.status_code == 200, answered.text
         assert answered.json()["structured_content"] == {"result": "x"}
         assert collections == []  # main: some 300 (three of them full collections)
+
+
+async def test_reading_a_large_upstream_result_runs_no_collection(tmp_path: Path) -> None:
+    dump = scripted_entry(tmp_path, "dump", DUMP_SERVER)
+    execution = {"servers_file": servers_file(tmp_path, {"dump": dump}), "startup_wait_seconds": 60}
+    settings = make_settings(tmp_path, permissions=None, execution=execution)
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        with collections_inside(reading_an_upstream_message) as collections:
+            answered = await http.post("/execute", json={"name": "dump__dump", "arguments": {}}, headers=bearer(admin))
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["truncated"] is True  # the records, cut to the result budget
+        assert collections == []  # main: hundreds
