@@ -1,19 +1,23 @@
-"""A connection whose request head does not come whole within HEAD_SECONDS is closed, by the uvicorn server of
-`toolscout serve` and of the MCP front end (http_transport.listening_server). uvicorn waited for a head for ever: a
-client without a key held a connection and a file descriptor per socket that said nothing, half a head, or one
-header a second (measured on `toolscout serve`: all still open after 40 s). A real uvicorn server on 127.0.0.1,
-raw sockets."""
+"""Slow requests. A connection whose request head does not come whole within HEAD_SECONDS is closed, by the uvicorn
+server of `toolscout serve` and of the MCP front end (http_transport.listening_server): uvicorn waited for a head for
+ever, and a client without a key held a connection and a file descriptor per socket that said nothing, half a head,
+or one header a second (measured on `toolscout serve`: all still open after 40 s); a real uvicorn server on
+127.0.0.1, raw sockets. A body that does not come in time is a 408 (service/security/limits.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from service.http_transport import HEAD_SECONDS, listening_server
+from service.security.limits import BODY_GRACE_SECONDS
 from tests.processes import free_port
+from tests.security.conftest import assert_problem, cli_key, make_settings, running
 
 WHOLE = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 HALF = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -71,3 +75,28 @@ async def test_a_connection_without_a_whole_head_in_time_is_closed() -> None:
     for outcome, seconds in (silent, half, trickled, kept_alive):  # main: "open" after HEAD_SECONDS + 5
         assert outcome == "closed" and HEAD_SECONDS - 1 <= seconds <= HEAD_SECONDS + 2, (outcome, seconds)
     assert whole[0] == "answered" and whole[1] < 2
+
+
+async def test_a_body_that_does_not_come_in_time_is_a_408_before_any_key_is_asked(tmp_path: Path) -> None:
+    """FastAPI reads a body before it resolves the caller: a client without a key trickled one to /execute a byte a
+    second and held the request as long as it liked. Now the body comes whole within BODY_GRACE_SECONDS plus a
+    second for each BODY_MIN_BYTES_PER_SECOND, else 408 problem+json (and the connection closes)."""
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield b'{"name": "x", '
+        for _ in range(int(BODY_GRACE_SECONDS) + 20):  # main: read to the end, then a 401, 30 s later
+            await asyncio.sleep(1)
+            yield b" "
+        yield b'"arguments": {}}'
+
+    async with running(make_settings(tmp_path)) as (app, http):
+        await cli_key(app, "root", ["admin"])  # keys exist: every request needs one
+        headers = {"Content-Type": "application/json"}
+        started = time.monotonic()
+        slow = await http.post("/execute", content=trickle(), headers=headers)
+        waited = time.monotonic() - started
+        fast = await http.post("/execute", json={"name": "x", "arguments": {}})
+    body = assert_problem(slow, 408, "request-timeout")
+    assert body["instance"] == "/execute" and slow.headers["connection"] == "close"
+    assert BODY_GRACE_SECONDS - 1 <= waited <= BODY_GRACE_SECONDS + 3, waited
+    assert_problem(fast, 401, "unauthorized")
