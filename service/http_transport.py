@@ -1,11 +1,13 @@
 """HTTP over loopback: httpx transports for calling a Toolscout API, and the uvicorn server of `serve` and of the MCP
-front end's HTTP transport, which says where it listens once its socket accepts connections.
+front end's HTTP transport, which says where it listens once its socket accepts connections and closes a connection
+whose request head does not come in time.
 
 Without TCP_NODELAY a request whose headers and body leave in separate segments waits out the peer's delayed
 ACK (about 40 ms a call on Linux)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
     import uvicorn
 
 NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+# A request's head (request line and headers) arrives within this, from the connection or from its first byte.
+HEAD_SECONDS = 10.0
 
 
 def nodelay_transport() -> httpx.HTTPTransport:
@@ -28,9 +32,57 @@ def async_nodelay_transport() -> httpx.AsyncHTTPTransport:
     return httpx.AsyncHTTPTransport(socket_options=NODELAY)
 
 
-def listening_server(config: uvicorn.Config, on_listening: Callable[[], None]) -> uvicorn.Server:
+def head_timeout_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol (httptools), closing a connection whose request head is not whole HEAD_SECONDS
+    after the connection opened or after the request's first byte. uvicorn waits for a head for ever: measured on
+    `toolscout serve`, a connection that sent half a head, or a header a second, was still open after 40 s, so a
+    client without a key held one file descriptor and connection per socket it opened, as many as it liked (nginx
+    gives up after 60 s, client_header_timeout)."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class HeadTimeoutProtocol(HttpToolsProtocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def _await_head(self) -> None:
+            self._head_received()
+            self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_too_slow)
+
+        def _head_received(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_too_slow(self) -> None:
+            self._head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._await_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._head_received()
+            super().connection_lost(exc)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._await_head()
+
+        def on_headers_complete(self) -> None:
+            self._head_received()
+            super().on_headers_complete()
+
+    return HeadTimeoutProtocol
+
+
+def listening_server(
+    config: uvicorn.Config, on_listening: Callable[[], None], on_stopping: Callable[[], None] | None = None
+) -> uvicorn.Server:
     """A uvicorn server calling `on_listening` once, after a start-up that succeeded: not before the model load
-    and warm-up (seconds), when a URL printed first would be refused."""
+    and warm-up (seconds), when a URL printed first would be refused; and `on_stopping` when it begins to stop,
+    before it waits for the open connections to close (a stream that never ends would keep it waiting). Its
+    connections are HeadTimeoutProtocol's."""
     import uvicorn
 
     class ListeningServer(uvicorn.Server):
@@ -39,4 +91,10 @@ def listening_server(config: uvicorn.Config, on_listening: Callable[[], None]) -
             if self.started:
                 on_listening()
 
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            if on_stopping is not None:
+                on_stopping()
+            await super().shutdown(sockets)
+
+    config.http = head_timeout_protocol()
     return ListeningServer(config)

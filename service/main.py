@@ -175,6 +175,15 @@ async def warm_routes(app: FastAPI) -> None:
         logger.warning("preparing the routes before ready failed", exc_info=True)
 
 
+def stopping(app: FastAPI) -> None:
+    """The server in front of the app begins to stop: end the /events streams. They never end by themselves, and
+    the server waits for every connection to close before the lifespan's shutdown (which writes the logs held in
+    memory) runs: one open stream, of any key or of an MCP front end, kept a stopped service waiting for ever."""
+    resources = app.state.resources
+    if resources.events is not None:
+        resources.events.close()
+
+
 def app_factory() -> FastAPI:
     """Entry point for `uvicorn --factory service.main:app_factory`."""
     return create_app()

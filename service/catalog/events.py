@@ -44,6 +44,7 @@ class EventHub:
         self.buffer = buffer
         self._subscribers: set[MemoryObjectSendStream[CatalogEvent]] = set()
         self._streams: Counter[str] = Counter()  # open GET /events streams per key
+        self.closed = False
 
     def reserve(self, owner: str, limit: int) -> bool:
         """Take one of `limit` stream places of this owner (no await between the check and the count)."""
@@ -73,11 +74,22 @@ class EventHub:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._subscribers.discard(stream)
 
+    def close(self) -> None:
+        """End every subscriber's stream, and those that subscribe later at once: the server is stopping, and an
+        open GET /events (any key may hold 16) kept it waiting for ever."""
+        self.closed = True
+        for stream in list(self._subscribers):
+            stream.close()
+        self._subscribers.clear()
+
     @asynccontextmanager
     async def subscribe(self) -> AsyncIterator[MemoryObjectReceiveStream[CatalogEvent]]:
-        """Receive the events published until the block exits."""
+        """Receive the events published until the block exits (or the hub closes)."""
         send, receive = anyio.create_memory_object_stream[CatalogEvent](self.buffer)
-        self._subscribers.add(send)
+        if self.closed:
+            send.close()
+        else:
+            self._subscribers.add(send)
         try:
             yield receive
         finally:

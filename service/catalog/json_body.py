@@ -1,4 +1,5 @@
-"""JSON request bodies, read by one strict parser: POST /tools, /execute, /execute/batch and catalog files alike.
+"""JSON request bodies, read by one strict parser: POST /tools, /execute, /execute/batch, catalog files and the
+messages of a code-mode script's engine alike.
 
 The standard library's reader, with what JSON does not have refused: NaN, Infinity and numbers past the floats
 (the stdlib would let them through; an MCP client then sends them as null), and a key given twice in one object
@@ -113,16 +114,19 @@ def _parse_limiter() -> anyio.CapacityLimiter:
     return limiter
 
 
+async def read_json(body: bytes) -> Any:
+    """`strict_json` of a body or message, a long one in the worker thread (ValueError when it is no JSON)."""
+    if len(body) > INLINE_BYTES:
+        return await anyio.to_thread.run_sync(strict_json, body, limiter=_parse_limiter())
+    return strict_json(body)
+
+
 class StrictJsonRequest(Request):
     """A request whose JSON body is read by `strict_json`."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            body = await self.body()
-            if len(body) > INLINE_BYTES:
-                self._json = await anyio.to_thread.run_sync(strict_json, body, limiter=_parse_limiter())
-            else:
-                self._json = strict_json(body)
+            self._json = await read_json(await self.body())
         return self._json
 
 

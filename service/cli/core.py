@@ -49,7 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.http_transport import listening_server
-    from service.main import create_app
+    from service.main import create_app, stopping
     from service.observability.logging import log_requests_off_loop
     from service.security.proxies import forwarding_options
 
@@ -60,8 +60,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
     json_logs = settings.log_format == "json"  # one JSON line per request replaces uvicorn's access log
+    app = create_app(settings)
     config = uvicorn.Config(
-        ExplainedStartFailure(create_app(settings), settings.data_dir.resolve()),
+        ExplainedStartFailure(app, settings.data_dir.resolve()),
         host=host,
         port=port,
         log_level=settings.log_level.lower(),
@@ -81,7 +82,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    server = listening_server(config, listening)
+    server = listening_server(config, listening, lambda: stopping(app))
     try:
         server.run()
     except KeyboardInterrupt:

@@ -1,11 +1,14 @@
-"""A bound on request bodies, checked before a route parses anything (413 problem+json naming the limit)."""
+"""Bounds on request bodies, checked before a route parses anything: their size (413 problem+json naming the limit)
+and how slowly they may come (408)."""
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
+import anyio
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,6 +19,28 @@ from service.security.hosts import send_problem
 # search, a script or a form, held to policy.max_call_body_bytes: parsing costs ~1 s and ~60 bytes of memory a byte
 # of small JSON values, on the event loop, and only a catalog needs megabytes.
 REGISTRATION_PATHS = frozenset({"/tools", "/console/api/tools"})
+
+
+# A body comes whole within BODY_GRACE_SECONDS of its request, plus a second for each BODY_MIN_BYTES_PER_SECOND it
+# holds. Nothing bounded it: a client without a key trickled a body to POST /execute a byte a second (FastAPI reads
+# the body before it resolves the caller) and held the request, and a connection, for as long as it liked. uvicorn
+# bounds the head (service/http_transport.py).
+BODY_GRACE_SECONDS = 10.0
+BODY_MIN_BYTES_PER_SECOND = 10_000
+
+
+def slow_body(path: str) -> bytes:
+    """The 408 problem of a body that did not come in time."""
+    return json.dumps(
+        {
+            "type": "https://toolscout.dev/problems/request-timeout",
+            "title": "Request body too slow",
+            "status": 408,
+            "detail": f"The request body did not come whole in time ({BODY_GRACE_SECONDS:g} s, then a second for "
+            f"each {BODY_MIN_BYTES_PER_SECOND} bytes)",
+            "instance": echoed_path(path),
+        }
+    ).encode()
 
 
 @dataclass(frozen=True)
@@ -71,20 +96,38 @@ class BodySizeLimitMiddleware:
                     await send_problem(send, 413, limit.problem(path))
                     return
         received = 0
-        started = False
+        started = timed_out = False
+        body_started, body_done = time.monotonic(), False
 
         async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done, started, timed_out
+            if body_done:  # after the body: a stream's wait for the client to leave, unbounded
+                return await receive()
+            try:
+                deadline = body_started + BODY_GRACE_SECONDS + received / BODY_MIN_BYTES_PER_SECOND
+                with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                    message = await receive()
+            except TimeoutError:
+                # The 408 is the answer (closing the connection, whose rest of a body would be read on); the app
+                # sees a client gone, and whatever it answers to that is dropped.
+                if not started:
+                    await send_problem(send, 408, slow_body(path), [(b"connection", b"close")])
+                    started = timed_out = True
+                body_done = True
+                return {"type": "http.disconnect"}
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > limit.max_bytes:
-                    # An HTTPException, because FastAPI turns any other error while reading a body into a 400.
                     raise HTTPException(413, limit.detail())
+            else:
+                body_done = True
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if timed_out:
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)

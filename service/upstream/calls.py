@@ -9,7 +9,9 @@ import asyncio
 import hashlib
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Generator
+from types import coroutine as types_coroutine
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 import httpx2
@@ -22,9 +24,10 @@ from pydantic import ValidationError
 from service.errors import UpstreamError, UpstreamTimeout
 from service.upstream.config import ServerSpec
 from service.upstream.health import ServerHealth, describe, said
-from service.upstream.transport import unreadable
+from service.upstream.transport import collector_paused, unreadable
 
 CLOSED_PING_SECONDS = 5.0  # after a CONNECTION_CLOSED error: does the session still answer?
+T = TypeVar("T")
 OutputSchema = tuple[str, dict[str, Any]]  # a listed output schema's digest (its version) and the schema
 
 
@@ -48,6 +51,37 @@ async def _unchecked(name: str, result: types.CallToolResult) -> None:
 def leave_results_to_the_executor(client: Client) -> None:
     """Turn off the client's own output-schema check (see _unchecked) on this session."""
     client.session.validate_tool_result = _unchecked  # type: ignore[method-assign]
+
+
+@types_coroutine
+def first_step_uncollected(coroutine: Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
+    """Await `coroutine`, its first step (up to where it first waits) with the cyclic collector paused.
+
+    The MCP client copies a call's arguments into its request (pydantic's model_dump) in that step, before anything
+    is sent: every object it makes survives the step, so each collection it triggers walks the growing copy, and
+    the arguments, for nothing. 180,000 small objects (1.9 MB of valid arguments) held the event loop 0.4-0.7 s a
+    call, of which the collections took nine tenths; the objects left behind are collected once after the step."""
+    try:
+        with collector_paused():
+            signal = coroutine.send(None)
+    except StopIteration as stop:
+        return cast(T, stop.value)
+    while True:  # the rest delegated as `await` would (PEP 380)
+        try:
+            sent = yield signal
+        except GeneratorExit:
+            coroutine.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a cancellation or error thrown in goes on to the coroutine
+            try:
+                signal = coroutine.throw(exc)
+            except StopIteration as stop:
+                return cast(T, stop.value)
+        else:
+            try:
+                signal = coroutine.send(sent)
+            except StopIteration as stop:
+                return cast(T, stop.value)
 
 
 class ToolCalls:
@@ -111,7 +145,9 @@ class ToolCalls:
         try:
             # The request's read timeout sends notifications/cancelled upstream; fail_after is a backstop.
             with anyio.fail_after(remaining + 1.0):
-                return await client.call_tool(name, arguments, read_timeout_seconds=remaining)
+                return await first_step_uncollected(
+                    client.call_tool(name, arguments, read_timeout_seconds=remaining)
+                )
         except TimeoutError as exc:
             raise self._timeout(where, limit) from exc
         except MCPError as exc:

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -72,17 +72,7 @@ class CallRecord:
     warnings: list[dict[str, str]] = field(default_factory=list)  # the result's screening (ExecutionResult)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "kind": self.kind,
-            "name": self.name,
-            "line": self.line,
-            "status": self.status,
-            "execution_id": self.execution_id,
-            "duration_ms": self.duration_ms,
-            "error": self.error,
-            "warnings": self.warnings,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -295,7 +285,9 @@ class CodeMode:
         await self._charge(run.caller)
         if "\x00" in record.name:  # refused as POST /execute refuses it (no tool has one; SQL text cannot)
             raise InvalidArguments(f"A tool name {NUL_REASON}", errors=[{"pointer": "/name", "reason": NUL_REASON}])
-        waiting = run.approvals.get((record.name, arguments_digest(arguments))) or []
+        # The digest walks the arguments on the event loop (90 ms for 180,000 small objects): only when it may match.
+        approved = any(tool == record.name for tool, _ in run.approvals)
+        waiting = run.approvals.get((record.name, arguments_digest(arguments))) if approved else None
         approval_id = waiting.pop(0) if waiting else None
         executor = get_gateway(self.resources).executor
         result = await executor.execute(run.caller, record.name, arguments, approval_id=approval_id, run_id=run.run_id)
