@@ -13,12 +13,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
-from sqlalchemy import create_engine, text
 
-from tests.cluster.cluster_support import Replica
+from tests.cluster.cluster_support import Replica, rows
 from tests.processes import free_port, wait_for_port
 
 TIME_CALL = {"name": "time__get_current_time", "arguments": {"timezone": "UTC"}}
@@ -80,15 +78,6 @@ class Traffic:
     def server_errors(self) -> list[tuple[str, int, str, str]]:
         """The answers that are a 500 or no problem+json."""
         return [f for f in self.failures if f[1] == 500 or "problem+json" not in f[2]]
-
-
-def rows(database_url: str, query: str, **params: Any) -> list[tuple[Any, ...]]:
-    engine = create_engine(database_url)
-    try:
-        with engine.connect() as connection:
-            return [tuple(r) for r in connection.execute(text(query), params)]
-    finally:
-        engine.dispose()
 
 
 def logged_ids(database_url: str) -> Counter[str]:

@@ -12,8 +12,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+from sqlalchemy import create_engine, text
 
 from indexer.embedding import HashingEmbedder
 from service.resources import Resources, build_resources, close_resources, start_resources
@@ -163,3 +165,13 @@ class Cluster:
         for replica in self.replicas:
             if replica.process is not None:
                 stop_process(replica.process, 40)
+
+
+def rows(database_url: str, query: str, **params: Any) -> list[tuple[Any, ...]]:
+    """The rows of a query on the replicas' database, read directly."""
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            return [tuple(r) for r in connection.execute(text(query), params)]
+    finally:
+        engine.dispose()

@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from service.upstream.demo import PYTHON_DEMO, ensure_python_packages
-from tests.cluster.chaos_support import OwnRedis, Traffic, missing, rows
-from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster
+from tests.cluster.chaos_support import OwnRedis, Traffic, missing
+from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster, rows
 from tests.conftest import POSTGRES_ADMIN_URL, fresh_database
 from tests.database_link import DatabaseLink
 from tests.upstream.upstream_support import toolchain_path

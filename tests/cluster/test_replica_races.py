@@ -17,9 +17,8 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
-from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster, Replica
+from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster, Replica, rows
 from tests.conftest import fresh_database
 from tests.upstream.upstream_support import TEST_SERVER
 
@@ -45,16 +44,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iter
         yield group
     finally:
         group.stop()
-
-
-def rows(database_url: str, query: str, **params: Any) -> list[tuple[Any, ...]]:
-    """The rows of a query on the replicas' database, read directly."""
-    engine = create_engine(database_url)
-    try:
-        with engine.connect() as connection:
-            return [tuple(r) for r in connection.execute(text(query), params)]
-    finally:
-        engine.dispose()
 
 
 def active_tools(database_url: str, server: str) -> list[str]:
