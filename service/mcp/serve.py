@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from service.mcp.guard import BearerKeyMiddleware
 from service.mcp.http_sessions import SessionBoundMiddleware, SessionTable
 from service.mcp.server import Frontend
+from service.security.limits import BodySizeLimitMiddleware
 from service.security.openmode import is_loopback
 from service.security.proxies import forwarding_options
 
@@ -63,6 +64,9 @@ def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = 
     app.router.lifespan_context = lifespan
     table = SessionTable(per_client=settings.http_max_sessions_per_client, total=settings.http_max_sessions)
     security = frontend.server.session_manager.security_settings
+    # No size limit of ours (the SDK answers 413 past 4 MiB), only the deadline: a body trickled a byte a second
+    # held its request and connection for as long as the client liked.
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=0)
     app.add_middleware(SessionBoundMiddleware, path=path, table=table, security=security)
     if settings.http_api_key:  # added last, so it runs first: a request without the key counts for nothing
         app.add_middleware(BearerKeyMiddleware, key=settings.http_api_key)

@@ -69,7 +69,8 @@ class BodyLimit:
 
 
 class BodySizeLimitMiddleware:
-    """Refuse bodies above the route's limit: by Content-Length at once, or while a chunked body streams in."""
+    """Refuse bodies above the route's limit (0: none) by Content-Length at once, or while a chunked body streams
+    in; and bodies that come too slowly, whatever the limit."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_call_bytes: int | None = None) -> None:
         self.app = app
@@ -82,11 +83,11 @@ class BodySizeLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         limit = self.limit(scope) if scope["type"] == "http" else None
-        if limit is None or limit.max_bytes <= 0:
+        if limit is None:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        for key, value in scope.get("headers", []):
+        for key, value in scope.get("headers", []) if limit.max_bytes > 0 else ():
             if key.lower() == b"content-length":
                 try:
                     declared = int(value)
@@ -118,7 +119,7 @@ class BodySizeLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 body_done = not message.get("more_body", False)
-                if received > limit.max_bytes:
+                if 0 < limit.max_bytes < received:
                     raise HTTPException(413, limit.detail())
             else:
                 body_done = True

@@ -21,6 +21,7 @@ from service.main import create_app
 from service.mcp.http_sessions import HttpSession, SessionTable
 from service.mcp.serve import http_app
 from service.mcp.server import Frontend, create_frontend
+from service.security.limits import BODY_GRACE_SECONDS
 from service.settings import Settings
 from tests.mcp.conftest import HEADERS, INITIALIZE, catalog_tools, register, serving, session_headers
 from tests.processes import free_port
@@ -204,3 +205,31 @@ async def test_listen_streams_are_bounded_per_client_and_in_all(front: tuple[str
             with anyio.fail_after(10):
                 assert await subscription.__anext__() == ToolsListChanged()
         streams.cancel_scope.cancel()
+
+
+async def test_a_body_that_does_not_come_in_time_is_a_408(front: tuple[str, Frontend]) -> None:
+    """A body trickled a byte a second held its request and connection for as long as the client liked (the REST
+    service bounded it, the front end did not): the same deadline now, BODY_GRACE_SECONDS plus a second for each
+    BODY_MIN_BYTES_PER_SECOND, then a 408 problem and the connection closes. Raw socket: an HTTP client reads no
+    answer before it has sent the whole body."""
+    url, _ = front
+    address = httpx.URL(url)
+    head = (f"POST {address.path} HTTP/1.1\r\nHost: {address.host}:{address.port}\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items()) + "Content-Length: 1000\r\n\r\n")
+    answer = b""
+    async with await anyio.connect_tcp(address.host, address.port) as stream:
+        await stream.send(head.encode() + b'{"jsonrpc": "2.0", "id": 1, ')
+        started = anyio.current_time()
+        with anyio.fail_after(BODY_GRACE_SECONDS + 20):  # before: no answer until the body came whole
+            while not answer.endswith(b"}"):
+                if not answer:
+                    await stream.send(b" ")
+                with anyio.move_on_after(1):
+                    answer += await stream.receive()
+        waited = anyio.current_time() - started
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b"application/problem+json" in answer and b"connection: close" in answer.lower()
+    assert b"Request body too slow" in answer
+    assert BODY_GRACE_SECONDS - 1 <= waited <= BODY_GRACE_SECONDS + 3, waited
+    async with client_at("127.0.0.7") as http:
+        assert await open_session(http, url)  # the front end still answers
