@@ -12,7 +12,7 @@
     ├── NotFound (404, not-found)
     │   └── HiddenTool (404, not-found)                  a tool the caller may not use: the same answer
     ├── Conflict (409, conflict)
-    ├── PayloadTooLarge (413, payload-too-large)         a body, batch or registration over a configured limit
+    ├── PayloadTooLarge (413, payload-too-large)         a body or registration over a configured limit
     ├── RateLimited (429, rate-limited)
     ├── UpstreamError (502, upstream-error)              crash or protocol error of an upstream server
     ├── Unavailable (503, unavailable)                   answered with Retry-After
