@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from indexer.embedding import passing
 from indexer.fastest import Fastest, power_of_two_at_least
 from indexer.onnx_export import Variant, ensure_exported, model_dir
 
@@ -229,6 +230,7 @@ class OnnxEmbedder:
             input_ids[row, : len(tokens)] = tokens
             mask[row, : len(tokens)] = 1
         feed = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
+        passing()
         return session.run(None, feed)[0]  # type: ignore[no-any-return]
 
 
