@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from indexer.embedding import Embedder, Vector, before_pass, passing
+from indexer.embedding import Embedder, Vector
+from indexer.pass_hook import before_pass, passing
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class MicroBatcher:
     ) -> Future[tuple[list[Vector], Any]]:
         """Queue texts to embed; the future holds (their vectors, `then(vectors)` when the worker ran it, else
         None: the caller runs its next step itself). An exception of `then` is the future's. `started(alone)` is
-        called on the worker as the model's pass begins (`embedding.passing`; it must be quick and not raise):
+        called on the worker as the model's pass begins (`pass_hook.passing`; it must be quick and not raise):
         whether the pass serves this request alone, so that the caller can use the core the pass leaves free."""
         request = _Request(list(texts), then=then, started=started)
         if not request.texts:

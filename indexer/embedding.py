@@ -9,7 +9,7 @@ import math
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -17,25 +17,6 @@ logger = logging.getLogger(__name__)
 
 Vector = list[float]
 SMALL_BATCH = 8  # up to this many texts (a query and its parts) skip sentence-transformers' batching machinery
-
-
-_pass_hooks = threading.local()
-
-
-def before_pass(callback: Callable[[], None] | None) -> None:
-    """Have `callback` run on this thread right before the next forward pass it starts (`passing`), or forget
-    the one set (None)."""
-    _pass_hooks.callback = callback
-
-
-def passing() -> None:
-    """Run (once) the callback `before_pass` set on this thread: an embedder calls it as its model's pass starts,
-    after tokenizing, when the pass no longer holds the GIL (indexer/batching.py: a lone search's other work runs
-    meanwhile); whoever set it calls it again after the pass, for an embedder that does not."""
-    callback = getattr(_pass_hooks, "callback", None)
-    if callback is not None:
-        _pass_hooks.callback = None
-        callback()
 
 
 class Embedder(Protocol):

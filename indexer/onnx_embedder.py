@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from indexer.embedding import passing
 from indexer.fastest import Fastest, power_of_two_at_least
 from indexer.onnx_export import Variant, ensure_exported, model_dir
+from indexer.pass_hook import passing
 
 logger = logging.getLogger(__name__)
 
