@@ -9,11 +9,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from indexer.embedding import Embedder, Vector
-from indexer.pass_hook import before_pass, passing
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +21,6 @@ class _Request:
     texts: list[str]
     future: Future[Any] = field(default_factory=Future)
     then: Callable[[list[Vector]], Any] | None = None  # submit_then: (vectors, then(vectors) or None)
-    started: Callable[[bool], None] | None = None  # submit_then: told as its pass starts whether it runs alone
 
 
 class MicroBatcher:
@@ -75,16 +72,11 @@ class MicroBatcher:
         self._queue.put(request)
 
     def submit_then(
-        self,
-        texts: Sequence[str],
-        then: Callable[[list[Vector]], Any],
-        started: Callable[[bool], None] | None = None,
+        self, texts: Sequence[str], then: Callable[[list[Vector]], Any]
     ) -> Future[tuple[list[Vector], Any]]:
         """Queue texts to embed; the future holds (their vectors, `then(vectors)` when the worker ran it, else
-        None: the caller runs its next step itself). An exception of `then` is the future's. `started(alone)` is
-        called on the worker as the model's pass begins (`pass_hook.passing`; it must be quick and not raise):
-        whether the pass serves this request alone, so that the caller can use the core the pass leaves free."""
-        request = _Request(list(texts), then=then, started=started)
+        None: the caller runs its next step itself). An exception of `then` is the future's."""
+        request = _Request(list(texts), then=then)
         if not request.texts:
             request.future.set_result(([], None))
             return request.future
@@ -133,17 +125,12 @@ class MicroBatcher:
             self._busy = len(batch) > 1
             texts = [text for request in batch for text in request.texts]
             embed = self._under_load if self._busy and self._under_load is not None else self.inner.embed
-            told = [request.started for request in batch if request.started is not None]
-            if told:
-                before_pass(partial(_tell, told, len(batch) == 1 and self._queue.empty()))
             try:
                 vectors = embed(texts)
             except Exception as exc:  # noqa: BLE001 - handed to every waiting caller
                 for request in batch:
                     request.future.set_exception(exc)
                 continue
-            finally:
-                passing()  # when the embedder did not (no model pass of its own, or it failed before one)
             self.passes += 1
             self.requests += len(batch)
             offset = 0
@@ -159,9 +146,3 @@ class MicroBatcher:
                         request.future.set_exception(exc)
                 else:
                     request.future.set_result((own, None))
-
-
-def _tell(started: list[Callable[[bool], None]], alone: bool) -> None:
-    """Tell the requests of a pass that it begins, and whether it serves one alone."""
-    for callback in started:
-        callback(alone)

@@ -15,7 +15,6 @@ import numpy as np
 
 from indexer.fastest import Fastest, power_of_two_at_least
 from indexer.onnx_export import Variant, ensure_exported, model_dir
-from indexer.pass_hook import passing
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +229,6 @@ class OnnxEmbedder:
             input_ids[row, : len(tokens)] = tokens
             mask[row, : len(tokens)] = 1
         feed = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
-        passing()
         return session.run(None, feed)[0]  # type: ignore[no-any-return]
 
 

@@ -83,16 +83,12 @@ class Resources:
         return vectors
 
     def embed_then(
-        self,
-        texts: list[str],
-        then: Callable[[list[list[float]]], Any] | None = None,
-        started: Callable[[bool], None] | None = None,
+        self, texts: list[str], then: Callable[[list[list[float]]], Any] | None = None
     ) -> Awaitable[tuple[list[list[float]], Any]]:
         """Queue the embedding now (so the caller can work while the embedder does) and await it later: the
         vectors, and the result of what comes next, `then(vectors)`, run on the embedder's thread right after the
         pass when it serves this request alone (MicroBatcher.submit_then); None when it did not run (no `then`,
-        every text cached, or under load): the caller runs it then. `started(alone)`: called (on the embedder's
-        thread) as the pass begins, whether it serves this request alone; at once with False when no pass runs."""
+        every text cached, or under load): the caller runs it then."""
         found, missing = self.embedder.lookup(texts)
 
         def complete(computed: list[list[float]]) -> list[list[float]]:
@@ -107,13 +103,8 @@ class Resources:
             pending = asyncio.wrap_future(
                 self.batcher.submit(wanted)
                 if then is None
-                else self.batcher.submit_then(wanted, lambda computed: then(complete(computed)), started)
+                else self.batcher.submit_then(wanted, lambda computed: then(complete(computed)))
             )
-        if started is not None:
-            if pending is None or then is None:
-                started(False)
-            else:  # settled by the pass, or by its end when it failed before it began
-                pending.add_done_callback(lambda _: started(False))
 
         async def outcome() -> tuple[list[list[float]], Any]:
             if pending is None:

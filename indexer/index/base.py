@@ -7,7 +7,7 @@ One point per tool, id = uuid5 of the qualified name; dense named vectors `name`
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, Protocol
@@ -208,18 +208,17 @@ def pooled_search(
     centre: float = 0.0,
     scanned: Sequence[list[Hit]] | None = None,
     part_pool: int | None = None,
-    lexical_found: Sequence[list[Hit]] | None = None,
 ) -> list[list[Hit]]:
     """Per text (its query vector and lexical vector), the hits of each signal in SIGNALS order: name,
     description, params, lexical. Two rounds: the `tool` vector scanned for `pool` candidates (`part_pool` for
     the texts after the first, a split request's parts; default `pool`) and the lexical query, inside the
     filter; then each field's exact cosine over those candidates only (to the field vectors centred by `centre`
     times the catalog's mean, see `centred_cosines`), best `limit`. `scanned`: the texts' scans when they were
-    done already (`pooled_search_many`); `lexical_found`: their lexical hits (`lexical_queries`), likewise.
+    done already (`pooled_search_many`).
 
     One full dense scan a text instead of three, a third of the bytes read: 2.2x faster at 10k tools, 2.5x at
     100k, and the same top k as three full scans on both dev sets (bench/combined_scan.py, pool 100)."""
-    lexical = lexical_queries(texts, limit)
+    lexical = [SignalQuery(LEXICAL_FIELD, limit, sparse=sparse) for _, sparse in texts]
     if scanned is None:
         found = index.search(
             [
@@ -231,8 +230,7 @@ def pooled_search(
         )
         scans, lexical_hits = found[0::2], found[1::2]
     else:
-        scans = list(scanned)
-        lexical_hits = list(lexical_found) if lexical_found is not None else index.search(lexical, where)
+        scans, lexical_hits = list(scanned), index.search(lexical, where)
     pools = [
         frozenset(h.qualified_name for hits in pair for h in hits) for pair in zip(scans, lexical_hits, strict=True)
     ]
@@ -254,11 +252,6 @@ def pooled_search(
     return out
 
 
-def lexical_queries(texts: Sequence[tuple[Any, SparseVector]], limit: int) -> list[SignalQuery]:
-    """The lexical query of each text (its lexical vector, the second of the pair), `limit` hits each."""
-    return [SignalQuery(LEXICAL_FIELD, limit, sparse=sparse) for _, sparse in texts]
-
-
 def pooled_search_many(
     index: VectorIndex,
     requests: Sequence[tuple[Sequence[tuple[list[float], SparseVector]], SearchFilter]],
@@ -266,19 +259,16 @@ def pooled_search_many(
     limit: int,
     centre: float = 0.0,
     part_pool: int | None = None,
-    lexical: Sequence[Callable[[], Sequence[list[Hit]]] | None] | None = None,
 ) -> list[list[list[Hit]]]:
     """`pooled_search` for several searches (their texts and filter each), with their scans as one matrix product
-    when the index can (`scan_many`: the embedded index). `lexical`: per search, None or what gives its texts'
-    lexical hits (found before the scan: service/search/overlap.py)."""
+    when the index can (`scan_many`: the embedded index)."""
     scan_many = getattr(index, "scan_many", None)
     scans = (
         scan_many([([vector for vector, _ in texts], where) for texts, where in requests], pool, part_pool)
         if scan_many is not None
         else [None] * len(requests)
     )
-    found = lexical or [None] * len(requests)
     return [
-        pooled_search(index, texts, where, pool, limit, centre, scanned, part_pool, None if got is None else got())
-        for (texts, where), scanned, got in zip(requests, scans, found, strict=True)
+        pooled_search(index, texts, where, pool, limit, centre, scanned, part_pool)
+        for (texts, where), scanned in zip(requests, scans, strict=True)
     ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 import heapq
 import time
@@ -25,7 +24,6 @@ from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool, active
 from service.observability import Stage, stage
 from service.search.index_steps import IndexSteps
-from service.search.overlap import Once, early_lexical, pass_started
 from service.search.ranking import (
     LEAD_VERB_HEAD,
     SIGNALS,
@@ -226,21 +224,15 @@ class Retriever:
         def with_whole(embedded: list[list[float]]) -> list[list[float]]:
             return [whole_from_parts(parts, embedded), *embedded] if from_parts else embedded
 
-        # The lexical queries, on the event loop while a lone search's pass runs (overlap.py).
-        early = None if self._fused_search(index) else early_lexical(index, sparse, where, settings.candidates)
-
         def index_step(embedded: list[list[float]]) -> tuple[list[list[float]], bool, list[list[Hit]], float]:
             """The search's vectors and the index's hits for them, and when this began (perf_counter)."""
             began = time.perf_counter()
             vectors = with_whole(embedded)
-            return vectors, *self._index_hits_now(index, list(zip(vectors, sparse, strict=True)), where, early), began
+            return vectors, *self._index_hits_now(index, list(zip(vectors, sparse, strict=True)), where), began
 
-        alone, on_pass = pass_started(asyncio.get_running_loop())
         # A search alone runs its index step on the embedder's thread right after its pass (Resources.embed_then).
-        embedding = self.resources.embed_then(parts if from_parts else texts, index_step, on_pass)
+        embedding = self.resources.embed_then(parts if from_parts else texts, index_step)
         with stage(self.resources, "embed") as embed_stage:
-            if await alone and early is not None:
-                early.quietly()
             embedded, done = await embedding
             if done is not None:
                 embed_stage.ended = done[3]
@@ -300,11 +292,7 @@ class Retriever:
         return getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
 
     def _index_hits_now(
-        self,
-        index: Any,
-        texts: list[tuple[list[float], SparseVector]],
-        where: SearchFilter,
-        lexical: Once[list[list[Hit]]] | None = None,
+        self, index: Any, texts: list[tuple[list[float], SparseVector]], where: SearchFilter
     ) -> tuple[bool, list[list[Hit]]]:
         """The index's hits (blocking: on a thread): one list per text fused by the index when it can (a Qdrant
         server with `index.server_fusion`; True), else one list per text and signal (False), in SIGNALS order."""
@@ -317,16 +305,12 @@ class Retriever:
                 for vector, lexical in texts
             ]
             return True, fused_search(groups, self.weights(), settings.candidates, where)
-        return False, self._pooled_many(index, [(texts, where)], [lexical])[0]
+        return False, self._pooled_many(index, [(texts, where)])[0]
 
     def _pooled_many(
-        self,
-        index: Any,
-        requests: list[tuple[Sequence[tuple[list[float], SparseVector]], SearchFilter]],
-        lexical: Sequence[Once[list[list[Hit]]] | None] | None = None,
+        self, index: Any, requests: list[tuple[Sequence[tuple[list[float], SparseVector]], SearchFilter]]
     ) -> list[list[list[Hit]]]:
-        """`pooled_search_many` with the search settings (blocking: on a thread); `lexical`: per request, its
-        lexical hits when an `early_lexical` may have found them."""
+        """`pooled_search_many` with the search settings (blocking: on a thread)."""
         settings = self.resources.settings.search
         return pooled_search_many(
             index,
@@ -335,7 +319,6 @@ class Retriever:
             settings.candidates,
             settings.centre_fields,
             settings.part_pool_candidates,
-            lexical,
         )
 
     def bonus_bound(self, scope: str | None) -> float:
