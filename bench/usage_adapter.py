@@ -19,7 +19,8 @@ From that log, per split (one scope each):
             signal's newcomer rule; a test query whose relevant tools have no history cannot lose by it).
 Each form alone and with the usage signal on top (computed on that form's scores, cut likewise).
 
-Usage: python bench/usage_adapter.py EMBEDDINGS.pkl [SET ...] (a copy of bench/embed_cache.py's cache)"""
+Usage: python bench/usage_adapter.py EMBEDDINGS.pkl [SET ...] (a copy of bench/embed_cache.py's cache; ADAPTER_REG
+ADAPTER_SEED vary the adapter's L2 pull towards I and its training seed; ADAPTER_STOP=queries stops early on\nheld-out queries rather than held-out tools)"""
 
 from __future__ import annotations
 
@@ -43,7 +44,14 @@ SAMPLES = {"metatool": 4000, "sealtools": 4000}  # `bench learning`'s --max-quer
 SEED = 0
 LEARNING = LearningSettings()
 WHOLE_FROM_PARTS = SearchSettings().whole_from_parts
-ADAPTER = {"rank": 0, "reg": 1e-2}
+ADAPTER = {
+    "rank": 0,
+    "reg": float(os.environ.get("ADAPTER_REG", "1e-2")),
+    "seed": int(os.environ.get("ADAPTER_SEED", "0")),
+}
+STOP = os.environ.get(
+    "ADAPTER_STOP", "tools"
+)  # the early stop's held-out slice: "tools" (query_adapter's) or "queries"
 GUARDS = (0.25, 0.5, 1.0)
 
 
@@ -103,8 +111,9 @@ def with_usage(scores: np.ndarray, vectors: np.ndarray, log: dict[int, list[int]
     return out
 
 
-def guarded(base: np.ndarray, adapted: np.ndarray, with_history: np.ndarray, w: float, cut: bool,
-            rows: list[int]) -> np.ndarray:
+def guarded(
+    base: np.ndarray, adapted: np.ndarray, with_history: np.ndarray, w: float, cut: bool, rows: list[int]
+) -> np.ndarray:
     """The adapter's change, weighted by w, for the tools with history only (optionally cut behind newcomers)."""
     both = np.isfinite(base) & np.isfinite(adapted)
     change = np.where(both & with_history[None, :], w * (np.where(both, adapted, 0) - np.where(both, base, 0)), 0.0)
@@ -115,6 +124,41 @@ def guarded(base: np.ndarray, adapted: np.ndarray, with_history: np.ndarray, w: 
     return out
 
 
+def train_by_query(
+    t: qa.TrainSet, rank: int, reg: float, seed: int, tau: float = 0.05, epochs: int = 12, lr: float = 2e-3
+) -> tuple[np.ndarray, dict]:
+    """query_adapter.train with its early stop on a held-out 15 % of the history's queries instead of its tools
+    (every tool in the softmax): the scope's own tools are what a per-scope adapter is for."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    order = rng.permutation(len(t.q))
+    held, fit = order[: max(1, len(order) * 15 // 100)], order[max(1, len(order) * 15 // 100) :]
+    docs = {f: torch.from_numpy(d) for f, d in t.docs.items()}
+    params = [torch.zeros(384, 384, requires_grad=True)] if rank == 0 else []
+    assert params, "the full form only"
+    opt = torch.optim.Adam(params, lr=lr)
+    best_w, best_epoch, history = torch.eye(384), 0, []
+    base = best = qa._recall5(best_w, t, held, "all", False)
+    for epoch in range(1, epochs + 1):
+        for batch in np.array_split(rng.permutation(fit), max(1, len(fit) // 256)):
+            w = qa._matrix(params, rank)
+            q = torch.nn.functional.normalize(torch.from_numpy(t.q[batch]) @ w.T, dim=1)
+            logp = torch.log_softmax(qa._scores(q, docs, "all") / tau, dim=1)
+            target = torch.zeros_like(logp)
+            for j, r in enumerate(batch):
+                target[j, t.positives[r]] = 1.0 / len(t.positives[r])
+            loss = -(target * logp).sum(dim=1).mean() + reg * ((w - torch.eye(384)) ** 2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        w = qa._matrix(params, rank).detach()
+        r5 = qa._recall5(w, t, held, "all", False)
+        history.append(round(r5, 4))
+        if r5 > best + 1e-4:
+            best, best_epoch, best_w = r5, epoch, w.clone()
+    return best_w.numpy(), {"held_base": round(base, 4), "held_best": round(best, 4), "epochs": best_epoch}
+
+
 def train_adapter(data: pv.Data, log: dict[int, list[int]], key: str) -> tuple[np.ndarray, dict, float, int]:
     """The adapter of one scope from its log: each history query with the tools it led to as positives."""
     called: dict[int, list[int]] = {}
@@ -123,10 +167,14 @@ def train_adapter(data: pv.Data, log: dict[int, list[int]], key: str) -> tuple[n
             called.setdefault(i, []).append(t)
     queries = sorted(called)
     fields = {f: pv.unit(d - d.mean(axis=0)) for f, d in data.d.items()}
-    train_set = qa.TrainSet(key, data.q[[data.s.text_rows[i][0] for i in queries]],
-                            [np.array(sorted(called[i])) for i in queries], fields)
+    train_set = qa.TrainSet(
+        key, data.q[[data.s.text_rows[i][0] for i in queries]], [np.array(sorted(called[i])) for i in queries], fields
+    )
     began = time.perf_counter()
-    w, seen = qa.train([train_set], **ADAPTER)
+    if STOP == "queries":
+        w, seen = train_by_query(train_set, **ADAPTER)
+    else:
+        w, seen = qa.train([train_set], **ADAPTER)
     return w, seen, time.perf_counter() - began, len(queries)
 
 
@@ -152,14 +200,16 @@ def one_split(data: pv.Data, base: np.ndarray, vectors: np.ndarray, split: str) 
     for g in GUARDS:
         forms[f"guard {g}"] = guarded(base, adapted, with_history, g, False, rows)
         forms[f"guard {g}+cut"] = guarded(base, adapted, with_history, g, True, rows)
-    head = (f"{data.s.name} | {split} | history {len(h_rows)} ({n} with a call, {len(log)} tools) | test "
-            f"{len(rows)} | train {took:.1f}s = {1000 * took / max(n, 1):.1f}s per 1,000 | stop "
-            f"{seen['held_base']} -> {seen['held_best']} at epoch {seen['epochs']} | |W-I| "
-            f"{np.linalg.norm(w - np.eye(384)):.2f}")
+    head = (
+        f"{data.s.name} | {split} | history {len(h_rows)} ({n} with a call, {len(log)} tools) | test "
+        f"{len(rows)} | train {took:.1f}s = {1000 * took / max(n, 1):.1f}s per 1,000 | stop "
+        f"{seen['held_base']} -> {seen['held_best']} at epoch {seen['epochs']} | |W-I| "
+        f"{np.linalg.norm(w - np.eye(384)):.2f}"
+    )
     print(head, flush=True)
     for name, scores in forms.items():
-        print(f"  {name:16} | {summary(data, scores, rows)} | + usage {summary(data, with_usage(scores, vectors, log, rows), rows)}",
-              flush=True)
+        usage = with_usage(scores, vectors, log, rows)
+        print(f"  {name:16} | {summary(data, scores, rows)} | + usage {summary(data, usage, rows)}", flush=True)
 
 
 def query_cost() -> float:
