@@ -19,8 +19,9 @@ From that log, per split (one scope each):
             signal's newcomer rule; a test query whose relevant tools have no history cannot lose by it).
 Each form alone and with the usage signal on top (computed on that form's scores, cut likewise).
 
-Usage: python bench/usage_adapter.py EMBEDDINGS.pkl [SET ...] (a copy of bench/embed_cache.py's cache; ADAPTER_REG
-ADAPTER_SEED vary the adapter's L2 pull towards I and its training seed; ADAPTER_STOP=queries stops early on\nheld-out queries rather than held-out tools)"""
+Usage: python bench/usage_adapter.py EMBEDDINGS.pkl [SET ...] (a copy of bench/embed_cache.py's cache). ADAPTER_REG and
+ADAPTER_SEED vary the adapter's L2 pull towards I and its training seed; ADAPTER_STOP=queries stops it early on
+held-out queries rather than held-out tools."""
 
 from __future__ import annotations
 
