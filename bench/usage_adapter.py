@@ -21,7 +21,8 @@ Each form alone and with the usage signal on top (computed on that form's scores
 
 Usage: python bench/usage_adapter.py EMBEDDINGS.pkl [SET ...] (a copy of bench/embed_cache.py's cache). ADAPTER_REG and
 ADAPTER_SEED vary the adapter's L2 pull towards I and its training seed; ADAPTER_STOP=queries stops it early on
-held-out queries rather than held-out tools."""
+held-out queries rather than held-out tools; ADAPTER_NOISE=p logs, for a share p of the history queries, a
+successful call of the first result too when it is not relevant (a noisy log)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ ADAPTER = {
 STOP = os.environ.get(
     "ADAPTER_STOP", "tools"
 )  # the early stop's held-out slice: "tools" (query_adapter's) or "queries"
+NOISE = float(os.environ.get("ADAPTER_NOISE", "0"))  # share of history queries whose (wrong) first result is called
 GUARDS = (0.25, 0.5, 1.0)
 
 
@@ -71,11 +73,16 @@ def request_vectors(data: pv.Data) -> np.ndarray:
 
 
 def replay(data: pv.Data, base: np.ndarray, history: list[int]) -> dict[int, list[int]]:
-    """Per tool, the history queries that led to a successful call of it (oldest first, the latest kept)."""
+    """Per tool, the history queries that led to a successful call of it (oldest first, the latest kept); with
+    ADAPTER_NOISE, some of them a wrong first result's."""
     log: dict[int, list[int]] = {}
+    rng = np.random.default_rng(SEED + 1)
     for i in history:
         top = np.argsort(-base[i], kind="stable")[:AGENT_DEPTH]
-        for t in top[np.isin(top, data.s.relevant[i])]:
+        called = top[np.isin(top, data.s.relevant[i])]
+        if rng.random() < NOISE and top[0] not in called:  # a wrong first result called with success too
+            called = np.concatenate([top[:1], called])
+        for t in called:
             log.setdefault(int(t), []).append(i)
     return {t: rows[-LEARNING.usage_max_queries :] for t, rows in log.items()}
 
