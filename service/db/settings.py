@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -20,6 +22,10 @@ class DatabaseSettings(BaseModel):
     # partition or a stalled server), give up after this long: each execution-log batch goes to the spill file and
     # /readyz answers "not ready" instead of both waiting for the kernel (~15 min).
     timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    # A folder every replica mounts (a shared volume) for the logs' spill files: a replica replays the files of
+    # replicas that are gone, so a replica recreated with an empty data folder during an outage loses nothing.
+    # Empty: the data folder (replayed only by a start on the same data folder).
+    spill_dir: Path | None = None
 
     @field_validator("url")
     @classmethod

@@ -4,13 +4,21 @@ Append-only JSON lines, each append fsync'd before it counts. A replay first ren
 `<name>.replaying` (new spills go to a fresh file meanwhile), inserts what it reads, and deletes the
 renamed file only once every row is committed; a replay that fails leaves it for the next attempt, and a
 crash in the middle of one is finished by the next start (inserts skip rows already there). A torn line
-(a crash in the middle of an append) is moved to `<name>.corrupt` with a warning: it never stops a start."""
+(a crash in the middle of an append) is moved to `<name>.corrupt` with a warning: it never stops a start.
+
+In a folder shared by the replicas (`db.spill_dir`, a volume), each process spills to a file of its own,
+`<stem>.<instance><suffix>`, whose `.lock` it holds (flock) for as long as it lives, and a replay also claims the
+files whose lock no process holds: those of a replica that died or was recreated with an empty data folder, which
+no start would have replayed before."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +27,11 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 Insert = Callable[[list[dict[str, Any]]], Awaitable[None]]
+
+
+def spill_location(data_dir: Path, spill_dir: Path | None, name: str) -> tuple[Path, bool]:
+    """Where a log spills, and whether the folder is shared by the replicas (`db.spill_dir` set)."""
+    return (spill_dir / name, True) if spill_dir is not None else (data_dir / name, False)
 
 
 class SpillFile:
@@ -30,7 +43,15 @@ class SpillFile:
         chunk_size: int = 500,
         label: str = "execution log",
         datetime_fields: tuple[str, ...] = ("started_at", "finished_at"),
+        shared: bool = False,
     ) -> None:
+        self.family = path  # shared: every replica's file is named after it
+        self._lock: int | None = None
+        if shared:
+            path = path.with_name(f"{path.stem}.{uuid.uuid4().hex[:12]}{path.suffix}")
+            self._lock = _try_lock(_lock_path(path))
+            assert self._lock is not None  # a fresh name: nobody else holds it
+        self.shared = shared
         self.path = path
         self.label = label
         self.datetime_fields = datetime_fields
@@ -40,8 +61,36 @@ class SpillFile:
         self.appended = 0
 
     def has_rows(self) -> bool:
-        """Something waits to be replayed."""
+        """Something waits to be replayed (here, or in a shared folder's file of a replica that may be gone)."""
+        return self.has_own_rows() or any(True for _ in self._others())
+
+    def close(self) -> None:
+        """Let go of this process's file: a later replay anywhere may claim what is left in it."""
+        if self._lock is not None:
+            if not self.has_own_rows():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(_lock_path(self.path))
+            os.close(self._lock)
+            self._lock = None
+
+    def has_own_rows(self) -> bool:
         return any(p.exists() and p.stat().st_size > 0 for p in (self.path, self.replaying))
+
+    def _others(self) -> list[Path]:
+        """A shared folder's spill files of other processes (their base names), not this one's."""
+        if not self.shared or not self.path.parent.is_dir():
+            return []
+        stem, suffix = self.family.stem, self.family.suffix
+        found = set()
+        for file in self.path.parent.iterdir():
+            name = file.name.removesuffix(".replaying")
+            ours = (name.startswith(stem + ".") and name.endswith(suffix)) or name == stem + suffix
+            try:
+                if ours and name != self.path.name and file.stat().st_size > 0:
+                    found.add(file.with_name(name))
+            except FileNotFoundError:
+                continue  # replayed by another replica meanwhile
+        return sorted(found)
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """Write rows, one per line, and fsync; returns once they are on disk."""
@@ -55,23 +104,58 @@ class SpillFile:
         """Insert every spilled row (`insert` must skip ids already stored); the rows replayed.
 
         Exceptions of `insert` propagate, leaving the rows on disk for the next replay."""
-        total = 0
-        if self.replaying.exists():
-            total += await self._replay_file(insert)  # a replay interrupted by a crash
-        if self.path.exists():
-            os.replace(self.path, self.replaying)
-            _fsync_dir(self.path.parent)
-            total += await self._replay_file(insert)
+        total = await self._replay(self.path, insert)
+        for other in self._others():
+            lock = _try_lock(_lock_path(other))
+            if lock is None:
+                continue  # its replica lives and replays it itself
+            try:
+                logger.info("%s: claiming %s, left by a replica that is gone", self.label, other)
+                total += await self._replay(other, insert)
+                _lock_path(other).unlink(missing_ok=True)
+            finally:
+                os.close(lock)
+        self._drop_stale_locks()
         return total
 
-    async def _replay_file(self, insert: Insert) -> int:
-        rows = self._read(self.replaying)
+    def _drop_stale_locks(self) -> None:
+        """The lock files of replicas that are gone with nothing spilled (one a start, else they pile up)."""
+        if not self.shared:
+            return
+        prefix, own = self.family.stem + ".", _lock_path(self.path).name
+        for name in os.listdir(self.path.parent):
+            if not (name.startswith(prefix) and name.endswith(".lock")) or name == own:
+                continue
+            data = self.path.parent / name.removesuffix(".lock")
+            lock = _try_lock(self.path.parent / name)
+            if lock is None:
+                continue
+            try:
+                if not _present(data) and not _present(data.with_name(data.name + ".replaying")):
+                    os.unlink(self.path.parent / name)
+            finally:
+                os.close(lock)
+
+    async def _replay(self, path: Path, insert: Insert) -> int:
+        total = 0
+        replaying = path.with_name(path.name + ".replaying")
+        if _present(replaying):
+            total += await self._replay_file(replaying, insert)  # a replay interrupted by a crash
+        if _present(path):
+            os.replace(path, replaying)
+            _fsync_dir(path.parent)
+            total += await self._replay_file(replaying, insert)
+        return total
+
+    async def _replay_file(self, replaying: Path, insert: Insert) -> int:
+        rows = self._read(replaying)
         if rows:
-            logger.info("%s: replaying %d spilled rows from %s", self.label, len(rows), self.replaying)
+            logger.info("%s: replaying %d spilled rows from %s", self.label, len(rows), replaying)
         for start in range(0, len(rows), self.chunk_size):
             await insert(rows[start : start + self.chunk_size])
-        self.replaying.unlink(missing_ok=True)
-        _fsync_dir(self.path.parent)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(replaying)
+        _fsync_dir(replaying.parent)
         return len(rows)
 
     def _read(self, path: Path) -> list[dict[str, Any]]:
@@ -91,6 +175,27 @@ class SpillFile:
         if bad:
             _append_durably(self.corrupt, "".join(bad))
         return rows
+
+
+def _present(path: Path) -> bool:
+    return path.exists()  # a local file's metadata: too quick for a thread
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _try_lock(path: Path) -> int | None:
+    """An exclusive flock on `path` (created), held by the returned descriptor; None when a live process holds it.
+    The kernel lets it go when its process ends, however it ends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _parse(raw: bytes, datetime_fields: tuple[str, ...]) -> dict[str, Any] | None:

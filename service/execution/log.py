@@ -82,14 +82,15 @@ class ExecutionLog:
         spill_path: Path,
         durability: Durability = "commit",
         write_timeout_seconds: float | None = None,
+        shared_spill: bool = False,
     ) -> None:
         self._session_factory = session_factory
         # A batch the database leaves unanswered this long fails like a refused one (spilled in commit mode): a
         # stalled server or a partition would otherwise hold every call's answer, and a shutdown, until the kernel
         # gives up on the connection.
         self.write_timeout_seconds = write_timeout_seconds
-        self.spill_path = spill_path
-        self.spill = SpillFile(spill_path, BATCH_SIZE)
+        self.spill = SpillFile(spill_path, BATCH_SIZE, shared=shared_spill)
+        self.spill_path = self.spill.path
         self.durable = durability == "commit"
         self._pending: deque[tuple[dict[str, Any], asyncio.Future[None] | None]] = deque()
         self._wakeup = asyncio.Event()

@@ -19,6 +19,7 @@ from service.catalog.service import sync_server_tools
 from service.cluster.state import cluster_state
 from service.db.engine import write_bound
 from service.db.models import Server
+from service.db.spill import spill_location
 from service.errors import ToolscoutError, json_pointer
 from service.execution.executor import Executor
 from service.execution.log import ExecutionLog
@@ -102,11 +103,13 @@ def build_gateway(resources: Resources) -> Gateway:
         max_tools_list_bytes=settings.execution.max_tools_list_bytes,
         max_tools_per_server=settings.execution.max_tools_per_server,
     )
+    spill, shared = spill_location(settings.data_dir, settings.db.spill_dir, "executions-spill.jsonl")
     log = ExecutionLog(
         resources.session,
-        settings.data_dir / "executions-spill.jsonl",
+        spill,
         settings.execution.log_durability,
         write_bound(settings.database_url, settings.db.timeout_seconds),
+        shared_spill=shared,
     )
     results = ResultStore(resources)
     return Gateway(resources, pool, log, results, Executor(resources, pool, log, results))

@@ -42,11 +42,14 @@ class SearchLog:
         session_factory: Callable[[], AsyncSession],
         spill_path: Path | None = None,
         write_timeout_seconds: float | None = None,
+        shared_spill: bool = False,
     ) -> None:
         self._session_factory = session_factory
         self.write_timeout_seconds = write_timeout_seconds  # a batch left unanswered this long failed
         self.spill = (
-            SpillFile(spill_path, BATCH_SIZE, "search log", ("created_at",)) if spill_path is not None else None
+            SpillFile(spill_path, BATCH_SIZE, "search log", ("created_at",), shared=shared_spill)
+            if spill_path is not None
+            else None
         )
         self._pending: deque[dict[str, Any]] = deque()
         self._wakeup = asyncio.Event()

@@ -15,6 +15,7 @@ from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
 from service.db.engine import write_bound
 from service.db.models import Search, utcnow
+from service.db.spill import spill_location
 from service.errors import InvalidRequest, body_pointer
 from service.observability import observe_search, span
 from service.policy.callers import OPEN_CALLER, Caller
@@ -165,10 +166,9 @@ def _filter_values(field: str, values: list[str] | None, settings: SearchSetting
 async def start_search_log(resources: Resources) -> None:
     """Start-up hook: the batched writer of the search log, under the supervisor."""
     settings = resources.settings
+    spill, shared = spill_location(settings.data_dir, settings.db.spill_dir, "searches-spill.jsonl")
     resources.search_log = SearchLog(
-        resources.session,
-        settings.data_dir / "searches-spill.jsonl",
-        write_bound(settings.database_url, settings.db.timeout_seconds),
+        resources.session, spill, write_bound(settings.database_url, settings.db.timeout_seconds), shared_spill=shared
     )
     await resources.search_log.replay()
     resources.supervisor.start(SEARCH_LOG_TASK, resources.search_log.run)

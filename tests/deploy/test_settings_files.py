@@ -35,6 +35,7 @@ def test_every_variable_of_the_compose_api_environment_is_a_setting(monkeypatch:
     assert settings.policy.open_without_keys is False and settings.policy.allowed_hosts == ["lb", "api"]
     assert settings.execution.demo_servers is False and settings.demo_catalog is False
     assert str(settings.data_dir) == "/tmp/toolscout" and settings.cluster.redis_url == "redis://redis:6379/0"
+    assert str(settings.db.spill_dir) == "/var/lib/toolscout/spill"
     ours = [name for name in environment if name.startswith("TOOLSCOUT_")]
     top_level = {name.removeprefix("TOOLSCOUT_").lower() for name in ours if "__" not in name}
     assert top_level <= set(Settings.model_fields), top_level - set(Settings.model_fields)
