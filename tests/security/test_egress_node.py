@@ -3,7 +3,8 @@ modules connect straight to the address a caller names. The proxy's environment 
 service/upstream/egress_preload.cjs (NODE_OPTIONS=--require), which sends both through the proxy.
 
 Real processes: node running a probe script or a dependency-free stdio MCP server (node_fetch_server.cjs), the
-proxy on 127.0.0.1 and a recording HTTP service on loopback. Skipped where node is not installed."""
+proxy on 127.0.0.1 and a recording HTTP service on loopback. Without node: a skip by hand, a failure under
+scripts/test.sh (and so in CI), as every test of the `node` mark."""
 
 from __future__ import annotations
 
@@ -15,13 +16,21 @@ from pathlib import Path
 import pytest
 
 from service.upstream.egress import NODE_PRELOAD, EgressProxy
+from tests.conftest import missing_extra
 from tests.security.egress_support import Recorder
 from tests.upstream.upstream_support import running
 
 NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is not installed")
+pytestmark = pytest.mark.node
 SERVER = Path(__file__).with_name("node_fetch_server.cjs")
 NATIVE_REFUSAL = "Proxy response (403) !== 200 when HTTP Tunneling"
+
+
+@pytest.fixture(autouse=True)
+def node_installed() -> None:
+    if NODE is None:
+        missing_extra("Node.js is not installed")
+
 
 # Each way an npm server reads a URL, one line each: "<way>: <status> <body>" or "<way>: <error>".
 PROBE = """
