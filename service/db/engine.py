@@ -153,9 +153,8 @@ def upgrade_database(url: str, revision: str = "head", timeout_seconds: float = 
     if parsed.get_backend_name() != "postgresql":
         command.upgrade(config, revision)
         return
-    engine = create_engine(
-        sync_url(url), poolclass=NullPool, connect_args=postgres_timeouts(sync_url(url), timeout_seconds)
-    )
+    sync = sync_url(url)
+    engine = create_engine(sync, poolclass=NullPool, connect_args=postgres_timeouts(sync, timeout_seconds))
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})

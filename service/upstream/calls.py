@@ -21,10 +21,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
+from service.catalog.json_body import collector_paused
 from service.errors import UpstreamError, UpstreamTimeout
 from service.upstream.config import ServerSpec
 from service.upstream.health import ServerHealth, describe, said
-from service.upstream.transport import collector_paused, unreadable
+from service.upstream.transport import unreadable
 
 CLOSED_PING_SECONDS = 5.0  # after a CONNECTION_CLOSED error: does the session still answer?
 T = TypeVar("T")

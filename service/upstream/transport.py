@@ -9,15 +9,14 @@ lifecycle: close stdin, wait, terminate the process group, kill it."""
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
 import re
 import signal
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import AnyStr, Generic
 
@@ -32,6 +31,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
+from service.catalog.json_body import collector_paused
 from service.security.scrub import Scrubber
 from service.upstream.children import ChildRegistry, wrap_command
 from service.upstream.health import exit_reason, said
@@ -106,19 +106,6 @@ class LineSplitter(Generic[AnyStr]):
         if piece:
             self._pieces.append(piece)
             self._size += len(piece)
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic collector off for one synchronous step whose objects all survive it (a message read, or copied,
-    whole): each collection they set off would walk them, and what they copy, for nothing."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def unreadable(text: str) -> str:

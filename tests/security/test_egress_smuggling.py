@@ -35,19 +35,24 @@ async def send_raw(port: int, head: str) -> bytes:
     return answer
 
 
-async def test_the_host_sent_on_is_the_request_targets(internal: Recorder) -> None:
-    """An allowed destination with a Host of another site: the destination sees the target's own Host."""
+async def through_an_allowing_proxy(request_line: str, headers: str) -> bytes:
+    """The answer of a proxy that lets 127.0.0.1 through to a head written byte for byte, with a server's
+    credentials after the given header lines."""
     proxy = EgressProxy(["127.0.0.1"])
     try:
         env = await proxy.environment("fetch")
         port = await proxy.start()
-        head = (
-            f"GET http://127.0.0.1:{internal.port}/page HTTP/1.1\r\nHost: admin.internal\r\n"
-            f"Proxy-Authorization: {basic(env['HTTP_PROXY'])}\r\n\r\n"
-        )
-        answer = await send_raw(port, head)
+        credentials = f"Proxy-Authorization: {basic(env['HTTP_PROXY'])}\r\n"
+        return await send_raw(port, f"{request_line}\r\n{headers}{credentials}\r\n")
     finally:
         await proxy.aclose()
+
+
+async def test_the_host_sent_on_is_the_request_targets(internal: Recorder) -> None:
+    """An allowed destination with a Host of another site: the destination sees the target's own Host."""
+    answer = await through_an_allowing_proxy(
+        f"GET http://127.0.0.1:{internal.port}/page HTTP/1.1", "Host: admin.internal\r\n"
+    )
     assert answer.startswith(b"HTTP/1.0 200 ")
     assert [(path, headers["host"]) for path, headers in internal.hits] == [("/page", f"127.0.0.1:{internal.port}")]
 
@@ -62,17 +67,7 @@ async def test_the_host_sent_on_is_the_request_targets(internal: Recorder) -> No
     ],
 )
 async def test_ambiguous_heads_are_refused(internal: Recorder, extra: str, reason: bytes) -> None:
-    proxy = EgressProxy(["127.0.0.1"])
-    try:
-        env = await proxy.environment("fetch")
-        port = await proxy.start()
-        head = (
-            f"GET http://127.0.0.1:{internal.port}/ HTTP/1.1\r\n{extra}"
-            f"Proxy-Authorization: {basic(env['HTTP_PROXY'])}\r\n\r\n"
-        )
-        answer = await send_raw(port, head)
-    finally:
-        await proxy.aclose()
+    answer = await through_an_allowing_proxy(f"GET http://127.0.0.1:{internal.port}/ HTTP/1.1", extra)
     assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     assert answer.endswith(reason + b"\n")
     assert internal.hits == []
