@@ -15,6 +15,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from service.db.bounded import bounded_connector, ping_on_checkout
+
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 # pg_advisory_lock key of the migrations: replicas starting together upgrade one after the other.
 MIGRATION_LOCK_KEY = 0x746F6F6C73636F75  # "toolscou"
@@ -83,7 +85,7 @@ def write_bound(url: str, seconds: float) -> float | None:
 
 def create_engine_for(url: str, echo: bool = False, timeout_seconds: float = 10.0) -> AsyncEngine:
     """An async engine for the catalog database; SQLite gets WAL and foreign keys, PostgreSQL connections the
-    timeouts of `postgres_timeouts`."""
+    timeouts of `postgres_timeouts` and, where those cannot help, of `bounded`."""
     full = async_url(url)
     if make_url(full).get_backend_name() == "sqlite":
         database = make_url(full).database
@@ -92,14 +94,18 @@ def create_engine_for(url: str, echo: bool = False, timeout_seconds: float = 10.
         engine = create_async_engine(full, echo=echo)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(
+    engine = create_async_engine(
         full,
         echo=echo,
         pool_size=10,
         max_overflow=20,
-        pool_pre_ping=True,
-        connect_args=postgres_timeouts(full, timeout_seconds),
+        connect_args={
+            **postgres_timeouts(full, timeout_seconds),
+            "async_creator_fn": bounded_connector(timeout_seconds),
+        },
     )
+    ping_on_checkout(engine)
+    return engine
 
 
 @asynccontextmanager

@@ -196,11 +196,6 @@ async def test_a_restarted_redis_costs_no_call_and_the_replicas_use_it_again(cha
     assert_nothing_lost(chaos, traffic)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known intermittent: in 1 of 4 clean-clone runs (2026-12-07) a shutdown hook waited past its bound "
-    "on the stalled database and the replica was still up 60 s after its SIGTERM (no 'gave up' line): open",
-)
 async def test_a_sigterm_while_the_database_stalls_stops_the_replica_and_keeps_its_rows(chaos: Chaos) -> None:
     """A database that stops answering (the link forwards nothing, no reset): the replica stops within its bounds
     (it stayed up until SIGKILL before) and what it answered is written."""

@@ -1,0 +1,118 @@
+"""A PostgreSQL server that acknowledges packets but answers nothing, met where no caller's deadline can reach:
+a session's close (the pool's ROLLBACK on return) and a `begin()` block's COMMIT, which SQLAlchemy runs in a task
+shielded from cancellation, and the ping before a pooled connection is handed out. Each gives up after
+db.timeout_seconds (service/db/bounded.py); before, each waited for ever and held a SIGTERM'd replica up (the
+cluster test `test_a_sigterm_while_the_database_stalls_...`).
+
+Each case runs on its own event loop in a thread: a wait that nothing can cancel would otherwise hang the suite."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+import anyio
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+
+from service.db.engine import create_engine_for
+from tests.conftest import fresh_database
+from tests.database_link import DatabaseLink
+
+pytestmark = pytest.mark.postgres
+
+ANSWER_SECONDS = 1.0
+
+
+@pytest.fixture
+def link_and_engine() -> Iterator[tuple[DatabaseLink, Callable[[], AsyncEngine]]]:
+    link = DatabaseLink()
+    with fresh_database() as url:
+        try:
+            yield link, lambda: create_engine_for(link.url(url), timeout_seconds=ANSWER_SECONDS)
+        finally:
+            link.restore()
+
+
+def outcome_within(seconds: float, work: Callable[[], Awaitable[None]]) -> tuple[float, BaseException | None]:
+    """Run `work` on a loop of its own; (how long it took, what it raised). Fails if it is still waiting."""
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            asyncio.run(work())  # type: ignore[arg-type]
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            result["error"] = exc
+        result["took"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting on the silent database after {seconds} s"
+    return result["took"], result.get("error")  # type: ignore[return-value]
+
+
+def test_a_session_closed_as_the_server_falls_silent_gives_up_on_its_rollback(link_and_engine) -> None:
+    link, engine_for = link_and_engine
+
+    async def read_then_close() -> None:
+        engine = engine_for()
+        sessions = async_sessionmaker(engine)
+        try:
+            with anyio.move_on_after(3 * ANSWER_SECONDS):  # a caller's deadline: it cannot reach the close
+                async with sessions() as session:
+                    await session.execute(text("SELECT 1"))
+                    link.hang()
+        finally:
+            link.restore()
+            await engine.dispose()
+
+    took, error = outcome_within(30, read_then_close)
+    # The rollback gave up as a lost connection: the pool dropped it and the close ended, with the error.
+    assert isinstance(error, OperationalError) and "did not answer ROLLBACK in 1 s" in str(error), error
+    assert took < ANSWER_SECONDS + 2
+
+
+def test_a_commit_the_server_never_answers_fails_naming_it(link_and_engine) -> None:
+    link, engine_for = link_and_engine
+
+    async def write_then_commit() -> None:
+        engine = engine_for()
+        sessions = async_sessionmaker(engine)
+        try:
+            async with sessions() as session, session.begin():
+                await session.execute(text("SELECT 1"))
+                link.hang()
+        finally:
+            link.restore()
+            await engine.dispose()
+
+    took, error = outcome_within(30, write_then_commit)
+    assert isinstance(error, OperationalError) and "did not answer COMMIT in 1 s" in str(error), error
+    assert took < ANSWER_SECONDS + 2
+
+
+def test_a_pooled_connection_whose_server_fell_silent_is_not_handed_out(link_and_engine) -> None:
+    link, engine_for = link_and_engine
+
+    async def use_the_pool_twice() -> None:
+        engine = engine_for()
+        try:
+            async with engine.connect() as connection:  # leaves one connection in the pool
+                await connection.execute(text("SELECT 1"))
+            link.hang()
+            async with engine.connect() as connection:  # no deadline of its own, as a request
+                await connection.execute(text("SELECT 1"))
+        finally:
+            link.restore()
+            await engine.dispose()
+
+    took, error = outcome_within(30, use_the_pool_twice)
+    # The ping gave up, the new connection's connect_timeout did too: an error, not a request held for ever.
+    assert isinstance(error, OperationalError), error
+    assert took < 4 * ANSWER_SECONDS + 2
