@@ -44,7 +44,14 @@ class BoundedConnection(psycopg.AsyncConnection):  # type: ignore[type-arg]
         await self.within(super().rollback(), "ROLLBACK")
 
     async def ping(self) -> None:
-        await self.within(self.execute(";"), "a ping")
+        """An empty statement outside any transaction (in one, it would leave the connection in a transaction)."""
+        autocommit = self.autocommit
+        await self.set_autocommit(True)
+        try:
+            await self.within(self.execute(";"), "a ping")
+        finally:
+            if not self.closed:
+                await self.set_autocommit(autocommit)
 
     async def within(self, work: Awaitable[T], what: str) -> T:
         cut = asyncio.get_running_loop().call_later(self.answer_seconds, self._shut_socket)

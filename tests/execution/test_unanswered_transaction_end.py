@@ -116,3 +116,22 @@ def test_a_pooled_connection_whose_server_fell_silent_is_not_handed_out(link_and
     # The ping gave up, the new connection's connect_timeout did too: an error, not a request held for ever.
     assert isinstance(error, OperationalError), error
     assert took < 4 * ANSWER_SECONDS + 2
+
+
+def test_the_ping_leaves_a_pooled_connection_outside_any_transaction(link_and_engine) -> None:
+    """The writers' turns (service/cluster/writers.py) switch a pooled connection to AUTOCOMMIT: psycopg refuses
+    that inside a transaction, which a ping sent as a plain statement would have opened."""
+    _, engine_for = link_and_engine
+
+    async def twice() -> None:
+        engine = engine_for()
+        try:
+            for _ in range(2):
+                async with engine.connect() as connection:
+                    autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
+                    assert (await autocommit.execute(text("SELECT 1"))).scalar() == 1
+        finally:
+            await engine.dispose()
+
+    took, error = outcome_within(30, twice)
+    assert error is None, error
