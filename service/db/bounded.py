@@ -44,7 +44,10 @@ class BoundedConnection(psycopg.AsyncConnection):  # type: ignore[type-arg]
         await self.within(super().rollback(), "ROLLBACK")
 
     async def ping(self) -> None:
-        """An empty statement outside any transaction (in one, it would leave the connection in a transaction)."""
+        """An empty statement outside any transaction (in one, it would leave the connection in a transaction).
+        A connection already in a transaction at checkout is one the dialect has just set up: not pinged."""
+        if self.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return
         autocommit = self.autocommit
         await self.set_autocommit(True)
         try:
@@ -96,4 +99,5 @@ def ping_on_checkout(engine: AsyncEngine) -> None:
         try:
             await_only(record.driver_connection.ping())
         except psycopg.Error as exc:
+            logger.warning("database: a pooled connection failed its ping, dropped (%s)", exc)
             raise DisconnectionError(str(exc)) from exc
