@@ -29,6 +29,7 @@ class Snapshot:
     upstream: list[dict[str, Any]] = field(default_factory=list)
     index_points: int | None = None
     catalog_tools: dict[str, int] = field(default_factory=dict)
+    database_up: bool | None = None  # None: the service has no database
     cache_hits: int = 0
     cache_misses: int = 0
     log_pending: int | None = None
@@ -69,6 +70,10 @@ class SnapshotCollector(Collector):
         for server, count in sorted(snap.catalog_tools.items()):
             catalog.add_metric([server], count)
         yield catalog
+        if snap.database_up is not None:
+            yield GaugeMetricFamily(
+                "toolscout_database_up", "1 if the catalog database answered this scrape", value=float(snap.database_up)
+            )
         if snap.index_points is not None:
             yield GaugeMetricFamily("toolscout_index_points", "Tools in the vector index", value=snap.index_points)
         yield CounterMetricFamily(

@@ -5,8 +5,10 @@ here, from the typed `Resources` attributes and the catalog, so the rest of obse
 
 from __future__ import annotations
 
+import anyio
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy.exc import SQLAlchemyError
 
 from service.catalog.lookup import count_tools
 from service.deps import CallerDep, ResourcesDep
@@ -16,6 +18,7 @@ from service.resources import Resources
 
 router = APIRouter(tags=["observability"])
 METRICS_ROLE = "metrics"
+CATALOG_COUNT_SECONDS = 2.0
 
 
 @router.get("/metrics", response_class=Response)
@@ -47,6 +50,13 @@ async def take_snapshot(resources: Resources) -> Snapshot:
     if resources.index is not None:
         snap.index_points = int(await resources.run_index(resources.index.count))
     if resources.sessionmaker is not None:
-        async with resources.session() as session:
-            snap.catalog_tools = await count_tools(session)
+        # A scrape answers while the database does not (that is when it is wanted): the catalog's count is left out
+        # and toolscout_database_up says 0, after at most CATALOG_COUNT_SECONDS.
+        try:
+            with anyio.fail_after(min(CATALOG_COUNT_SECONDS, resources.settings.db.timeout_seconds)):
+                async with resources.session() as session:
+                    snap.catalog_tools = await count_tools(session)
+            snap.database_up = True
+        except (SQLAlchemyError, OSError, TimeoutError):
+            snap.database_up = False
     return snap

@@ -158,3 +158,24 @@ async def test_the_search_log_spills_at_shutdown_instead_of_waiting_for_a_stalle
     finally:
         link.restore()
         await engine.dispose()
+
+
+async def test_metrics_answer_while_the_database_stalls(linked: tuple[DatabaseLink, str], tmp_path: Path) -> None:
+    """A scrape is wanted most when the database is in trouble: it answers, with toolscout_database_up 0 and
+    without the catalog's count (it was a 503 after two database timeouts)."""
+    link, url = linked
+    settings = make_settings(tmp_path, db={"url": url, "timeout_seconds": 5})
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+            healthy = await http.get("/metrics")
+            assert "toolscout_database_up 1.0" in healthy.text and "toolscout_catalog_tools" in healthy.text
+            link.hang()
+            started = time.monotonic()
+            stalled = await asyncio.wait_for(http.get("/metrics"), 30)
+            took = time.monotonic() - started
+            link.restore()
+    assert stalled.status_code == 200 and took < 4, (stalled.status_code, took)
+    assert "toolscout_database_up 0.0" in stalled.text
+    assert "toolscout_catalog_tools{" not in stalled.text and "toolscout_http_requests_total" in stalled.text
