@@ -39,9 +39,11 @@ def relayed(headers: Iterable[tuple[bytes, bytes]], client: str | None) -> bool:
     if any(name.lower() in RELAY_HEADERS for name, _ in headers):
         return True
     try:
-        return client is not None and not ipaddress.ip_address(client).is_loopback
+        address = ipaddress.ip_address(client) if client is not None else None
     except ValueError:  # no address (a Unix socket) or a test client's name: nothing says it came from elsewhere
         return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1, as a dual-stack socket names an IPv4 peer
+    return address is not None and not (address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 def open_mode_allowed(settings: Settings) -> bool:

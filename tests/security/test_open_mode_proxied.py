@@ -92,3 +92,16 @@ async def test_the_keyless_front_end_answers_no_proxied_request(world: dict[str,
     for name, answer in answers.items():
         assert answer.status_code == 401, (name, answer.text)
         assert "proxy" in answer.json()["detail"]
+
+
+async def test_a_client_that_is_not_loopback_is_not_the_open_admin(tmp_path: Path) -> None:
+    """Behind a proxy listed in policy.trusted_proxies uvicorn makes the forwarded address the client: not loopback,
+    not the local user (a dual-stack socket's ::ffff:127.0.0.1 is)."""
+    async with running(make_settings(tmp_path, permissions=None)) as (app, _http):
+        for client, status in ((("10.0.0.5", 4000), 401), (("::ffff:10.0.0.5", 4000), 401), (("::1", 4000), 200)):
+            transport = httpx.ASGITransport(app=app, client=client)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as http:
+                assert (await http.get("/tools")).status_code == status, client
+        transport = httpx.ASGITransport(app=app, client=("::ffff:127.0.0.1", 4000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as http:
+            assert (await http.get("/tools")).status_code == 200
