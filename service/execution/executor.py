@@ -289,15 +289,12 @@ class Executor:
             except UpstreamError as exc:
                 if exc.caller_detail is not None and not caller.is_admin:
                     exc.detail = exc.caller_detail
-                exc.detail = connection.secrets(exc.detail)
                 raise
         if not result.is_error:
             schema = connection.output_schemas.get(tool.name)
             await self.validator.check_result(tool, schema, result.structured_content, tool.server_id, caller.id)
         content = [block.model_dump(by_alias=True, mode="json", exclude_none=True) for block in result.content]
         given, warnings, screening = result.structured_content, [], self.resources.settings.policy.screen_results
-        if connection.secrets:  # the egress proxy's password, which a tool of the server may print (get-env)
-            content, given = connection.secrets.value(content), connection.secrets.value(given)
         if screening:
             cleaned = await clean_result(content, given)
             content, given, warnings = cleaned.content, cleaned.structured, cleaned.warnings

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
 REDACTED = "***"
 MIN_SECRET_CHARS = 4  # shorter values (1, true, UTC) would blank out ordinary words
@@ -20,21 +19,6 @@ class Scrubber:
     def __call__(self, text: str) -> str:
         """The text with every secret value redacted."""
         return self._pattern.sub(REDACTED, text) if self._pattern is not None else text
-
-    def __bool__(self) -> bool:
-        return self._pattern is not None
-
-    def value(self, value: Any) -> Any:
-        """A JSON value with every secret redacted from its strings, object keys included."""
-        if self._pattern is None:
-            return value
-        if isinstance(value, str):
-            return self._pattern.sub(REDACTED, value)
-        if isinstance(value, list):
-            return [self.value(item) for item in value]
-        if isinstance(value, dict):
-            return {self.value(key): self.value(item) for key, item in value.items()}
-        return value
 
 
 def secret_values(env: dict[str, str], headers: dict[str, str]) -> list[str]:

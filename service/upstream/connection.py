@@ -28,7 +28,6 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from service.db.models import utcnow
 from service.errors import UpstreamError, UpstreamTimeout
-from service.security.scrub import Scrubber
 from service.upstream.calls import ToolCalls, leave_results_to_the_executor, output_schemas_of
 from service.upstream.checked_http import checked_http_client
 from service.upstream.children import ChildRegistry
@@ -83,7 +82,6 @@ class UpstreamConnection(ToolCalls):
         self.server_info: dict[str, Any] = {}  # initialize's serverInfo and instructions (server-aware scoring)
         self.last_report: dict[str, Any] | None = None
         self.output_schemas = {}
-        self.secrets = Scrubber(())  # what the server holds of Toolscout's and a caller must not read back
         self._on_tools = on_tools
         self._prepare = prepare
         self._backoff = backoff or Backoff()
@@ -196,9 +194,7 @@ class UpstreamConnection(ToolCalls):
             return {}
         if self._egress is None:
             raise UpstreamError(f"MCP server {self.id} must run behind the egress proxy and none is running")
-        env = await self._egress.environment(self.id, spec.env)
-        self.secrets = Scrubber(self._egress.secrets(self.id))  # a tool printing its env (get-env) gave them away
-        return env
+        return await self._egress.environment(self.id, spec.env)
 
     def _transport(self, spec: ServerSpec, proxy_env: dict[str, str]) -> AbstractAsyncContextManager[Any]:
         if spec.transport == "http":
@@ -220,6 +216,7 @@ class UpstreamConnection(ToolCalls):
             self.id,
             self._children_registry,
             self._max_message_bytes,
+            hidden=self._egress.secrets(self.id) if self._egress is not None else (),
         )
 
     async def _run_session(self) -> None:
