@@ -305,6 +305,9 @@ class CodeModeSettings(Section):
     max_value_chars: int = 1_000_000  # JSON of the script's return value and of each call's arguments
     max_log_lines: int = 100
     max_log_line_chars: int = 1000
+    # The engine process's scheduling niceness (0-19): scripts are CPU a caller spends on the service's machine,
+    # and at 0 one caller's three busy loops held every other caller's searches about 4 times as long.
+    niceness: int = Field(default=19, ge=0, le=19)
 
 
 class ObservabilitySettings(Section):

@@ -1,4 +1,5 @@
-"""An optional bearer key on the MCP HTTP transport, with failed attempts limited per client address."""
+"""An optional bearer key on the MCP HTTP transport, with failed attempts limited per client address; without
+one, the transport answers this machine's own requests only."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.security.auth_failures import FailedAuthLimiter
 from service.security.hosts import problem_body
 from service.security.hosts import send_problem as send_asgi_problem
+from service.security.openmode import relayed
 
 
 async def send_problem(
@@ -48,5 +50,24 @@ class BearerKeyMiddleware:
             detail = "This MCP endpoint needs `Authorization: Bearer <key>` (frontend.http_api_key)"
             bearer = [(b"www-authenticate", b"Bearer")]
             await send_problem(send, 401, "unauthorized", "Missing or invalid API key", detail, bearer)
+            return
+        await self.app(scope, receive, send)
+
+
+class LocalOnlyMiddleware:
+    """The keyless front end (loopback only) acts with its API key for whoever reaches it: a request relayed by a
+    reverse proxy in front of it (nginx sends the loopback Host it was told to reach) is refused, 401."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = (scope.get("client") or (None, 0))[0]
+        if scope["type"] == "http" and relayed(scope.get("headers", []), client):
+            detail = (
+                "This MCP endpoint has no key (frontend.http_api_key) and answers this machine's own requests only; "
+                "this one came through a proxy"
+            )
+            await send_problem(send, 401, "unauthorized", "Missing or invalid API key", detail)
             return
         await self.app(scope, receive, send)

@@ -10,7 +10,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
-from service.mcp.guard import BearerKeyMiddleware
+from service.mcp.guard import BearerKeyMiddleware, LocalOnlyMiddleware
 from service.mcp.http_sessions import SessionBoundMiddleware, SessionTable
 from service.mcp.server import Frontend
 from service.security.limits import BodySizeLimitMiddleware
@@ -70,6 +70,8 @@ def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = 
     app.add_middleware(SessionBoundMiddleware, path=path, table=table, security=security)
     if settings.http_api_key:  # added last, so it runs first: a request without the key counts for nothing
         app.add_middleware(BearerKeyMiddleware, key=settings.http_api_key)
+    else:
+        app.add_middleware(LocalOnlyMiddleware)
     return app
 
 

@@ -23,14 +23,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.index.base import SearchFilter
 from indexer.tools import SEPARATOR
 from service.db.models import Tool, active
-from service.errors import PermissionDenied
+from service.errors import PermissionDenied, Unauthorized
 from service.policy.approvals import approval_required, arguments_digest, consume_approval, request_approval
 from service.policy.callers import Caller
 from service.policy.console_sessions import client_address, session_caller
 from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
-from service.security.openmode import open_mode_allowed, refuse_unsafe_start
+from service.security.openmode import open_mode_allowed, refuse_unsafe_start, relayed
 
 logger = logging.getLogger(__name__)
 
@@ -256,6 +256,13 @@ async def resolve_caller(request: Request) -> Caller:
         caller = await resolver.charge(by_session)
     else:
         caller = await resolver.resolve(key, client_address(request))
+    if caller.is_open and relayed(request.scope.get("headers", []), client_address(request)):
+        # Open mode is for the user of this machine: a reverse proxy in front of the loopback address (sending
+        # nginx's default Host, 127.0.0.1:8765) made every client of the proxy this admin.
+        raise Unauthorized(
+            "Without API keys the service answers this machine's own requests only, and this one came through a "
+            "proxy; create a key with `toolscout keys create` and send it"
+        )
     request.state.caller = caller  # for the request's log line (observability reads it when the request ends)
     await ensure_fresh(resources)
     return caller

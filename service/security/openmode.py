@@ -7,10 +7,15 @@ with no key in the database, the service refuses to start: the first key is crea
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 
 from service.settings import Settings
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+# What a reverse proxy adds to the requests it relays (nginx's usual X-Real-IP and X-Forwarded-For, Caddy's and
+# Traefik's X-Forwarded-*, RFC 7239's Forwarded). A proxy on this machine connects from loopback and, by default,
+# sends the loopback Host it was told to reach: only these headers tell its requests from the local user's.
+RELAY_HEADERS = frozenset({b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-real-ip", b"via"})
 
 
 class StartupRefused(RuntimeError):
@@ -26,6 +31,19 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def relayed(headers: Iterable[tuple[bytes, bytes]], client: str | None) -> bool:
+    """Whether a request reached a loopback-bound server from elsewhere: through a reverse proxy (its headers), or
+    from a peer that is not loopback (a trusted proxy's forwarded address)."""
+    if any(name.lower() in RELAY_HEADERS for name, _ in headers):
+        return True
+    try:
+        address = ipaddress.ip_address(client) if client is not None else None
+    except ValueError:  # no address (a Unix socket) or a test client's name: nothing says it came from elsewhere
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1, as a dual-stack socket names an IPv4 peer
+    return address is not None and not (address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 def open_mode_allowed(settings: Settings) -> bool:

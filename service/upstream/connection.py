@@ -216,6 +216,7 @@ class UpstreamConnection(ToolCalls):
             self.id,
             self._children_registry,
             self._max_message_bytes,
+            hidden=self._egress.secrets(self.id) if self._egress is not None else (),
         )
 
     async def _run_session(self) -> None:

@@ -128,6 +128,12 @@ class EgressProxy:
         node_options = f'--require "{NODE_PRELOAD}" {(own or {}).get("NODE_OPTIONS", "")}'.strip()
         return env | {"NO_PROXY": "", "no_proxy": "", "NODE_OPTIONS": node_options, "NODE_USE_ENV_PROXY": "1"}
 
+    def secrets(self, server_id: str) -> list[str]:
+        """The password of a server's proxy credentials (once `environment` made them): Toolscout's secret, which
+        the child holds in its environment and a caller of its tools must never read back."""
+        user = self._user_of.get(server_id)
+        return [self._users[user][1]] if user is not None and user in self._users else []
+
     def forget(self, server_id: str) -> None:
         """A removed server's credentials stop working."""
         if (user := self._user_of.pop(server_id, None)) is not None:

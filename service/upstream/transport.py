@@ -15,7 +15,7 @@ import os
 import re
 import signal
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import AnyStr, Generic
@@ -32,7 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from service.catalog.json_body import collector_paused
-from service.security.scrub import Scrubber
+from service.security.scrub import REDACTED, Scrubber
 from service.upstream.children import ChildRegistry, wrap_command
 from service.upstream.health import exit_reason, said
 
@@ -163,11 +163,14 @@ async def stdio_transport(
     log_name: str,
     children: ChildRegistry | None = None,
     max_message_bytes: int | None = None,
+    hidden: Sequence[str] = (),
 ) -> AsyncIterator[TransportStreams]:
     """Spawn the server in its own process group, dying with us (service/upstream/children.py), and exchange
     newline-delimited JSON-RPC on its pipes. `on_lost(reason)` is told when the session is broken: the child
     exited, or sent a message over `max_message_bytes` (then its stdout is read no further and closed, which fails
-    the requests waiting on it)."""
+    the requests waiting on it). `hidden`: Toolscout's secrets in the child's environment (its egress proxy
+    password), replaced by `***` in everything it sends, results and errors alike: the demo everything server's
+    get-env, open to the default role, handed a caller the proxy's credentials."""
     full_env = get_default_environment() | env
     argv = wrap_command(command, args, full_env.get("PATH"), cwd)
     process = await anyio.open_process(argv, env=full_env, cwd=cwd, start_new_session=True)
@@ -189,6 +192,8 @@ async def stdio_transport(
                         line = raw.decode(errors="replace")
                         if not line.strip():
                             continue
+                        for secret in hidden:  # verbatim in JSON: the proxy's password is URL-safe ASCII
+                            line = line.replace(secret, REDACTED)
                         try:
                             # A result of 300,000 small objects (3.3 MB) read in 0.6-1.0 s, 0.2 s with it paused.
                             with collector_paused():

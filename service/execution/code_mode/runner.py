@@ -179,6 +179,7 @@ class CodeMode:
             "memory_bytes": settings.memory_mib * 1024 * 1024,
             "process_memory_bytes": settings.process_memory_mib * 1024 * 1024,
             "cpu_seconds": budget,
+            "niceness": settings.niceness,
             "max_log_lines": settings.max_log_lines,
             "max_log_chars": settings.max_log_line_chars,
             "max_value_chars": settings.max_value_chars,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import resource
 import sys
@@ -362,6 +363,8 @@ def with_limits(outcome: dict[str, Any], config: dict[str, Any]) -> dict[str, An
 
 def main() -> None:
     config = json.loads(sys.stdin.readline())
+    # Behind the service's own work: a script's busy loop takes the CPU the service's requests leave, not theirs.
+    os.nice(int(config.get("niceness", 0)))
     # A backstop if the service stops watching: the service kills the child at the wall-clock budget.
     cpu = int(config["cpu_seconds"]) + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
