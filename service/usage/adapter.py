@@ -1,0 +1,178 @@
+"""A per-scope query map learned from use (issue 12): q -> unit((I + A) q), trained on a permission scope's own usage
+evidence (the queries that led to a successful call, each with the tools it led to) and applied to the tools with
+history only.
+
+Training (numpy, Adam, one BLAS thread: service/resources.py limits it): a softmax over the scope's catalog (the
+tools its roles may use, nothing else) of the mapped query's weighted field cosines (the search's own weights and
+centred field vectors, indexer/index/pool_matrix.PoolMatrix.centred_fields), temperature ADAPTER_TEMPERATURE, each
+tool the query led to a positive; an L2 pull of A towards 0; early stop on a held-out 15 % of the queries (the map
+kept is the best epoch's, none when no epoch beat the identity). `bench/usage_adapter.py` measured the form offline
+(torch; docs/quality-history.md, "A per-scope adapter learned from use").
+
+At search time each candidate with history in the map gets the change of its fused score the map makes, to first
+order: sum over the fields of weight * (cos(mapped query, field) - cos(query, field)) / the field's z-score spread
+among the search's candidates, clipped to +-learning.adapter_weight; retrieval cuts the rises behind the newcomers
+(service.search.ranking.behind_newcomers), as the usage signal's."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from indexer.index.base import DENSE_FIELDS
+
+ADAPTER_TEMPERATURE = 0.05
+ADAPTER_REG = 1e-2  # the L2 pull towards the identity (bench/usage_adapter.py's, the form that gained most)
+ADAPTER_LR = 2e-3
+ADAPTER_EPOCHS = 12
+ADAPTER_BATCH = 256
+HELD_SHARE = 0.15
+
+
+@dataclass
+class TrainingSet:
+    """One map's examples: unit query vectors, the rows of `docs` each led to, and the catalog's mixed fields."""
+
+    queries: np.ndarray  # (examples, dimension) unit
+    positives: list[np.ndarray]  # per example, rows of docs
+    docs: np.ndarray  # (tools, dimension): sum over fields of weight / total * centred unit field vector
+
+
+@dataclass
+class Trained:
+    """What a training gave: the map (None: no epoch beat the identity) and what its early stop saw."""
+
+    matrix: np.ndarray | None
+    examples: int
+    seconds: float
+    held_base: float
+    held_best: float
+    epochs: int
+
+
+def mixed_fields(fields: np.ndarray, weights: Mapping[str, float]) -> np.ndarray:
+    """(tools, fields, dimension) -> (tools, dimension): the fields weighted as the search weighs their scores."""
+    w = np.array([weights.get(f, 0.0) for f in DENSE_FIELDS], dtype=np.float32)
+    total = float(w.sum()) or 1.0
+    return np.einsum("tfd,f->td", fields, w / total)  # type: ignore[no-any-return]
+
+
+def _recall5(matrix: np.ndarray, data: TrainingSet, rows: np.ndarray) -> float:
+    mapped = _unit_rows(data.queries[rows] @ matrix.T)
+    scores = mapped @ data.docs.T
+    top = np.argpartition(-scores, min(5, scores.shape[1] - 1), axis=1)[:, :5]
+    return float(np.mean([np.isin(data.positives[r], top[i]).mean() for i, r in enumerate(rows)]))
+
+
+def _unit_rows(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms > 0, norms, 1.0)  # type: ignore[no-any-return]
+
+
+def train_map(data: TrainingSet, seconds: float, seed: int = 0) -> Trained:
+    """The map of the epoch whose held-out R@5 was best, within `seconds` (the best so far when time runs out)."""
+    began = time.perf_counter()
+    dimension = data.queries.shape[1]
+    eye = np.eye(dimension, dtype=np.float32)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(data.queries))
+    cut = max(1, len(order) * int(100 * HELD_SHARE) // 100)
+    held, fit = order[:cut], order[cut:]
+    a = np.zeros((dimension, dimension), dtype=np.float32)
+    m, v = np.zeros_like(a), np.zeros_like(a)
+    step, best, best_a, best_epoch = 0, _recall5(eye, data, held), None, 0
+    base = best
+    for epoch in range(1, ADAPTER_EPOCHS + 1):
+        for batch in np.array_split(rng.permutation(fit), max(1, len(fit) // ADAPTER_BATCH)):
+            q = data.queries[batch]
+            u = q @ (eye + a).T
+            norms = np.linalg.norm(u, axis=1, keepdims=True)
+            mapped = u / norms
+            logits = mapped @ data.docs.T / ADAPTER_TEMPERATURE
+            p = np.exp(logits - logits.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            for j, i in enumerate(batch):
+                p[j, data.positives[i]] -= 1.0 / len(data.positives[i])
+            grad_scores = p / (ADAPTER_TEMPERATURE * len(batch))
+            grad_mapped = grad_scores @ data.docs
+            grad_u = (grad_mapped - mapped * (grad_mapped * mapped).sum(axis=1, keepdims=True)) / norms
+            grad = grad_u.T @ q + 2.0 * ADAPTER_REG * a
+            step += 1
+            m = 0.9 * m + 0.1 * grad
+            v = 0.999 * v + 0.001 * grad * grad
+            a -= ADAPTER_LR * (m / (1 - 0.9**step)) / (np.sqrt(v / (1 - 0.999**step)) + 1e-8)
+            if time.perf_counter() - began > seconds:
+                break
+        r5 = _recall5(eye + a, data, held)
+        if r5 > best + 1e-4:
+            best, best_a, best_epoch = r5, a.copy(), epoch
+        if time.perf_counter() - began > seconds:
+            break
+    matrix = None if best_a is None else eye + best_a
+    took = time.perf_counter() - began
+    return Trained(matrix, len(data.queries), took, round(base, 4), round(best, 4), best_epoch)
+
+
+@dataclass
+class ScopeMaps:
+    """A scope's maps: the one every caller without its own reads (others capped) and the callers' own, with the
+    centred field vectors of the tools with history they apply to."""
+
+    names: dict[str, int] = field(default_factory=dict)  # tool with history -> its row of `fields`
+    fields: np.ndarray | None = None  # (tools with history, fields, dimension)
+    shared: np.ndarray | None = None
+    own: dict[str, np.ndarray] = field(default_factory=dict)
+    trained_at: dict[str, int] = field(default_factory=dict)  # map key -> the scope's evidence count it saw
+    report: dict[str, Trained] = field(default_factory=dict)
+
+    def matrix_for(self, caller: str | None) -> np.ndarray | None:
+        """The map this caller reads: its own, else the shared one."""
+        own = self.own.get(caller) if caller is not None else None
+        return own if own is not None else self.shared
+
+    def nbytes(self) -> int:
+        """Memory held (maps and field vectors)."""
+        maps = [m for m in (self.shared, *self.own.values()) if m is not None]
+        return sum(m.nbytes for m in maps) + (self.fields.nbytes if self.fields is not None else 0)
+
+
+def field_spreads(hit_lists: Sequence[Sequence[Any]]) -> dict[str, float]:
+    """The standard deviation of each field's scores among the first text's candidates (what fusion z-scores them
+    by): the hits are in SIGNALS order, the dense fields first."""
+    pairs = zip(DENSE_FIELDS, hit_lists, strict=False)
+    return {f: float(np.std([h.score for h in hits])) if hits else 0.0 for f, hits in pairs}
+
+
+def adapter_values(
+    maps: ScopeMaps,
+    caller: str | None,
+    vector: Sequence[float],
+    names: Iterable[str],
+    spreads: Mapping[str, float],
+    weights: Mapping[str, float],
+    bound: float,
+) -> dict[str, float]:
+    """The change of each named tool's fused score that the caller's map makes (tools with history in the map only),
+    each within +-bound; `spreads` are the z-score spreads (standard deviations) of the search's field scores."""
+    matrix = maps.matrix_for(caller)
+    if matrix is None or maps.fields is None or bound <= 0.0:
+        return {}
+    known = [(n, row) for n in names if (row := maps.names.get(n)) is not None]
+    scale = np.array(
+        [weights.get(f, 0.0) / spreads[f] if spreads.get(f, 0.0) > 1e-9 else 0.0 for f in DENSE_FIELDS],
+        dtype=np.float32,
+    )
+    if not known or not scale.any():
+        return {}
+    query = np.asarray(vector, dtype=np.float32)
+    query = query / (float(np.linalg.norm(query)) or 1.0)
+    mapped = matrix @ query
+    mapped /= float(np.linalg.norm(mapped)) or 1.0
+    rows = np.fromiter((row for _, row in known), dtype=np.int64, count=len(known))
+    change = (maps.fields[rows] @ (mapped - query)) @ scale  # (tools,)
+    change = np.clip(change, -bound, bound)
+    return {name: round(float(c), 6) for (name, _), c in zip(known, change, strict=True) if abs(c) > 1e-4}

@@ -1,0 +1,199 @@
+"""Training the per-scope query maps (usage/adapter.py) in the background, from the usage signal's evidence.
+
+The evidence is the usage signal's (usage/signal.py): per scope and tool the latest queries that led to a successful
+call, each with its caller. A map trains on distinct query texts, each with every tool it led to. Per caller: the map
+a caller reads is its own when it has `adapter_min_queries` distinct queries of its own in the scope (one of the
+`adapter_own_maps` callers with the most; its own queries count in full, as for the usage signal), else the scope's
+shared map; in either, every other caller gives at most EXAMPLES_PER_OTHER_CALLER distinct queries (its latest, of the
+rows the usage signal shares of it: its latest 2 queries a tool), so one caller's flood is at most that many
+examples of a map that needs `adapter_min_queries`. A scope's maps train over the tools its roles may use only (their
+softmax, their positives), on the usage signal's vectors of its own queries only.
+
+Retrained when the scope's evidence grew by `adapter_retrain_growth` since; on a worker thread (numpy, one BLAS
+thread), one map after the other, each within `adapter_train_seconds`, on the latest `adapter_max_queries`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from indexer.index.base import SearchFilter
+from service.policy.callers import Caller
+from service.resources import Resources
+from service.settings import LearningSettings
+from service.usage.adapter import ScopeMaps, Trained, TrainingSet, mixed_fields, train_map
+from service.usage.signal import ToolUsage, UsageVectors
+
+logger = logging.getLogger(__name__)
+
+EXAMPLES_PER_OTHER_CALLER = 4  # distinct queries of each other caller in a map (its latest)
+SHARED = ""  # the key of a scope's shared map (caller ids are never empty)
+
+
+@dataclass
+class Example:
+    """One distinct query: when it was last used, its vector, the tools it led to."""
+
+    at: datetime
+    vector: np.ndarray
+    tools: set[str]
+
+
+def examples_for(scoped: dict[str, ToolUsage], viewer: str | None, limit: int) -> list[Example]:
+    """The distinct queries a map for `viewer` (None: the shared map) trains on, oldest first, the latest `limit`:
+    the viewer's own in full, each other caller's latest EXAMPLES_PER_OTHER_CALLER of its shared rows."""
+    own: dict[str, Example] = {}
+    others: dict[str, dict[str, Example]] = {}
+    for tool, usage in scoped.items():
+        if usage.vectors is None or usage.shared is None:
+            continue
+        for i, (query, at, caller) in enumerate(usage.queries):
+            if caller == viewer:
+                kept = own
+            elif usage.shared[i]:
+                kept = others.setdefault(caller, {})
+            else:
+                continue
+            example = kept.get(query)
+            if example is None:
+                kept[query] = Example(at, usage.vectors[i], {tool})
+            else:
+                example.at, _ = max(example.at, at), example.tools.add(tool)
+    merged = dict(own)
+    for kept in others.values():
+        for query, example in sorted(kept.items(), key=lambda item: item[1].at)[-EXAMPLES_PER_OTHER_CALLER:]:
+            there = merged.get(query)
+            if there is None:
+                merged[query] = replace(example, tools=set(example.tools))
+            else:
+                there.tools |= example.tools
+                there.at = max(there.at, example.at)
+    return [merged[q] for q in sorted(merged, key=lambda q: (merged[q].at, q))][-limit:]
+
+
+def own_counts(scoped: dict[str, ToolUsage]) -> dict[str, int]:
+    """Each caller's distinct queries in the scope."""
+    seen: dict[str, set[str]] = {}
+    for usage in scoped.values():
+        for query, _, caller in usage.queries:
+            seen.setdefault(caller, set()).add(query)
+    return {caller: len(queries) for caller, queries in seen.items()}
+
+
+def due_maps(scoped: dict[str, ToolUsage], maps: ScopeMaps, seen: int, s: LearningSettings) -> dict[str, list[Example]]:
+    """The maps of a scope to (re)train now (key: a caller, or SHARED) and their examples; drops the own maps of
+    callers no longer among the `adapter_own_maps` with the most queries."""
+    counts = own_counts(scoped)
+    owners = sorted((c for c, n in counts.items() if n >= s.adapter_min_queries), key=lambda c: (-counts[c], c))
+    owners = owners[: s.adapter_own_maps]
+    for gone in set(maps.own) - set(owners):
+        del maps.own[gone]
+        maps.trained_at.pop(gone, None)
+    due: dict[str, list[Example]] = {}
+    for key in [SHARED, *owners]:
+        then = maps.trained_at.get(key)
+        if then is not None and seen < then * (1.0 + s.adapter_retrain_growth):
+            continue
+        examples = examples_for(scoped, key or None, s.adapter_max_queries)
+        if len(examples) >= s.adapter_min_queries:
+            due[key] = examples
+    return due
+
+
+def train_scope(
+    pool: Any,
+    where: SearchFilter,
+    allowed: list[str],
+    with_history: list[str],
+    due: dict[str, list[Example]],
+    weights: dict[str, float],
+    centre: float,
+    s: LearningSettings,
+) -> tuple[list[str], np.ndarray, dict[str, Trained]]:
+    """On a worker thread: the scope's centred field vectors (its allowed tools), each due map trained over them;
+    returns the tools with history, their field vectors and the trainings."""
+    names, fields = pool.centred_fields(allowed, where, centre)
+    row = {name: i for i, name in enumerate(names)}
+    docs = mixed_fields(fields, weights)
+    out: dict[str, Trained] = {}
+    for key, examples in due.items():
+        kept = [(e.vector, np.array(sorted(row[t] for t in e.tools if t in row))) for e in examples]
+        kept = [(vector, rows) for vector, rows in kept if len(rows)]
+        if len(kept) < s.adapter_min_queries:
+            continue
+        data = TrainingSet(np.stack([v for v, _ in kept]).astype(np.float32), [r for _, r in kept], docs)
+        out[key] = train_map(data, s.adapter_train_seconds)
+    known = [name for name in with_history if name in row]
+    return known, fields[[row[name] for name in known]], out
+
+
+def permitted(resources: Resources, scope: str) -> SearchFilter:
+    """The filter of the scope's roles (what its callers' searches see, and what the centring means are of)."""
+    from service.policy.service import permission_filter  # the policy imports the search, which imports this
+
+    roles = frozenset(r for r in scope.split(",") if r)
+    return permission_filter(resources, Caller("query-adapter", roles), SearchFilter())
+
+
+async def refresh_maps(
+    resources: Resources,
+    usage: UsageVectors,
+    wait: bool = False,
+    scope_filter: Callable[[str], SearchFilter] | None = None,
+) -> None:
+    """Start training the due maps (one training at a time), or with `wait` train them now; `scope_filter` gives a
+    scope's filter (default: its roles' permissions)."""
+    s = resources.settings.learning
+    pool = getattr(resources.index, "pool", None)
+    if not (s.enabled and s.query_adapter_enabled) or pool is None or not hasattr(pool, "centred_fields"):
+        return  # an index that cannot hand its field vectors (a Qdrant server) gets no maps
+    if usage.training is not None and not usage.training.done():
+        if not wait:
+            return
+        await usage.training
+    filter_of = scope_filter or (lambda scope: permitted(resources, scope))
+    task = asyncio.ensure_future(_train_due(resources, usage, pool, filter_of))
+    usage.training = task
+    if wait:
+        await task
+
+
+async def _train_due(
+    resources: Resources, usage: UsageVectors, pool: Any, scope_filter: Callable[[str], SearchFilter]
+) -> None:
+    s = resources.settings.learning
+    search = resources.settings.search
+    weights = {"name": search.weight_name, "description": search.weight_description, "params": search.weight_params}
+    for scope, scoped in list(usage.by_scope.items()):
+        maps = usage.maps.get(scope) or ScopeMaps()
+        seen = usage.added.get(scope, 0)
+        due = due_maps(scoped, maps, seen, s)
+        if not due:
+            continue
+        where = scope_filter(scope)
+        allowed = sorted(where.allowed) if where.allowed is not None else resources.retriever.directory.names()  # type: ignore[union-attr]
+        with_history = sorted(name for name in scoped if where.allowed is None or name in where.allowed)
+        known, fields, trained = await asyncio.to_thread(
+            train_scope, pool, where, allowed, with_history, due, weights, search.centre_fields, s
+        )
+        maps.names, maps.fields = {name: i for i, name in enumerate(known)}, fields
+        for key, result in trained.items():
+            maps.trained_at[key] = seen
+            maps.report[key] = result
+            if key == SHARED:
+                maps.shared = result.matrix
+            elif result.matrix is not None:
+                maps.own[key] = result.matrix
+            else:
+                maps.own.pop(key, None)
+            logger.debug(
+                "query adapter: scope %r map %r trained on %d queries in %.1f s (held-out R@5 %.3f -> %.3f)",
+                scope, key or "shared", result.examples, result.seconds, result.held_base, result.held_best,
+            )  # fmt: skip
+        usage.maps[scope] = maps
