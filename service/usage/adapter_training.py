@@ -1,13 +1,14 @@
 """Training the per-scope query maps (usage/adapter.py) in the background, from the usage signal's evidence.
 
 The evidence is the usage signal's (usage/signal.py): per scope and tool the latest queries that led to a successful
-call, each with its caller. A map trains on distinct query texts, each with every tool it led to. Per caller: the map
-a caller reads is its own when it has `adapter_min_queries` distinct queries of its own in the scope (one of the
-`adapter_own_maps` callers with the most; its own queries count in full, as for the usage signal), else the scope's
-shared map; in either, every other caller gives at most EXAMPLES_PER_OTHER_CALLER distinct queries (its latest, of the
-rows the usage signal shares of it: its latest 2 queries a tool), so one caller's flood is at most that many
-examples of a map that needs `adapter_min_queries`. A scope's maps train over the tools its roles may use only (their
-softmax, their positives), on the usage signal's vectors of its own queries only.
+call, each with its caller. A map trains on distinct query texts, each with every tool it led to. Per caller: a map is
+a caller's own, trained on its own queries in the scope only, once it has `adapter_min_queries` distinct ones (for
+the `adapter_own_maps` callers of the scope with the most); other callers' evidence never trains it (it reaches the
+caller through the usage signal and the boosts, each capped per caller), so one caller's flood moves no one else's
+ranking through a map. Measured before this choice: a shared map that every caller fed with its latest 4 requests
+(as the usage signal reads other callers), one caller a third of it, moved another caller's scores by -0.54 and
++0.56 and swapped its first two results in 1 of 2 runs (docs/quality-history.md). A scope's maps train over the tools
+its roles may use only (their softmax, their positives) and on the usage signal's vectors of its own queries only.
 
 Retrained when the scope's evidence grew by `adapter_retrain_growth` since; on a worker thread (numpy, one BLAS
 thread), one map after the other, each within `adapter_train_seconds`, on the latest `adapter_max_queries`."""
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -32,9 +33,6 @@ from service.usage.signal import ToolUsage, UsageVectors
 
 logger = logging.getLogger(__name__)
 
-EXAMPLES_PER_OTHER_CALLER = 4  # distinct queries of each other caller in a map (its latest)
-SHARED = ""  # the key of a scope's shared map (caller ids are never empty)
-
 
 @dataclass
 class Example:
@@ -45,36 +43,22 @@ class Example:
     tools: set[str]
 
 
-def examples_for(scoped: dict[str, ToolUsage], viewer: str | None, limit: int) -> list[Example]:
-    """The distinct queries a map for `viewer` (None: the shared map) trains on, oldest first, the latest `limit`:
-    the viewer's own in full, each other caller's latest EXAMPLES_PER_OTHER_CALLER of its shared rows."""
+def examples_for(scoped: dict[str, ToolUsage], caller: str, limit: int) -> list[Example]:
+    """The distinct queries of `caller` in the scope (its own only), oldest first, the latest `limit`."""
     own: dict[str, Example] = {}
-    others: dict[str, dict[str, Example]] = {}
     for tool, usage in scoped.items():
-        if usage.vectors is None or usage.shared is None:
+        if usage.vectors is None:
             continue
-        for i, (query, at, caller) in enumerate(usage.queries):
-            if caller == viewer:
-                kept = own
-            elif usage.shared[i]:
-                kept = others.setdefault(caller, {})
-            else:
+        for i, (query, at, by) in enumerate(usage.queries):
+            if by != caller:
                 continue
-            example = kept.get(query)
+            example = own.get(query)
             if example is None:
-                kept[query] = Example(at, usage.vectors[i], {tool})
+                own[query] = Example(at, usage.vectors[i], {tool})
             else:
-                example.at, _ = max(example.at, at), example.tools.add(tool)
-    merged = dict(own)
-    for kept in others.values():
-        for query, example in sorted(kept.items(), key=lambda item: item[1].at)[-EXAMPLES_PER_OTHER_CALLER:]:
-            there = merged.get(query)
-            if there is None:
-                merged[query] = replace(example, tools=set(example.tools))
-            else:
-                there.tools |= example.tools
-                there.at = max(there.at, example.at)
-    return [merged[q] for q in sorted(merged, key=lambda q: (merged[q].at, q))][-limit:]
+                example.at = max(example.at, at)
+                example.tools.add(tool)
+    return [own[q] for q in sorted(own, key=lambda q: (own[q].at, q))][-limit:]
 
 
 def own_counts(scoped: dict[str, ToolUsage]) -> dict[str, int]:
@@ -87,8 +71,8 @@ def own_counts(scoped: dict[str, ToolUsage]) -> dict[str, int]:
 
 
 def due_maps(scoped: dict[str, ToolUsage], maps: ScopeMaps, seen: int, s: LearningSettings) -> dict[str, list[Example]]:
-    """The maps of a scope to (re)train now (key: a caller, or SHARED) and their examples; drops the own maps of
-    callers no longer among the `adapter_own_maps` with the most queries."""
+    """The maps of a scope to (re)train now (per caller) and their examples; drops the maps of callers no longer
+    among the `adapter_own_maps` with the most queries."""
     counts = own_counts(scoped)
     owners = sorted((c for c, n in counts.items() if n >= s.adapter_min_queries), key=lambda c: (-counts[c], c))
     owners = owners[: s.adapter_own_maps]
@@ -96,13 +80,10 @@ def due_maps(scoped: dict[str, ToolUsage], maps: ScopeMaps, seen: int, s: Learni
         del maps.own[gone]
         maps.trained_at.pop(gone, None)
     due: dict[str, list[Example]] = {}
-    for key in [SHARED, *owners]:
-        then = maps.trained_at.get(key)
-        if then is not None and seen < then * (1.0 + s.adapter_retrain_growth):
-            continue
-        examples = examples_for(scoped, key or None, s.adapter_max_queries)
-        if len(examples) >= s.adapter_min_queries:
-            due[key] = examples
+    for caller in owners:
+        then = maps.trained_at.get(caller)
+        if then is None or seen >= then * (1.0 + s.adapter_retrain_growth):
+            due[caller] = examples_for(scoped, caller, s.adapter_max_queries)
     return due
 
 
@@ -186,14 +167,12 @@ async def _train_due(
         for key, result in trained.items():
             maps.trained_at[key] = seen
             maps.report[key] = result
-            if key == SHARED:
-                maps.shared = result.matrix
-            elif result.matrix is not None:
+            if result.matrix is not None:
                 maps.own[key] = result.matrix
             else:
                 maps.own.pop(key, None)
             logger.debug(
                 "query adapter: scope %r map %r trained on %d queries in %.1f s (held-out R@5 %.3f -> %.3f)",
-                scope, key or "shared", result.examples, result.seconds, result.held_base, result.held_best,
+                scope, key, result.examples, result.seconds, result.held_base, result.held_best,
             )  # fmt: skip
         usage.maps[scope] = maps
