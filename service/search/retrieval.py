@@ -39,7 +39,7 @@ from service.search.ranking import (
     rank,
     rises_behind_newcomers,
 )
-from service.usage.adapter import adapter_values, field_spreads
+from service.usage.adapter import adapter_changes
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -261,10 +261,9 @@ class Retriever:
         if usage is not None and scope is not None and learning.enabled:
             maps = usage.maps.get(scope) if learning.query_adapter_enabled and not fused else None
             if maps is not None:
-                changes = adapter_values(
-                    maps, caller_id, vectors[0], list(candidates), field_spreads(hit_lists), self.weights(),
-                    learning.adapter_weight,
-                )  # fmt: skip
+                changes = adapter_changes(
+                    maps, caller_id, candidates, texts, vectors, hit_lists, self.weights(), learning.adapter_weight
+                )
                 add_signal(candidates, "adapter", rises_behind_newcomers(candidates, changes, usage.by_scope[scope]))
             values = usage.signal(scope, caller_id, vectors[0], list(candidates), learning)
             add_signal(candidates, "usage", behind_newcomers(candidates, values, usage.by_scope.get(scope, {})))

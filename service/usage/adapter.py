@@ -63,9 +63,9 @@ def mixed_fields(fields: np.ndarray, weights: Mapping[str, float]) -> np.ndarray
 
 
 def held_recall(matrix: np.ndarray, data: TrainingSet, rows: np.ndarray) -> float:
-    """The early stop's measure: recall at STOP_DEPTH of the held-out queries' positives (at 1 tool in 5 of a small
-    catalog, where every tool would be in the top 5)."""
-    depth = max(1, min(STOP_DEPTH, len(data.docs) // 5))
+    """The early stop's measure: recall at STOP_DEPTH of the held-out queries' positives (at 1 tool in 20 of a
+    catalog of fewer than 100 tools: in a small catalog the top 5 holds the right tool from the start)."""
+    depth = max(1, min(STOP_DEPTH, len(data.docs) // 20))
     mapped = _unit_rows(data.queries[rows] @ matrix.T)
     scores = mapped @ data.docs.T
     top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
@@ -189,3 +189,31 @@ def adapter_values(
     change = (maps.fields[rows] @ (mapped - query)) @ scale  # (tools,)
     change = np.clip(change, -bound, bound)
     return {name: round(float(c), 6) for (name, _), c in zip(known, change, strict=True) if abs(c) > 1e-4}
+
+
+def adapter_changes(
+    maps: ScopeMaps,
+    caller: str | None,
+    candidates: Mapping[str, Any],
+    texts: Sequence[str],
+    vectors: Sequence[Sequence[float]],
+    hit_lists: Sequence[Sequence[Any]],
+    weights: Mapping[str, float],
+    bound: float,
+) -> dict[str, float]:
+    """`adapter_values` of each candidate for the text its score came from (the whole request, or the part it
+    matched best: service.search.ranking.max_merge), with that text's vector and field spreads; the hits are per
+    text in SIGNALS order."""
+    if maps.matrix_for(caller) is None or not texts:
+        return {}
+    row = {text: i for i, text in enumerate(texts)}
+    by_text: dict[int, list[str]] = {}
+    for name, candidate in candidates.items():
+        if name in maps.names:
+            by_text.setdefault(row.get(candidate.matched_part, 0), []).append(name)
+    width = len(hit_lists) // len(texts)
+    out: dict[str, float] = {}
+    for i, names in by_text.items():
+        spreads = field_spreads(hit_lists[i * width : (i + 1) * width])
+        out.update(adapter_values(maps, caller, vectors[i], names, spreads, weights, bound))
+    return out
