@@ -140,9 +140,16 @@ async def refresh_maps(
         await usage.training
     filter_of = scope_filter or (lambda scope: permitted(resources, scope))
     task = asyncio.ensure_future(_train_due(resources, usage, pool, filter_of))
+    task.add_done_callback(_report_failure)
     usage.training = task
     if wait:
         await task
+
+
+def _report_failure(task: asyncio.Future[None]) -> None:
+    """A training that failed is logged (it is tried again once the scope has new evidence)."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("query adapter: training failed", exc_info=task.exception())
 
 
 async def _train_due(
@@ -152,8 +159,11 @@ async def _train_due(
     search = resources.settings.search
     weights = {"name": search.weight_name, "description": search.weight_description, "params": search.weight_params}
     for scope, scoped in list(usage.by_scope.items()):
-        maps = usage.maps.get(scope) or ScopeMaps()
         seen = usage.added.get(scope, 0)
+        if usage.maps_checked.get(scope) == seen:
+            continue  # no new evidence since the last look: spare the walk over the scope's queries
+        usage.maps_checked[scope] = seen
+        maps = usage.maps.get(scope) or ScopeMaps()
         due = due_maps(scoped, maps, seen, s)
         if not due:
             continue

@@ -102,6 +102,7 @@ class UsageVectors:
     mark: tuple[datetime, str] | None = None  # the last execution read (finished_at, id)
     added: dict[str, int] = field(default_factory=dict)  # per scope, the evidence read so far (the maps retrain on it)
     maps: dict[str, ScopeMaps] = field(default_factory=dict)  # per scope, its query maps (usage/adapter_training.py)
+    maps_checked: dict[str, int] = field(default_factory=dict)  # per scope, the evidence count its maps were due at
     training: asyncio.Future[None] | None = None  # the maps' training under way
 
     def add(self, scope: str, tool: str, caller: str, query: str, at: datetime, bound: int) -> None:
