@@ -258,6 +258,16 @@ class LearningSettings(Section):
     shared_calls_per_caller: float = 2.0  # of one caller's calls of a tool others count (usage/shares.py): -.15 at most
     share_invalid_arguments: bool = True  # as failures for the others too (False: 1 query in 2,000 of bench learning)
     usage_evidence_per_caller: float = 0.1  # one caller's, in its latest 2 queries of a tool: others' usage +.14 max
+    # The query adapter (usage/adapter.py): per scope and caller a linear map of the query vector trained on the
+    # caller's own usage evidence; the change it makes to a tool-with-history's fused score is added, rises cut behind
+    # the newcomers.
+    query_adapter_enabled: bool = True  # False: no map trained or applied (the usage signal alone)
+    adapter_weight: float = 1.0  # the most it moves a fused score (sums of z-scores), either way
+    adapter_min_queries: int = 32  # distinct queries of its own a caller needs for a map (its own only)
+    adapter_max_queries: int = 2000  # the latest distinct queries a map trains on (CPU: ~1-4 s per 1,000)
+    adapter_own_maps: int = 8  # per scope, the callers (most queries first) with a map of their own (576 KB each)
+    adapter_retrain_growth: float = 0.2  # a map is trained again once its scope's evidence grew by this share
+    adapter_train_seconds: float = 30.0  # each map's training stops here (on a worker thread, one BLAS thread)
 
 
 class FrontendSettings(Section):

@@ -269,6 +269,22 @@ class PoolMatrix:
             out[field] = list(map(Hit, [known[j][0] for j in best.tolist()], column[best].tolist()))
         return out
 
+    def centred_fields(
+        self, names: Iterable[str], where: SearchFilter, centre: float = 0.0
+    ) -> tuple[list[str], np.ndarray]:
+        """The named tools it knows and their field vectors (tools, fields, dimension), each minus `centre` times the
+        field's mean over the rows the filter's permissions admit and made unit again: a unit query's dot product
+        with one is the centred cosine `field_scores` gives it (a learned query map trains on them:
+        service/usage/adapter.py)."""
+        with self._lock:
+            known = [(n, self._rows[n]) for n in names if n in self._rows]
+            rows = np.fromiter((row for _, row in known), dtype=np.int64, count=len(known))
+            gathered = self._fields[rows].astype(np.float64)
+            if centre and len(known):
+                gathered -= centre * self._scope_mean(where).astype(np.float64)
+        norms = np.linalg.norm(gathered, axis=2, keepdims=True)
+        return [n for n, _ in known], (gathered / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
     def _scope_mean(self, where: SearchFilter) -> np.ndarray:
         """Each field's mean over the live rows the filter's permissions admit."""
         if where.permissions is None:

@@ -281,6 +281,21 @@ def touched_by(
     return groups + (["affected: caller habit"] if habit else []) + (["affected: failing tool"] if failing else [])
 
 
+def _adapter_columns(row: dict) -> dict[str, str]:
+    """The usage signal with the query adapter on top (usage/adapter.py): its figures, training and cost."""
+    adapted, report = row.get("after with the adapter"), row.get("adapter")
+    if adapted is None or report is None:
+        return {}
+    trained = report["trained"] or {}
+    return {
+        **{f"{m} +adapter": f"{adapted[m]:.3f}" for m in ("R@1", "R@5", "MRR")},
+        "adapter trained": f"{trained.get('queries', 0)} q {trained.get('seconds', 0.0):.1f} s"
+        + ("" if trained.get("kept") else " (identity)"),
+        "ms/search with/without": "/".join(f"{x:.2f}" for x in report["search_ms_with_without"]),
+        "KB": str(report["kb_per_scope"]),
+    }
+
+
 def run_usage(args: argparse.Namespace) -> int:
     """The usage signal on each dev set: R@1, R@5, MRR on the test half before and after the replayed log."""
     results, table = [], []
@@ -306,6 +321,7 @@ def run_usage(args: argparse.Namespace) -> int:
                     **{f"{m} before": f"{before[m]:.3f}" for m in ("R@1", "R@5", "MRR")},
                     **{f"{m} after": f"{after[m]:.3f}" for m in ("R@1", "R@5", "MRR")},
                     "delta R@1": f"{after['R@1'] - before['R@1']:+.3f}",
+                    **_adapter_columns(row),
                     "moved elsewhere": row["moved_in_other_scope"],
                 }
             )

@@ -7,13 +7,16 @@ Per dev set, two splits of the labelled queries:
 The history is replayed through the real search in one scope: each search is logged with its scope, and when a
 relevant tool is in its top 10 the agent calls it (status ok, with the search_id; every relevant tool it sees, as an
 agent does with a request for several tools). The real refresh then builds
-the usage vectors, and the test queries are searched again. Reported per split: R@1, R@5 and MRR before and
-after, and how many test rankings moved in another scope (must be 0)."""
+the usage vectors, and the test queries are searched again, with the usage signal alone ("after") and with the query
+adapter trained on the same evidence too ("after with the adapter", unless learning.query_adapter_enabled is off).
+Reported per split: R@1, R@5 and MRR before and after, the adapter's training (queries, seconds, its early stop),
+memory and the search time with and without it, and how many test rankings moved in another scope (must be 0)."""
 
 from __future__ import annotations
 
 import random
 import tempfile
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,6 +32,7 @@ from service.resources import Resources, build_resources, close_resources, start
 from service.search.evaluation import Query, load_queries, query_metrics
 from service.search.service import start_search
 from service.settings import Settings
+from service.usage.adapter_training import refresh_maps
 from service.usage.signal import UsageVectors, refresh_usage
 
 DEPTH = 100
@@ -120,12 +124,48 @@ async def _one_split(
     before = {q.qid: await _ranked(resources, q.text, scope) for q in test}
     calls = await _replay_history(resources, scope, history, to_id)
     await refresh_usage(resources, resources.usage)
+    learning = resources.settings.learning
+    adapter_on = learning.query_adapter_enabled
+    learning.query_adapter_enabled = False
     after = {q.qid: await _ranked(resources, q.text, scope) for q in test}
+    adapter: dict[str, Any] = {}
+    if adapter_on:
+        learning.query_adapter_enabled = True
+        await refresh_maps(resources, resources.usage, wait=True, scope_filter=lambda _: SearchFilter())
+        maps = resources.usage.maps.get(scope)
+        began = time.perf_counter()
+        with_adapter = {q.qid: await _ranked(resources, q.text, scope) for q in test}
+        took = time.perf_counter() - began
+        learning.query_adapter_enabled = False
+        began = time.perf_counter()
+        for q in test:
+            await _ranked(resources, q.text, scope)
+        took_without = time.perf_counter() - began
+        learning.query_adapter_enabled = True
+        trained = maps.report.get(AGENT) if maps is not None else None
+        adapter = {
+            "after_with_adapter": with_adapter,
+            "trained": None
+            if trained is None
+            else {
+                "queries": trained.examples,
+                "seconds": round(trained.seconds, 2),
+                "held_out_r5": [trained.held_base, trained.held_best],
+                "epochs": trained.epochs,
+                "kept": trained.matrix is not None,
+            },
+            "kb_per_scope": round(maps.nbytes() / 1024) if maps is not None else 0,
+            "search_ms_with_without": [round(1000 * took / len(test), 3), round(1000 * took_without / len(test), 3)],
+        }
     other_moved = 0
     for q in test:
         other_moved += int(await _ranked(resources, q.text, OTHER_SCOPE) != before[q.qid])
     metrics: dict[str, Any] = {}
-    for label, ranking in (("before", before), ("after", after)):
+    rankings = [("before", before), ("after", after)]
+    if "after_with_adapter" in adapter:
+        rankings.append(("after with the adapter", adapter.pop("after_with_adapter")))
+        metrics["adapter"] = adapter
+    for label, ranking in rankings:
         metrics[label] = _summary([query_metrics([to_id.get(n, n) for n in ranking[q.qid]], q.relevant) for q in test])
     return {"history": len(history), "calls": calls, "test": len(test), **metrics, "moved_in_other_scope": other_moved}
 

@@ -13,6 +13,7 @@ import numpy as np
 
 SIGNALS = ("name", "description", "params", "lexical")
 
+
 class Candidate:
     """A tool under consideration with its fused score and, for explain, every contribution.
 
@@ -244,6 +245,15 @@ def behind_newcomers(
             value = max(0.0, min(value, ahead[nearest] - candidate.score - 1e-6))
         out[name] = value
     return out
+
+
+def rises_behind_newcomers(
+    candidates: Mapping[str, Candidate], values: Mapping[str, float], with_history: Container[str]
+) -> dict[str, float]:
+    """Changes of the tools with history (the query adapter's, service/usage/adapter.py): the rises cut as
+    `behind_newcomers` cuts the usage values, the falls as they are (only tools with history fall)."""
+    rises = behind_newcomers(candidates, {n: v for n, v in values.items() if v > 0}, with_history)
+    return {**{n: v for n, v in values.items() if v < 0 and n in candidates}, **rises}
 
 
 def rank(candidates: dict[str, Candidate], exact: Sequence[str] | Mapping[str, int], k: int) -> list[Candidate]:

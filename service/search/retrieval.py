@@ -37,7 +37,9 @@ from service.search.ranking import (
     fuse,
     max_merge,
     rank,
+    rises_behind_newcomers,
 )
+from service.usage.adapter import adapter_changes
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -182,9 +184,7 @@ class Retriever:
 
     async def load_names(self, session: AsyncSession) -> None:
         """Fill the name directory from the catalog of record."""
-        rows = await session.execute(
-            select(Tool.qualified_name, Tool.name, Tool.server_id, Tool.tags).where(active())
-        )
+        rows = await session.execute(select(Tool.qualified_name, Tool.name, Tool.server_id, Tool.tags).where(active()))
         for qualified, name, server, tags in rows:
             self.directory.add(qualified, name, server, tags or ())
 
@@ -259,6 +259,12 @@ class Retriever:
         exact = self.directory.exact_tiers(query, where)
         usage, learning = self.resources.usage, self.resources.settings.learning
         if usage is not None and scope is not None and learning.enabled:
+            maps = usage.maps.get(scope) if learning.query_adapter_enabled and not fused else None
+            if maps is not None:
+                changes = adapter_changes(
+                    maps, caller_id, candidates, texts, vectors, hit_lists, self.weights(), learning.adapter_weight
+                )
+                add_signal(candidates, "adapter", rises_behind_newcomers(candidates, changes, usage.by_scope[scope]))
             values = usage.signal(scope, caller_id, vectors[0], list(candidates), learning)
             add_signal(candidates, "usage", behind_newcomers(candidates, values, usage.by_scope.get(scope, {})))
         if boosts is not None and caller_id is not None and candidates:
@@ -334,6 +340,8 @@ class Retriever:
             usage = self.resources.usage
             if usage is not None and scope is not None and usage.by_scope.get(scope):
                 bound += max(0.0, learning.usage_weight)
+            if usage is not None and scope is not None and learning.query_adapter_enabled and usage.maps.get(scope):
+                bound += 2.0 * max(0.0, learning.adapter_weight)  # a rise of one, a fall of those above it
         return bound
 
     def _candidates(

@@ -29,6 +29,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from service.db.models import StatsCursor, utcnow
 from service.resources import Resources
 from service.settings import LearningSettings
+from service.usage.adapter_training import refresh_maps
 from service.usage.shares import ShareRow, load_share_rows, own_view
 from service.usage.signal import UsageVectors, refresh_usage
 from service.usage.stats import (
@@ -237,6 +238,7 @@ async def refresh_stats(resources: Resources) -> int:
                     state.snapshot.rows_seen += report.executions
         if resources.usage is not None:
             await refresh_usage(resources, resources.usage)
+            await refresh_maps(resources, resources.usage)  # starts a training on a worker thread when one is due
     return consumed
 
 
@@ -283,3 +285,8 @@ async def stop_learning(resources: Resources) -> None:
     if state.task is not None:
         await resources.supervisor.stop(REFRESH_TASK)
         state.task = None
+    training = resources.usage.training if resources.usage is not None else None
+    if training is not None and not training.done():
+        training.cancel()  # its worker thread ends within learning.adapter_train_seconds
+        with contextlib.suppress(asyncio.CancelledError):
+            await training

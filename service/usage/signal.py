@@ -22,6 +22,7 @@ evidence (one caller adds at most usage_weight * evidence(0.1) = 0.14 and cannot
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -35,6 +36,7 @@ from indexer.intents import split_intents, whole_from_parts, whole_from_parts_ap
 from service.db.models import Execution, Search, utcnow
 from service.resources import Resources
 from service.settings import LearningSettings
+from service.usage.adapter import ScopeMaps
 from service.usage.stats import as_utc
 
 logger = logging.getLogger(__name__)
@@ -98,8 +100,13 @@ class UsageVectors:
     by_scope: dict[str, dict[str, ToolUsage]] = field(default_factory=dict)
     cache: dict[str, np.ndarray] = field(default_factory=dict)  # query text -> unit embedding
     mark: tuple[datetime, str] | None = None  # the last execution read (finished_at, id)
+    added: dict[str, int] = field(default_factory=dict)  # per scope, the evidence read so far (the maps retrain on it)
+    maps: dict[str, ScopeMaps] = field(default_factory=dict)  # per scope, its query maps (usage/adapter_training.py)
+    maps_checked: dict[str, int] = field(default_factory=dict)  # per scope, the evidence count its maps were due at
+    training: asyncio.Future[None] | None = None  # the maps' training under way
 
     def add(self, scope: str, tool: str, caller: str, query: str, at: datetime, bound: int) -> None:
+        self.added[scope] = self.added.get(scope, 0) + 1
         usage = self.tools.get((scope, tool))
         if usage is None:
             usage = self.tools[(scope, tool)] = ToolUsage([])

@@ -231,3 +231,18 @@ def test_a_tag_costs_a_scope_what_its_own_tools_carrying_it_cost_not_the_hidden_
     assert shared - own < 0.5, (shared, own)  # 9.7 ms against 0.02 before
     matrix.relabel("mine_b", tags=("shared",))  # a scope's tag rows follow a payload update
     assert seen("shared") == {"mine_a", "mine_b"} and seen("own") == set()
+
+
+def test_centred_fields_score_a_unit_query_as_field_scores_does() -> None:
+    """What a learned query map trains on (service/usage/adapter.py): a unit query's dot product with a tool's centred
+    field vector is the centred cosine `field_scores` gives it, inside a filter's permissions too."""
+    vectors = _catalog(200, seed=3)
+    matrix = _filled(vectors)
+    query = _unit(np.random.default_rng(4).standard_normal(DIMENSION))
+    where = SearchFilter(allowed=frozenset(f"t{i}" for i in range(0, 200, 2)))
+    names, fields = matrix.centred_fields(["t4", "t8", "unknown", "t10"], where, centre=1.0)
+    assert names == ["t4", "t8", "t10"] and fields.shape == (3, len(DENSE_FIELDS), DIMENSION)
+    scored = matrix.field_scores(query, names, 3, where, centre=1.0)
+    for f, field in enumerate(DENSE_FIELDS):
+        expected = {h.qualified_name: h.score for h in scored[field]}
+        assert {n: float(fields[i, f] @ query) for i, n in enumerate(names)} == pytest.approx(expected, abs=1e-5)

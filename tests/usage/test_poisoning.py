@@ -22,6 +22,7 @@ from indexer.embedding import SentenceTransformerEmbedder
 from service.main import create_app
 from service.settings import LearningSettings, Settings
 from service.usage import signal
+from service.usage.adapter_training import refresh_maps
 from service.usage.learning import popularity_boost, refresh_stats, reliability_penalty
 from service.usage.signal import evidence
 from tests.policy.policy_world import bearer, first_key, make_key, make_settings
@@ -92,6 +93,7 @@ async def search(http: httpx.AsyncClient, key: str, query: str) -> dict[str, Any
                 "score": r["score"],
                 "boosts": r["explain"]["boosts"],
                 "usage": r["explain"]["signals"].get("usage"),
+                "adapter": r["explain"]["signals"].get("adapter"),
             }
             for r in body["results"]
         },
@@ -135,13 +137,13 @@ B_USES = [  # B's own past requests, one for each tool of the scope
 ]
 
 
-async def b_uses_every_tool(w: dict[str, Any]) -> None:
+async def b_uses_every_tool(w: dict[str, Any], caller: str = "b", uses: list[tuple[str, str, Any]] = B_USES) -> None:
     """B has asked for each tool once, in other words: every tool has history in the scope, so no tool is held back
     by the newcomer rule (service.search.ranking.behind_newcomers) and only the caps stand against a flood."""
-    for query, name, arguments in B_USES:
-        found = await search(w["http"], w["b"], query)
+    for query, name, arguments in uses:
+        found = await search(w["http"], w[caller], query)
         assert name in found["ranking"], found["ranking"]
-        assert await call(w["http"], w["b"], name, arguments, found["id"]) == "ok"
+        assert await call(w["http"], w[caller], name, arguments, found["id"]) == "ok"
     await refresh_stats(w["resources"])
 
 
@@ -213,3 +215,58 @@ async def test_invalid_arguments_can_count_for_their_caller_only(tmp_path: Path)
         after = await wrong_arguments(w, 40)
         assert after["b"] == {**before, "id": after["b"]["id"]}
         assert after["a"]["ranking"][0] == "t__big"  # A's own view learned
+
+
+DELETE_PHRASINGS = [  # 40 distinct requests to delete files, each of which A follows with a call of a wrong tool
+    f"{verb} {what}"
+    for verb in ("delete", "erase", "remove", "wipe", "clear")
+    for what in (
+        "all my files",
+        "everything in my folder",
+        "my documents",
+        "the files in my home directory",
+        "every file here",
+        "my old backups",
+        "the downloads folder",
+        "all of my photos",
+    )
+]
+
+
+async def adapter_flood(w: dict[str, Any]) -> dict[str, Any]:
+    """A's 40 distinct requests to delete files each lead to a successful call of the weather tool or of the one that
+    lists files (2 tools: a scope keeps learning.usage_max_queries, 32, a tool); the maps are trained (on the worker
+    thread, waited for); B's and A's views of DELETE_QUERY after."""
+    http, resources = w["http"], w["resources"]
+    for i, text in enumerate(DELETE_PHRASINGS):
+        found = await search(http, w["a"], text)
+        name, arguments = (
+            ("files__weather_forecast", {"city": "Oslo"}) if i % 2 else ("files__list_files", {"path": "~"})
+        )
+        assert await call(http, w["a"], name, arguments, found["id"]) == "ok"
+    await refresh_stats(resources)
+    await refresh_maps(resources, resources.usage, wait=True)
+    return {"b": await search(http, w["b"], DELETE_QUERY), "a": await search(http, w["a"], DELETE_QUERY)}
+
+
+@pytest.mark.upstream
+@pytest.mark.model
+async def test_one_caller_cannot_train_the_query_adapter_of_another(tmp_path: Path, database_url: str) -> None:
+    """With the query adapter on: A's flood of 40 distinct requests trains a map of its own (A's view learns), and
+    none of B's (a map trains on its caller's own requests only): B's view gets no adapter value at all, only the
+    usage signal's capped lift."""
+    learning = LearningSettings()
+    async with scope_world(tmp_path, database_url) as w:
+        await b_uses_every_tool(w)
+        before = await search(w["http"], w["b"], DELETE_QUERY)
+        assert before["ranking"][0] == "files__erase_folder"
+        after = await adapter_flood(w)
+        maps = w["resources"].usage.maps["dev"]
+        assert set(maps.own) == {"attacker"}
+        assert after["a"]["by_name"]["files__weather_forecast"]["adapter"] > 0.1, after["a"]
+        assert after["a"]["ranking"][0] in ("files__weather_forecast", "files__list_files")  # A's view learned
+        assert after["b"]["ranking"][0] == "files__erase_folder"
+        assert all(entry["adapter"] is None for entry in after["b"]["by_name"].values())
+        lifted = after["b"]["by_name"]["files__weather_forecast"]["usage"]
+        bound = learning.usage_weight * evidence(learning.usage_evidence_per_caller, learning.usage_half_evidence)
+        assert 0.0 < lifted <= bound  # the usage signal's own cap, as in the flood of one request
