@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -53,6 +54,7 @@ class PruneReport:
     searches: int = 0
     kept_evidence: int = 0  # executions past the retention kept as the usage signal's evidence
     batches: int = 0
+    batch_seconds: list[float] = field(default_factory=list)  # each transaction's wall time
     skipped: bool = False  # another replica was pruning (PostgreSQL) or held the database (SQLite)
 
 
@@ -177,6 +179,7 @@ async def prune_logs(resources: Resources, now: datetime | None = None) -> Prune
     for log in ("executions", "searches"):
         last: tuple[datetime, str] | None = None
         while True:
+            started = time.perf_counter()
             try:
                 async with resources.session() as session:
                     if not await _take_turn(session):
@@ -201,6 +204,7 @@ async def prune_logs(resources: Resources, now: datetime | None = None) -> Prune
             if not read:
                 break
             report.batches += 1
+            report.batch_seconds.append(time.perf_counter() - started)
             await asyncio.sleep(BATCH_PAUSE_SECONDS)
     return report
 
@@ -213,11 +217,12 @@ async def _prune_loop(resources: Resources) -> None:
         if report.executions or report.searches:
             logger.info(
                 "log retention: deleted %d executions and %d searches older than %g days in %d batches "
-                "(%d kept as the usage signal's evidence)",
+                "(slowest %.3f s; %d kept as the usage signal's evidence)",
                 report.executions,
                 report.searches,
                 settings.retention_days,
                 report.batches,
+                max(report.batch_seconds),
                 report.kept_evidence,
             )
         await asyncio.sleep(settings.prune_interval_seconds)
