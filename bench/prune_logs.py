@@ -1,6 +1,7 @@
 """What one prune batch of the log retention (service/usage/retention.py) costs on a big PostgreSQL table.
 
-Usage: python bench/prune_logs.py [--rows 100000] [--batch 2000] [--query-chars 200] [--url postgresql+psycopg://...]
+Usage: python bench/prune_logs.py [--rows 100000] [--batch 2000] [--query-chars 200] [--url URL]
+(--url: an empty database, sqlite:///PATH for SQLite)
 
 Creates a fresh database (dropped afterwards; default: the local server as postgres), fills it with --rows executions
 and half as many searches, all counted and past the retention (a third of the calls come from their caller's own
@@ -99,6 +100,8 @@ async def run(url: str, args: argparse.Namespace) -> None:
         await session.commit()
 
     async def sizes() -> str:
+        if url.startswith("sqlite"):
+            return f"{Path(url.removeprefix('sqlite:///')).stat().st_size / 1e6:.0f} MB file"
         async with resources.session() as session:
             values = [
                 await session.scalar(sa.text(f"SELECT pg_size_pretty(pg_total_relation_size('{t}'))"))
