@@ -39,6 +39,7 @@ from service.settings import Settings
 from service.upstream import routes as servers
 from service.usage import learning
 from service.usage import routes as analytics
+from service.usage.retention import start_retention, stop_retention
 
 logger = logging.getLogger(__name__)
 
@@ -115,8 +116,8 @@ def create_app(
     # The search log starts first and stops last: code-mode runs draining at shutdown still log their searches.
     app.state.startup_hooks.append(start_search_log)
     app.state.shutdown_hooks.append(stop_search_log)
-    app.state.startup_hooks += [policy.start_policy, learning.start_learning]
-    app.state.shutdown_hooks += [policy.stop_policy, learning.stop_learning]
+    app.state.startup_hooks += [policy.start_policy, learning.start_learning, start_retention]
+    app.state.shutdown_hooks += [policy.stop_policy, learning.stop_learning, stop_retention]
     # The cluster first (the gateway's first syncs ask for writer locks) and, after the gateway, the
     # following of servers added or removed on other replicas; shutdown runs the hooks in reverse.
     app.state.startup_hooks.insert(0, start_cluster)

@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.cluster.settings import ClusterSettings
 from service.db.settings import DatabaseSettings
+from service.usage.log_settings import LogSettings
 
 Port = Annotated[int, Field(ge=1, le=65535)]  # a TCP port a setting names (0: one the clients cannot know)
 
@@ -358,6 +359,7 @@ class Settings(BaseSettings):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     learning: LearningSettings = Field(default_factory=LearningSettings)
+    logs: LogSettings = Field(default_factory=LogSettings)
     frontend: FrontendSettings = Field(default_factory=FrontendSettings)
     code_mode: CodeModeSettings = Field(default_factory=CodeModeSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
