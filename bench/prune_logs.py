@@ -101,7 +101,7 @@ async def run(url: str, args: argparse.Namespace) -> None:
 
     async def sizes() -> str:
         if url.startswith("sqlite"):
-            return f"{Path(url.removeprefix('sqlite:///')).stat().st_size / 1e6:.0f} MB file"
+            return f"{Path(url.removeprefix('sqlite:///')).stat().st_size / 1e6:.0f} MB file"  # noqa: ASYNC240 - a bench
         async with resources.session() as session:
             values = [
                 await session.scalar(sa.text(f"SELECT pg_size_pretty(pg_total_relation_size('{t}'))"))
