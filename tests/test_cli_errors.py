@@ -4,6 +4,8 @@ working straight on a data folder when it reached no service), a service that wa
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -101,6 +103,35 @@ def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
     child.stdout.close()
     assert child.wait(timeout=60) == 141
     assert child.stderr.read() == b""
+
+
+def test_serve_on_a_port_another_process_holds_says_so_before_it_starts_anything(tmp_path: Path) -> None:
+    """The port is checked first: the migrations, the model and the demo servers ran (seconds, more on a first
+    start that exports the model) before uvicorn found the port taken."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "TOOLSCOUT_DATA_DIR": str(tmp_path / "data"),
+        "TOOLSCOUT_EXECUTION__DEMO_SERVERS": "false",
+    }
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 3
+    assert done.stderr.splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use (is another `toolscout serve` running? "
+        "--port or TOOLSCOUT_PORT chooses another port)"
+    ]
+    assert not (tmp_path / "data").exists()  # no database, index or model export was made
 
 
 def test_the_http_front_end_refuses_to_listen_beyond_loopback_without_a_key(

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import socket
 import sys
 import time
 from pathlib import Path
@@ -59,6 +60,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = args.host or settings.host, args.port or settings.port
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
+    try:
+        sock = _bound_socket(host, port)
+    except OSError as exc:
+        print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc} ({_PORT_HINT})", file=sys.stderr)
+        return 3
     json_logs = settings.log_format == "json"  # one JSON line per request replaces uvicorn's access log
     app = create_app(settings)
     config = uvicorn.Config(
@@ -84,12 +90,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     server = listening_server(config, listening, lambda: stopping(app))
     try:
-        server.run()
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
         request_lines.stop()
     return 0 if server.started else 3  # uvicorn.run's exit status when the start-up failed
+
+
+_PORT_HINT = "is another `toolscout serve` running? --port or TOOLSCOUT_PORT chooses another port"
+
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    """The service's socket, bound (not yet listening) before the start-up: a port another process holds used to
+    be found after the migrations, the model load and the demo servers' start, seconds later."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart reuses the port
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 class ExplainedStartFailure:
