@@ -47,13 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from service.http_transport import listening_server
-    from service.main import create_app, stopping
-    from service.observability.logging import log_requests_off_loop
-    from service.security.proxies import forwarding_options
-
     settings = Settings()
     # The service's own loggers, not only uvicorn's: TOOLSCOUT_LOG_LEVEL unless the command line gives a level.
     logging.getLogger().setLevel((getattr(args, "log_level", None) or settings.log_level).upper())
@@ -65,6 +58,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc} ({_PORT_HINT})", file=sys.stderr)
         return 3
+    import uvicorn  # the app's modules take seconds to import: after the port is known to be free
+
+    from service.http_transport import listening_server
+    from service.main import create_app, stopping
+    from service.observability.logging import log_requests_off_loop
+    from service.security.proxies import forwarding_options
+
     json_logs = settings.log_format == "json"  # one JSON line per request replaces uvicorn's access log
     app = create_app(settings)
     config = uvicorn.Config(
