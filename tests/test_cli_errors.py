@@ -134,6 +134,36 @@ def test_serve_on_a_port_another_process_holds_says_so_before_it_starts_anything
     assert not (tmp_path / "data").exists()  # no database, index or model export was made
 
 
+def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run in another folder than the service's, `keys list` made an empty database there and said "no API keys:
+    the service runs open", `analytics` said "no data", and `keys create` printed a key the service never saw."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path / "elsewhere"))
+    database = (tmp_path / "elsewhere" / "toolscout.db").resolve()
+    for argv in (["keys", "list"], ["keys", "revoke", "tsk_x"], ["analytics", "tools"], ["analytics", "callers"]):
+        assert main(argv) == 1, argv
+        assert capsys.readouterr().err == (
+            f"error: no database at {database}: the CLI uses the data folder of the folder it runs in "
+            "(TOOLSCOUT_DATA_DIR, default `.toolscout`); run it where `toolscout serve` runs, or set "
+            "TOOLSCOUT_DATA_DIR or TOOLSCOUT_DB__URL\n"
+        ), argv
+    assert not (tmp_path / "elsewhere").exists()
+    # The first key of a folder is made here (a service off loopback needs one to start), and says where it went.
+    assert main(["keys", "create", "--caller", "first", "--role", "admin"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("key for first (roles: admin), id ") and database.exists()
+    assert err.splitlines() == [
+        "Store it now: only its hash is kept. Every request without a key is refused from now on.",
+        f"note: created a new database at {database} for this key; a `toolscout serve` of another folder does not "
+        "see it (TOOLSCOUT_DATA_DIR)",
+    ]
+    assert main(["keys", "create", "--caller", "second"]) == 0
+    assert "note:" not in capsys.readouterr().err
+    assert main(["keys", "list"]) == 0
+    assert [line.split()[2] for line in capsys.readouterr().out.splitlines()[2:]] == ["first", "second"]
+
+
 def test_the_http_front_end_refuses_to_listen_beyond_loopback_without_a_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
