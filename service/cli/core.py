@@ -9,6 +9,7 @@ import logging
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -177,10 +178,13 @@ INDEX_PART = 1000  # tools per POST /tools: well under the service's registratio
 
 
 def _post_in_parts(
-    settings: Settings, tools: list[Any], servers: dict[str, Any] | None = None
+    settings: Settings,
+    tools: list[Any],
+    servers: dict[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any] | int | None:
     """Register tools with the running service a part at a time: the summed report, an exit code on a
-    refusal, or None when no service runs."""
+    refusal, or None when no service runs. `progress(done, total)` after each part."""
     client = _api(settings)
     if client is None:
         return None
@@ -203,6 +207,8 @@ def _post_in_parts(
             total["errors"] += body["errors"]
             total["held"] += body.get("held", [])
             total["warnings"] += body.get("warnings", [])
+            if progress is not None:
+                progress(min(start + INDEX_PART, len(tools)), len(tools))
     finally:
         client.close()
     return total
@@ -270,7 +276,9 @@ def cmd_index(args: argparse.Namespace) -> int:
         return fail({"detail": f"{args.file}: no tools in it (a JSON Lines tool a line, or an MCP tools/list)"})
     for line in _kept_and_lost(len(catalog_file.repairs), catalog_file.repairs, 0, []):
         print(printable(line), file=sys.stderr)
-    body = _post_in_parts(settings, tools, servers)
+    # Through the service a bar moves once a part (1,000 tools, ~30 s to embed on 2 cores): 4,076 tools said nothing
+    # for a minute and a half.
+    body = _post_in_parts(settings, tools, servers, _Progress() if len(tools) > INDEX_PART else None)
     if isinstance(body, int):
         return body
     if body is None:
