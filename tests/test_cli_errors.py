@@ -164,6 +164,20 @@ def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked
     assert [line.split()[2] for line in capsys.readouterr().out.splitlines()[2:]] == ["first", "second"]
 
 
+def test_held_tools_of_a_folder_without_a_database_say_where_they_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With no service to ask, `tools held` made an empty database in whatever folder it ran in and said "0 tools
+    held"; `tools approve` said there was no such tool."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
+    database = (tmp_path / "elsewhere" / "toolscout.db").resolve()
+    for argv in (["tools", "held"], ["tools", "approve", "git__git_log"]):
+        assert main(argv) == 1, argv
+        assert capsys.readouterr().err.startswith(f"error: no database at {database}: the CLI uses the data folder")
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_the_http_front_end_refuses_to_listen_beyond_loopback_without_a_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
