@@ -3,7 +3,7 @@
 # with the tools of real MCP servers indexed and the demo servers started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh
+scripts/install.sh --if-needed
 . .venv/bin/activate
 PORT=${TOOLSCOUT_PORT:-8765}
 # The CLI reaches the service at frontend.api_url (port 8765); on another port it must be told.

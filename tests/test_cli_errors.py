@@ -4,6 +4,8 @@ working straight on a data folder when it reached no service), a service that wa
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -101,6 +103,79 @@ def test_a_reader_that_stops_early_ends_the_command_quietly() -> None:
     child.stdout.close()
     assert child.wait(timeout=60) == 141
     assert child.stderr.read() == b""
+
+
+def test_serve_on_a_port_another_process_holds_says_so_before_it_starts_anything(tmp_path: Path) -> None:
+    """The port is checked first: the migrations, the model and the demo servers ran (seconds, more on a first
+    start that exports the model) before uvicorn found the port taken."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "TOOLSCOUT_DATA_DIR": str(tmp_path / "data"),
+        "TOOLSCOUT_EXECUTION__DEMO_SERVERS": "false",
+    }
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 3
+    assert done.stderr.splitlines() == [
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use (is another `toolscout serve` running? "
+        "--port or TOOLSCOUT_PORT chooses another port)"
+    ]
+    assert not (tmp_path / "data").exists()  # no database, index or model export was made
+
+
+def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run in another folder than the service's, `keys list` made an empty database there and said "no API keys:
+    the service runs open", `analytics` said "no data", and `keys create` printed a key the service never saw."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path / "elsewhere"))
+    database = (tmp_path / "elsewhere" / "toolscout.db").resolve()
+    for argv in (["keys", "list"], ["keys", "revoke", "tsk_x"], ["analytics", "tools"], ["analytics", "callers"]):
+        assert main(argv) == 1, argv
+        assert capsys.readouterr().err == (
+            f"error: no database at {database}: the CLI uses the data folder of the folder it runs in "
+            "(TOOLSCOUT_DATA_DIR, default `.toolscout`); run it where `toolscout serve` runs, or set "
+            "TOOLSCOUT_DATA_DIR or TOOLSCOUT_DB__URL\n"
+        ), argv
+    assert not (tmp_path / "elsewhere").exists()
+    # The first key of a folder is made here (a service off loopback needs one to start), and says where it went.
+    assert main(["keys", "create", "--caller", "first", "--role", "admin"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("key for first (roles: admin), id ") and database.exists()
+    assert err.splitlines() == [
+        "Store it now: only its hash is kept. Every request without a key is refused from now on.",
+        f"note: created a new database at {database} for this key; a `toolscout serve` of another folder does not "
+        "see it (TOOLSCOUT_DATA_DIR)",
+    ]
+    assert main(["keys", "create", "--caller", "second"]) == 0
+    assert "note:" not in capsys.readouterr().err
+    assert main(["keys", "list"]) == 0
+    assert [line.split()[2] for line in capsys.readouterr().out.splitlines()[2:]] == ["first", "second"]
+
+
+def test_held_tools_of_a_folder_without_a_database_say_where_they_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With no service to ask, `tools held` made an empty database in whatever folder it ran in and said "0 tools
+    held"; `tools approve` said there was no such tool."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
+    database = (tmp_path / "elsewhere" / "toolscout.db").resolve()
+    for argv in (["tools", "held"], ["tools", "approve", "git__git_log"]):
+        assert main(argv) == 1, argv
+        assert capsys.readouterr().err.startswith(f"error: no database at {database}: the CLI uses the data folder")
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_the_http_front_end_refuses_to_listen_beyond_loopback_without_a_key(

@@ -16,11 +16,18 @@ from service.cli.settings_values import unparsed_values, without_password
 from service.cli.terminal import printable
 from service.errors import ToolscoutError
 
-# Modules providing `register(subparsers)`; each adds its commands with `set_defaults(func=...)`.
-COMMAND_MODULES = [
-    "service.cli.core", "service.cli.evaluate", "service.cli.bench", "service.cli.keys", "service.cli.analytics",
-    "service.cli.mcp", "service.cli.servers", "service.cli.tools", "service.cli.models",
-]
+# Each command -> the module whose `register(subparsers)` adds it (with `set_defaults(func=...)`). A command line
+# naming one imports that module only: importing all of them (the benchmarks, analytics, the database layer) took
+# 1.5-4 s of every `toolscout search` whose search through the API took 15 ms, and of each chat client's start of
+# `toolscout mcp`. `toolscout --help`, or a command no module adds, imports them all.
+COMMANDS = {
+    "serve": "service.cli.core", "index": "service.cli.core", "search": "service.cli.core",
+    "eval": "service.cli.evaluate", "bench": "service.cli.bench", "keys": "service.cli.keys",
+    "analytics": "service.cli.analytics", "mcp": "service.cli.mcp", "servers": "service.cli.servers",
+    "tools": "service.cli.tools", "models": "service.cli.models",
+}
+COMMAND_MODULES = list(dict.fromkeys(COMMANDS.values()))
+_LOG_LEVEL = "--log-level"  # the one option before the command that takes a value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,16 +37,31 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (given the arguments) only what the command they name needs."""
     parser = _Parser(prog="toolscout", description="Semantic tool retrieval for LLM agents.")
     parser.add_argument(
-        "--log-level", default=None, help="logging level (default WARNING; for `serve`, TOOLSCOUT_LOG_LEVEL: INFO)"
+        _LOG_LEVEL, default=None, help="logging level (default WARNING; for `serve`, TOOLSCOUT_LOG_LEVEL: INFO)"
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
+    command = None if argv is None else _command_of(argv)
+    for name in [COMMANDS[command]] if command in COMMANDS else COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     _describe(parser)
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command the arguments name (the first word that is not an option or --log-level's value)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            return next(words, None)
+        if not word.startswith("-"):
+            return word
+        if len(word) > 2 and "=" not in word and _LOG_LEVEL.startswith(word):  # argparse takes `--log` too
+            next(words, None)
+    return None
 
 
 def _describe(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +76,8 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     level = (args.log_level or "WARNING").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -10,7 +10,7 @@ import asyncio
 import json
 import sys
 
-from service.cli.database import print_table, with_database
+from service.cli.database import missing_database, print_table, with_database
 from service.errors import InvalidRequest, NotFound
 from service.policy import keys as auth
 from service.resources import Resources
@@ -50,8 +50,10 @@ def cmd_create(args: argparse.Namespace) -> int:
             await session.commit()
             return created
 
+    settings = Settings()
+    new_database = missing_database(settings)
     try:
-        created = asyncio.run(with_database(Settings(), run))
+        created = asyncio.run(with_database(settings, run, create=True))
     except InvalidRequest as exc:
         print(f"error: {exc.detail}", file=sys.stderr)
         return 1
@@ -72,6 +74,12 @@ def cmd_create(args: argparse.Namespace) -> int:
         print(created.key)
         print(
             "Store it now: only its hash is kept. Every request without a key is refused from now on.",
+            file=sys.stderr,
+        )
+    if new_database is not None:  # the first key of a new folder, or a key a service elsewhere never sees
+        print(
+            f"note: created a new database at {new_database} for this key; a `toolscout serve` of another folder "
+            "does not see it (TOOLSCOUT_DATA_DIR)",
             file=sys.stderr,
         )
     return 0

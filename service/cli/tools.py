@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from service.cli.core import _direct, _service_request, fail
 from service.cli.terminal import printable
-from service.errors import ToolscoutError
+from service.errors import NotFound, ToolscoutError
 from service.settings import Settings
 
 
@@ -40,6 +40,13 @@ def _through_service(method: str, path: str, **options: Any) -> dict[str, Any] |
 
 
 def _locally(fn: Any) -> dict[str, Any] | int:
+    """fn on the local data folder, which must hold a database: made empty, it said "0 tools held" of a folder
+    that was not the service's."""
+    from service.cli.database import elsewhere, missing_database  # the database layer only when no service answers
+
+    missing = missing_database(Settings())
+    if missing is not None:
+        return fail(NotFound(elsewhere(missing)))
     try:
         return dict(asyncio.run(_direct(fn)))
     except ToolscoutError as exc:

@@ -156,6 +156,26 @@ def test_playground_search_explain_and_a_call_through_the_form(page: Any, live: 
     assert page.text_content("#tile-calls .tile-value") == f"{live.calls:,}"
 
 
+def test_every_signal_label_shows_whole(page: Any, live: Live) -> None:
+    open_page(page, live, "playground")
+    # Every signal `explain` names, and a longer one: each label's box starts inside the chart (a fixed column cut
+    # `question_read` to `uestion_read`).
+    names = ["name", "description", "params", "lexical", "server", "usage", "part", "lead_verb", "name_verb"]
+    names += ["question_read", "a_signal_name_of_24_char"]
+    starts = page.evaluate(
+        """names => {
+          const svg = TS.charts.signals(Object.fromEntries(names.map((n, i) => [n, i % 2 ? 0.5 : -0.5])), 1);
+          document.body.append(svg);
+          const starts = [...svg.querySelectorAll("text.label")].map(t => [t.textContent, t.getBBox().x]);
+          svg.remove();
+          return starts;
+        }""",
+        names,
+    )
+    assert [name for name, _ in starts] == names
+    assert [name for name, x in starts if x < 0] == []
+
+
 def test_catalog_lists_servers_and_tools(page: Any, live: Live) -> None:
     render_ms = open_page(page, live, "catalog")
     with live.client(live.admin_key) as admin:
@@ -218,6 +238,13 @@ def test_keys_and_callers_for_admins(page: Any, live: Live) -> None:
     callers = page.eval_on_selector_all("#keys-table tbody tr", "rows => rows.map(r => r.dataset.caller)")
     assert sorted(callers) == ["agent", "ops"]
     assert dict(shown) == api and api["agent"] >= 35
+    # The day a caller was last active, as a day (it read 2026-12-07T00:00:00+00:00, a midnight it never saw).
+    days = page.eval_on_selector_all(
+        "#callers-table tbody tr", "rows => rows.map(r => [r.dataset.caller, r.cells[5].textContent])"
+    )
+    with live.client(live.admin_key) as admin:
+        listed = admin.get("/analytics/callers", params={"limit": 100}).json()["callers"]
+    assert dict(days) == {c["caller"]: c["last_active_day"][:10] for c in listed}
     record(page, "keys", render_ms)
 
 
@@ -263,6 +290,22 @@ def test_a_non_admin_sees_its_own_scope(browser: Any, live: Live) -> None:
     tab.click("#signin-form button")
     tab.wait_for_selector("#signin-error:has-text('unknown or revoked')")
     context.close()
+
+
+def test_a_first_visit_requests_nothing_that_is_missing(browser: Any, live: Live) -> None:
+    """A browser's first visit asked for /favicon.ico, a 404 in the developer console of every new user."""
+    fresh = browser.browser_type.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)  # no cache
+    tab = fresh.new_page()
+    errors: list[str] = []
+    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    tab.goto(live.url + "/console")
+    tab.fill("#signin-key", live.admin_key)
+    tab.click("#signin-form button")
+    tab.wait_for_selector("#nav:not([hidden])")
+    tab.wait_for_timeout(500)
+    fresh.close()
+    # The one expected refusal: who is signed in, asked before the sign-in.
+    assert [e for e in errors if "401" not in e] == []
 
 
 def test_static_files_and_headers(live: Live) -> None:

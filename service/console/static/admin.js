@@ -91,7 +91,7 @@
       card("Callers (last 30 days)", table([
         { title: "caller", cell: (c) => c.caller }, { title: "calls", num: true, cell: (c) => fmt.int(c.calls) },
         { title: "success", num: true, cell: (c) => fmt.pct(c.success_rate) }, { title: "tools", num: true, cell: (c) => fmt.int(c.tools) },
-        { title: "searches", num: true, cell: (c) => fmt.int(c.searches) }, { title: "last active", cell: (c) => c.last_active_day || "–" },
+        { title: "searches", num: true, cell: (c) => fmt.int(c.searches) }, { title: "last active (UTC day)", cell: (c) => fmt.day(c.last_active_day) },
       ], callers.callers, { id: "callers-table", rowAttrs: (c) => ({ "data-caller": c.caller }) })));
   }
 

@@ -60,7 +60,11 @@
   /* Diverging bars around zero, one per signal: the weighted z-score each signal added to the score. */
   function signals(values, scale, o) {
     const names = Object.keys(values);
-    const W = (o && o.width) || 300, row = 16, L = 78, mid = L + (W - L - 44) / 2, half = (W - L - 44) / 2;
+    // The labels' column fits the longest name (about 6.5 units a character at the chart's font): a fixed 78 cut
+    // `question_read` to `uestion_read`.
+    const longest = Math.max(0, ...names.map((name) => name.length));
+    const W = (o && o.width) || 300, row = 16, L = Math.max(78, Math.ceil(10 + 6.5 * longest));
+    const mid = L + (W - L - 44) / 2, half = (W - L - 44) / 2;
     const svg = s("svg", { viewBox: `0 0 ${W} ${names.length * row + 2}`, class: "chart signals", role: "img", "aria-label": "signals" });
     svg.append(s("line", { x1: mid, x2: mid, y1: 0, y2: names.length * row, class: "zero" }));
     names.forEach((name, i) => {

@@ -76,6 +76,7 @@ window.TS = (function () {
     ms: (x) => (x === null || x === undefined ? "–" : Number(x) < 10 ? Number(x).toFixed(2) + " ms" : Math.round(x) + " ms"),
     num: (x, d) => (x === null || x === undefined ? "–" : Number(x).toFixed(d === undefined ? 3 : d)),
     time: (iso) => (iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", "Z") : "–"),
+    day: (iso) => (iso ? iso.slice(0, 10) : "–"),  // a UTC day, not its midnight as a time
     json: (v) => JSON.stringify(v, null, 2),
   };
 
