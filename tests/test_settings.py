@@ -71,7 +71,7 @@ def test_serve_logs_at_the_level_of_toolscout_log_level_unless_the_command_line_
 
     monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("TOOLSCOUT_LOG_LEVEL", "DEBUG")
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)  # configured, never started
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)  # configured, never started
     root = logging.getLogger()
     monkeypatch.setattr(root, "level", logging.WARNING)  # restored afterwards
     assert main([*argv, "serve", "--port", "9"]) == 3  # uvicorn's status of a start that did not happen
