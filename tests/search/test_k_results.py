@@ -20,6 +20,7 @@ from service.main import create_app
 from service.policy import keys
 from service.settings import Settings
 from tests.conftest import FIXTURES
+from tests.mcp.conftest import client_of, frontend_of, text_of
 
 pytestmark = pytest.mark.model
 MAX_K = 300
@@ -96,7 +97,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[
         keys.key_resolver(resources).invalidate()
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
-            yield {"http": http, "keys": by_role, "names": names, "resources": resources}
+            yield {"http": http, "keys": by_role, "names": names, "resources": resources, "transport": transport}
 
 
 async def search(world: dict[str, Any], role: str, body: dict[str, Any]) -> httpx.Response:
@@ -161,3 +162,30 @@ async def test_a_tool_gone_from_the_index_leaves_its_place_to_the_next_one(world
             assert set(names[:2]) == {"s0__calculator", "s1__calculator"} or k == 1
     finally:
         await register_tools(resources, [t for t in catalog() if f"{t['server']}__{t['name']}" == gone])
+
+
+@pytest.mark.parametrize("role", ["narrow", "few"])
+async def test_the_mcp_search_tools_and_code_mode_get_k_past_fifty(world: dict[str, Any], role: str) -> None:
+    """The MCP front end refused k past 50 and code mode clamped it to 50, whatever search.max_k."""
+    visible = {n for n in world["names"] if permitted(role, n)}
+    settings = world["resources"].settings.model_copy(deep=True)
+    settings.frontend.api_key = world["keys"][role]
+    async with frontend_of(settings, world["transport"]) as frontend, client_of(frontend) as (client, _):
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert listed["search_tools"].input_schema["properties"]["k"]["maximum"] == MAX_K
+        for k in (100, MAX_K):
+            found = json.loads(text_of(await client.call_tool("search_tools", {"query": "book a flight", "k": k})))
+            names = [t["name"] for t in found["tools"]]
+            assert len(names) == len(set(names)) == min(k, len(visible)) and set(names) <= visible, (k, len(names))
+        refused = await client.call_tool("search_tools", {"query": "book a flight", "k": MAX_K + 1})
+        assert refused.is_error and f"1..{MAX_K}" in text_of(refused)
+    headers = {"Authorization": f"Bearer {world['keys'][role]}"}
+    for k in (100, MAX_K):
+        script = f"const found = await search_tools('book a flight', {k}); return found.map(t => t.name);"
+        ran = await world["http"].post("/run", json={"script": script}, headers=headers)
+        assert ran.status_code == 200, ran.text
+        names = ran.json()["result"]
+        assert len(names) == len(set(names)) == min(k, len(visible)) and set(names) <= visible, (k, len(names))
+    script = f"return await search_tools('book a flight', {MAX_K + 1});"
+    ran = (await world["http"].post("/run", json={"script": script}, headers=headers)).json()
+    assert ran["result"] is None and f"between 1 and {MAX_K}" in ran["error"]["message"], ran
