@@ -25,25 +25,27 @@ Texts = Sequence[tuple[list[float], SparseVector]]
 
 
 class Widths(NamedTuple):
-    """The hits a search asks of the index: per signal and text (`candidates`), and the tools the whole text's
-    dense scan (`pool`) and each part's (`part_pool`) pass to exact per-field scoring."""
+    """The hits a search asks of the index: per signal for the whole text (`candidates`) and for each part of a
+    split request (`part_candidates`), and the tools the whole text's dense scan (`pool`) and each part's
+    (`part_pool`) pass to exact per-field scoring."""
 
     candidates: int
     pool: int
     part_pool: int
+    part_candidates: int
 
 
 def widths_for(settings: SearchSettings, k: int) -> Widths:
     """The settings' widths, with k hits per signal and the whole text's scan at least k past k = `candidates`:
     fused candidates are the union of the signals' hits, which can all be the same `candidates` tools, so a k above
-    it got fewer than k tools (k = 100 over 844 real tools: 72). Now a text's union holds min(k, tools inside the
-    filter): its scan alone passes that many to exact field scoring, and each field returns k of them. The parts of
-    a split request keep their own scan (the whole text's candidates are enough): growing it with k too cost a long
-    request at k = 100 half as much again."""
+    it got fewer than k tools (k = 100 over 844 real tools: 72). Now the whole text's union holds min(k, tools
+    inside the filter): its scan alone passes that many to exact field scoring, and each field returns k of them.
+    The parts of a split request keep the settings' widths (the whole text's candidates are enough): growing theirs
+    with k too cost a long request at k = 100 over 10k tools half as much again."""
     base = settings.candidates
     if k <= base:
-        return Widths(base, settings.pool_candidates, settings.part_pool_candidates)
-    return Widths(k, max(settings.pool_candidates, k), settings.part_pool_candidates)
+        return Widths(base, settings.pool_candidates, settings.part_pool_candidates, base)
+    return Widths(k, max(settings.pool_candidates, k), settings.part_pool_candidates, base)
 
 
 # (index, [(texts, filter, widths) per search]) -> per search, its hits: `pooled_search_many` with those widths.

@@ -325,7 +325,13 @@ class Retriever:
         for widths in dict.fromkeys(w for _, _, w in requests):
             group = [i for i, (_, _, w) in enumerate(requests) if w == widths]
             hits = pooled_search_many(
-                index, [requests[i][:2] for i in group], widths.pool, widths.candidates, centre, widths.part_pool
+                index,
+                [requests[i][:2] for i in group],
+                widths.pool,
+                widths.candidates,
+                centre,
+                widths.part_pool,
+                widths.part_candidates,
             )
             found.update(zip(group, hits, strict=True))
         return [found[i] for i in range(len(requests))]
