@@ -40,8 +40,9 @@ def widths_for(settings: SearchSettings, k: int) -> Widths:
     fused candidates are the union of the signals' hits, which can all be the same `candidates` tools, so a k above
     it got fewer than k tools (k = 100 over 844 real tools: 72). Now the whole text's union holds min(k, tools
     inside the filter): its scan alone passes that many to exact field scoring, and each field returns k of them.
-    The parts of a split request keep the settings' widths (the whole text's candidates are enough): growing theirs
-    with k too cost a long request at k = 100 over 10k tools half as much again."""
+    Its lexical query and the parts of a split request keep the settings' widths (growing the parts' with k too
+    cost a long request at k = 100 over 10k tools half as much again): up to k = pool_candidates the fields then
+    score the same tools as a smaller k's, and their first `candidates` hits are that k's (`fuse`, stats_of)."""
     base = settings.candidates
     if k <= base:
         return Widths(base, settings.pool_candidates, settings.part_pool_candidates, base)

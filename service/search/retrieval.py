@@ -332,6 +332,7 @@ class Retriever:
                 centre,
                 widths.part_pool,
                 widths.part_candidates,
+                widths.part_candidates,  # the whole text's lexical hits: as many as at a small k
             )
             found.update(zip(group, hits, strict=True))
         return [found[i] for i in range(len(requests))]
@@ -367,7 +368,8 @@ class Retriever:
                 signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
                 for s, signal in enumerate(SIGNALS)
             }
-            per_text.append(fuse(signal_scores, weights, keep, self._server_signal(signal_scores, vector)))
+            covering = self._server_signal(signal_scores, vector)
+            per_text.append(fuse(signal_scores, weights, keep, covering, self.resources.settings.search.candidates))
         return per_text
 
     def _server_signal(
