@@ -119,7 +119,8 @@ def fuse(
     later step cheaper, and the top k stays exactly what it would be.
     stats_of=n: signals listing more than n hits (best first: a search of k past search.candidates) are z-scored by
     their first n, and the tools of those first n lists score as they would with those lists alone (a hit past n
-    counts as the n-th); the others follow, by their own hits. A larger k keeps the order of a smaller one."""
+    counts as the n-th); the others follow, by their own hits (a covering signal may lift one among them). A larger
+    k keeps the order of a smaller one."""
     names = list(dict.fromkeys(chain.from_iterable(signal_scores.values())))
     if not names:
         return {}
@@ -172,10 +173,10 @@ def _past_head(
     if std < 1e-9:
         return  # the head's z-scores are all 0 (as `_zscore_array` gives), and so is the rest's
     z = (values - reference.mean()) / std
-    floor = float(z[: len(reference)].min()) if not partial else float(z[[name in head for name in scores]].min())
     if partial:
         column[rows] = z
         return
+    floor = float(z[:stats_of].min())
     column.fill(float(z.min()))
     column[rows] = z
     in_head = np.fromiter((name in head for name in names), dtype=bool, count=len(names))
