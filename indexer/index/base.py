@@ -208,17 +208,24 @@ def pooled_search(
     centre: float = 0.0,
     scanned: Sequence[list[Hit]] | None = None,
     part_pool: int | None = None,
+    part_limit: int | None = None,
+    lexical_limit: int | None = None,
 ) -> list[list[Hit]]:
     """Per text (its query vector and lexical vector), the hits of each signal in SIGNALS order: name,
     description, params, lexical. Two rounds: the `tool` vector scanned for `pool` candidates (`part_pool` for
     the texts after the first, a split request's parts; default `pool`) and the lexical query, inside the
     filter; then each field's exact cosine over those candidates only (to the field vectors centred by `centre`
     times the catalog's mean, see `centred_cosines`), best `limit`. `scanned`: the texts' scans when they were
-    done already (`pooled_search_many`).
+    done already (`pooled_search_many`). `part_limit`: the hits of each signal for the texts after the first
+    (default `limit`); `lexical_limit`: the first text's lexical hits (default `limit`).
 
     One full dense scan a text instead of three, a third of the bytes read: 2.2x faster at 10k tools, 2.5x at
     100k, and the same top k as three full scans on both dev sets (bench/combined_scan.py, pool 100)."""
-    lexical = [SignalQuery(LEXICAL_FIELD, limit, sparse=sparse) for _, sparse in texts]
+    limits = [limit if t == 0 else part_limit or limit for t in range(len(texts))]
+    lexical = [
+        SignalQuery(LEXICAL_FIELD, lexical_limit or n if t == 0 else n, sparse=sparse)
+        for t, (n, (_, sparse)) in enumerate(zip(limits, texts, strict=True))
+    ]
     if scanned is None:
         found = index.search(
             [
@@ -236,8 +243,8 @@ def pooled_search(
     ]
     second = index.search(
         [
-            SignalQuery(f, limit, dense=vector, within=within, centre=centre)  # type: ignore[arg-type]
-            for (vector, _), within in zip(texts, pools, strict=True)
+            SignalQuery(f, n, dense=vector, within=within, centre=centre)  # type: ignore[arg-type]
+            for (vector, _), within, n in zip(texts, pools, limits, strict=True)
             if within
             for f in DENSE_FIELDS
         ],
@@ -259,6 +266,8 @@ def pooled_search_many(
     limit: int,
     centre: float = 0.0,
     part_pool: int | None = None,
+    part_limit: int | None = None,
+    lexical_limit: int | None = None,
 ) -> list[list[list[Hit]]]:
     """`pooled_search` for several searches (their texts and filter each), with their scans as one matrix product
     when the index can (`scan_many`: the embedded index)."""
@@ -269,6 +278,6 @@ def pooled_search_many(
         else [None] * len(requests)
     )
     return [
-        pooled_search(index, texts, where, pool, limit, centre, scanned, part_pool)
+        pooled_search(index, texts, where, pool, limit, centre, scanned, part_pool, part_limit, lexical_limit)
         for (texts, where), scanned in zip(requests, scans, strict=True)
     ]

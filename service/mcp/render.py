@@ -35,7 +35,7 @@ def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[st
     return schema
 
 
-def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
+def meta_tools(mode: Mode, default_k: int | None = None, max_k: int = 50) -> list[types.Tool]:
     """The meta-tools of lazy, grouped and dynamic modes (full mode lists none, but they stay callable)."""
     k_note = f"How many tools (default {default_k})" if default_k else "How many tools"
     activation = " Found tools are also added to your tool list." if mode == "dynamic" else ""
@@ -58,7 +58,7 @@ def meta_tools(mode: Mode, default_k: int | None = None) -> list[types.Tool]:
                     "k": {
                         "type": "integer",
                         "minimum": 1,
-                        "maximum": 50,
+                        "maximum": max_k,
                         "description": k_note,
                     },
                     "server": {
@@ -207,6 +207,7 @@ def mode_tools(
     always: Sequence[Mapping[str, Any]] = (),
     active: Sequence[Mapping[str, Any]] = (),
     default_k: int | None = None,
+    max_k: int = 50,
     run_script: bool = False,
 ) -> list[types.Tool]:
     """The tools/list of a mode: `catalog` is every tool in scope (needed by full and grouped), `always` the
@@ -214,7 +215,7 @@ def mode_tools(
     code = [run_script_tool()] if run_script else []
     if mode == "full":
         return [catalog_tool(t) for t in catalog] + code
-    tools = meta_tools(mode, default_k) + code
+    tools = meta_tools(mode, default_k, max_k) + code
     if mode == "grouped":
         tools += help_tools(catalog)
     listed = {t.name for t in tools}

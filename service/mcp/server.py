@@ -138,7 +138,7 @@ class Frontend:
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         # For the SDK's Mcp-Param header check of 2026 HTTP calls: without it the SDK would list every tool
         # on each call. Unknown or uncached tools skip that check; the API validates arguments anyway.
-        for tool in [*render.meta_tools(self.mode), render.run_script_tool()]:
+        for tool in [*render.meta_tools(self.mode, max_k=self.settings.search.max_k), render.run_script_tool()]:
             if tool.name == name:
                 return tool.input_schema
         cached = self.view.cached(name)
@@ -263,6 +263,7 @@ class Frontend:
             # In scope again: a shared state is read from Redis, which may hold what this profile never activated.
             active=[t for t in state.active.values() if self.view.in_scope(t)] if state is not None else [],
             default_k=self.profile.default_k if self.profile else None,
+            max_k=self.settings.search.max_k,
             run_script=self.run_script,
         )
 
@@ -277,7 +278,7 @@ class Frontend:
         except ApiError as exc:
             # A client cannot act on a failed list; fall back to the meta-tools so status can explain.
             logger.warning("tools/list fell back to the meta-tools: %s", exc.detail)
-            tools = render.meta_tools(self.mode)
+            tools = render.meta_tools(self.mode, max_k=self.settings.search.max_k)
         return types.ListToolsResult(tools=tools, ttl_ms=0, cache_scope="private")
 
     # ---- tools/call ---------------------------------------------------------------------------------------
@@ -301,7 +302,7 @@ class Frontend:
             return await self._status(ctx)
         if name == SEARCH:
             query = string_argument(arguments, "query", required=True)
-            k = integer_argument(arguments, "k", 1, 50)
+            k = integer_argument(arguments, "k", 1, self.settings.search.max_k)
             return await self._search(ctx, str(query), k, string_argument(arguments, "server", required=False))
         if name == CALL:
             target = string_argument(arguments, "name", required=True)

@@ -109,6 +109,7 @@ def fuse(
     weights: Mapping[str, float],
     keep: tuple[int, float] | None = None,
     covering: Mapping[str, Mapping[str, float]] | None = None,
+    stats_of: int | None = None,
 ) -> dict[str, Candidate]:
     """Weighted sum of per-signal z-scores over the union of candidates (vectorised: ~400 hits a query).
 
@@ -116,7 +117,11 @@ def fuse(
     themselves): z-scored over the ones they score, adding nothing to the others.
     keep=(k, margin) drops the tools that cannot reach the top k even with `margin` added later (every bonus
     after fusion summed): their fused score is below the k-th best minus the margin. Fewer candidates make every
-    later step cheaper, and the top k stays exactly what it would be."""
+    later step cheaper, and the top k stays exactly what it would be.
+    stats_of=n: signals listing more than n hits (best first: a search of k past search.candidates) are z-scored by
+    their first n, and the tools of those first n lists score as they would with those lists alone (a hit past n
+    counts as the n-th); the others follow, by their own hits (a covering signal may lift one among them). A larger
+    k keeps the order of a smaller one."""
     names = list(dict.fromkeys(chain.from_iterable(signal_scores.values())))
     if not names:
         return {}
@@ -125,9 +130,14 @@ def fuse(
     used += [(signal, weights.get(signal, 0.0), scores, True) for signal, scores in (covering or {}).items()]
     used = [u for u in used if u[1] != 0.0 and (u[2] or not u[3])]  # covering signals that score nobody: none
     columns = np.zeros((len(used), len(names)))
+    head = None
+    if stats_of is not None and any(len(scores) > stats_of for scores in signal_scores.values()):
+        head = set(chain.from_iterable(list(scores)[:stats_of] for scores in signal_scores.values()))
     for c, (_signal, weight, scores, partial) in enumerate(used):
         scores = {name: v for name, v in scores.items() if name in row} if partial else scores
-        if scores:
+        if scores and head is not None:
+            _past_head(columns[c], [row[name] for name in scores], scores, head, stats_of, partial, names)  # type: ignore[arg-type]
+        elif scores:
             z, floor = _zscore_array(np.fromiter(scores.values(), dtype=np.float64, count=len(scores)))
             columns[c].fill(0.0 if partial else floor)
             columns[c, [row[name] for name in scores]] = z
@@ -142,6 +152,36 @@ def fuse(
         names[i]: Candidate(names[i], score, table=(table, i))
         for i, score in zip(rows.tolist(), totals[rows].tolist(), strict=True)
     }
+
+
+def _past_head(
+    column: np.ndarray,
+    rows: list[int],
+    scores: Mapping[str, float],
+    head: set[str],
+    stats_of: int,
+    partial: bool,
+    names: list[str],
+) -> None:
+    """`fuse`'s column of one signal whose z-scores come from the head's hits (its first `stats_of`; for a covering
+    signal, the head's tools): a tool of the head scores as with the head alone, no lower than the head's floor."""
+    values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+    reference = values[[name in head for name in scores]] if partial else values[:stats_of]
+    if not len(reference):
+        return
+    centred = reference - reference.mean()
+    std = math.sqrt(float(centred @ centred) / len(reference))
+    if std < 1e-9:
+        return  # the head's z-scores are all 0 (as `_zscore_array` gives), and so is the rest's
+    z = (values - reference.mean()) / std
+    if partial:
+        column[rows] = z
+        return
+    floor = float(z[:stats_of].min())
+    column.fill(float(z.min()))
+    column[rows] = z
+    in_head = np.fromiter((name in head for name in names), dtype=bool, count=len(names))
+    column[in_head] = np.maximum(column[in_head], floor)
 
 
 def from_fused(scores: Mapping[str, float]) -> dict[str, Candidate]:

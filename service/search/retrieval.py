@@ -6,7 +6,7 @@ import difflib
 import heapq
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
@@ -18,12 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
-from indexer.lexical import SparseVector
 from indexer.names import READ_VERBS, asks, name_verb, query_stems, spelling_tier, wanted_verbs
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool, active
 from service.observability import Stage, stage
-from service.search.index_steps import IndexSteps
+from service.search.index_steps import IndexSteps, Texts, Widths, widths_for
 from service.search.ranking import (
     LEAD_VERB_HEAD,
     SIGNALS,
@@ -220,6 +219,7 @@ class Retriever:
         sparse = [self.resources.encoder.encode_query(text) for text in texts]
         index = self.resources.index
         assert index is not None
+        widths = widths_for(settings, k)
 
         def with_whole(embedded: list[list[float]]) -> list[list[float]]:
             return [whole_from_parts(parts, embedded), *embedded] if from_parts else embedded
@@ -228,7 +228,7 @@ class Retriever:
             """The search's vectors and the index's hits for them, and when this began (perf_counter)."""
             began = time.perf_counter()
             vectors = with_whole(embedded)
-            return vectors, *self._index_hits_now(index, list(zip(vectors, sparse, strict=True)), where), began
+            return vectors, *self._index_hits_now(index, list(zip(vectors, sparse, strict=True)), where, widths), began
 
         # A search alone runs its index step on the embedder's thread right after its pass (Resources.embed_then).
         embedding = self.resources.embed_then(parts if from_parts else texts, index_step)
@@ -239,12 +239,14 @@ class Retriever:
         if done is None:
             vectors = with_whole(embedded)
             with stage(self.resources, "index"):
-                fused, hit_lists = await self._index_hits(index, list(zip(vectors, sparse, strict=True)), where)
+                fused, hit_lists = await self._index_hits(index, list(zip(vectors, sparse, strict=True)), where, widths)
         else:
             vectors, fused, hit_lists, began = done
             Stage(self.resources, "index", started=began, started_wall=embed_stage.ended_wall).end()
         ranking = Stage(self.resources, "rank")
-        per_text = self._candidates(fused, hit_lists, vectors, k, scope)
+        exact = self.directory.exact_tiers(query, where)
+        # Fusion keeps k more than the exact names (ranked in whether found or not): k found ones stay behind them.
+        per_text = self._candidates(fused, hit_lists, vectors, k + len(exact), scope)
         verbs = self.directory.verbs
         for text, text_candidates in zip(texts, per_text, strict=True):  # each part leads with its own verb
             apply_lead_verb(text_candidates, verbs, wanted_verbs(text), settings.weight_lead_verb)
@@ -256,7 +258,6 @@ class Retriever:
             else per_text[0]
         )
         apply_name_verbs(candidates, self.directory.verbs, query_stems(query), settings.weight_name_verb)
-        exact = self.directory.exact_tiers(query, where)
         usage, learning = self.resources.usage, self.resources.settings.learning
         if usage is not None and scope is not None and learning.enabled:
             maps = usage.maps.get(scope) if learning.query_adapter_enabled and not fused else None
@@ -269,63 +270,78 @@ class Retriever:
             add_signal(candidates, "usage", behind_newcomers(candidates, values, usage.by_scope.get(scope, {})))
         if boosts is not None and caller_id is not None and candidates:
             apply_boosts(candidates, boosts(caller_id, scope, list(candidates)))
-        ranked = rank(candidates, exact, k)
+        ranked = rank(candidates, exact, len(candidates) + len(exact))
         ranking.end()
-        # Payloads only for the winners: converting a hundred payloads per signal costs more than the search. An
-        # index that keeps recent ones in memory (the embedded engine) spares the thread hop when it has them all.
-        cached = getattr(index, "cached_payloads", None)
-        payloads = cached(c.name for c in ranked) if cached is not None else {}
-        missing = [c.name for c in ranked if c.name not in payloads]
-        if missing:
-            payloads.update(await self.resources.run_index(index.payloads, missing))
-        results = [
-            RankedTool(c.name, round(c.score, 6), payloads[c.name], self._explain(c) if explain else None)
-            for c in ranked
-            if c.name in payloads
-        ]
+        results = await self._with_payloads(index, ranked, k, explain)
         return SearchOutcome(results, (time.perf_counter() - started) * 1000, parts)
 
+    async def _with_payloads(self, index: Any, ranked: list[Candidate], k: int, explain: bool) -> list[RankedTool]:
+        """The first k ranked tools that the index holds, with their payloads. Payloads only for the winners:
+        converting a hundred payloads per signal costs more than the search. A tool it does not hold (an exact name
+        the directory has and the index no longer, a point deleted meanwhile) leaves its place to the next one."""
+        results: list[RankedTool] = []
+        cached = getattr(index, "cached_payloads", None)
+        start = 0
+        while len(results) < k and start < len(ranked):
+            batch, start = ranked[start : start + k - len(results)], start + k - len(results)
+            # An index that keeps recent payloads in memory (the embedded engine) spares the thread hop.
+            payloads = cached(c.name for c in batch) if cached is not None else {}
+            if missing := [c.name for c in batch if c.name not in payloads]:
+                payloads.update(await self.resources.run_index(index.payloads, missing))
+            results.extend(
+                RankedTool(c.name, round(c.score, 6), payloads[c.name], self._explain(c) if explain else None)
+                for c in batch
+                if c.name in payloads
+            )
+        return results
+
     async def _index_hits(
-        self, index: Any, texts: list[tuple[list[float], SparseVector]], where: SearchFilter
+        self, index: Any, texts: Texts, where: SearchFilter, widths: Widths
     ) -> tuple[bool, list[list[Hit]]]:
         """`_index_hits_now` on an index thread, together with the other searches that wake now (IndexSteps)."""
         if self._fused_search(index) is not None:
-            return await self.resources.run_index(self._index_hits_now, index, texts, where)  # type: ignore[no-any-return]
-        return False, await self.index_steps.hits(index, texts, where)
+            return await self.resources.run_index(self._index_hits_now, index, texts, where, widths)  # type: ignore[no-any-return]
+        return False, await self.index_steps.hits(index, texts, where, widths)
 
     def _fused_search(self, index: Any) -> Any:
         """The index's own fusion (a Qdrant server, with `index.server_fusion`), else None."""
         return getattr(index, "fused_search", None) if self.resources.settings.index.server_fusion else None
 
     def _index_hits_now(
-        self, index: Any, texts: list[tuple[list[float], SparseVector]], where: SearchFilter
+        self, index: Any, texts: Texts, where: SearchFilter, widths: Widths
     ) -> tuple[bool, list[list[Hit]]]:
         """The index's hits (blocking: on a thread): one list per text fused by the index when it can (a Qdrant
         server with `index.server_fusion`; True), else one list per text and signal (False), in SIGNALS order."""
-        settings = self.resources.settings.search
         fused_search = self._fused_search(index)
         if fused_search is not None:
+            width = widths.candidates
             groups = [
-                [SignalQuery(f, settings.candidates, dense=vector) for f in DENSE_FIELDS]  # type: ignore[arg-type]
-                + [SignalQuery("lexical", settings.candidates, sparse=lexical)]
+                [SignalQuery(f, width, dense=vector) for f in DENSE_FIELDS]  # type: ignore[arg-type]
+                + [SignalQuery("lexical", width, sparse=lexical)]
                 for vector, lexical in texts
             ]
-            return True, fused_search(groups, self.weights(), settings.candidates, where)
-        return False, self._pooled_many(index, [(texts, where)])[0]
+            return True, fused_search(groups, self.weights(), width, where)
+        return False, self._pooled_many(index, [(texts, where, widths)])[0]
 
-    def _pooled_many(
-        self, index: Any, requests: list[tuple[Sequence[tuple[list[float], SparseVector]], SearchFilter]]
-    ) -> list[list[list[Hit]]]:
-        """`pooled_search_many` with the search settings (blocking: on a thread)."""
-        settings = self.resources.settings.search
-        return pooled_search_many(
-            index,
-            requests,
-            settings.pool_candidates,
-            settings.candidates,
-            settings.centre_fields,
-            settings.part_pool_candidates,
-        )
+    def _pooled_many(self, index: Any, requests: list[tuple[Texts, SearchFilter, Widths]]) -> list[list[list[Hit]]]:
+        """`pooled_search_many` with the search settings, once per widths asked (searches of k up to
+        `search.candidates` all share one) (blocking: on a thread)."""
+        centre = self.resources.settings.search.centre_fields
+        found: dict[int, list[list[Hit]]] = {}
+        for widths in dict.fromkeys(w for _, _, w in requests):
+            group = [i for i, (_, _, w) in enumerate(requests) if w == widths]
+            hits = pooled_search_many(
+                index,
+                [requests[i][:2] for i in group],
+                widths.pool,
+                widths.candidates,
+                centre,
+                widths.part_pool,
+                widths.part_candidates,
+                widths.part_candidates,  # the whole text's lexical hits: as many as at a small k
+            )
+            found.update(zip(group, hits, strict=True))
+        return [found[i] for i in range(len(requests))]
 
     def bonus_bound(self, scope: str | None) -> float:
         """The most that the signals added after fusion can lift a tool from below a text's LEAD_VERB_HEAD best
@@ -360,7 +376,8 @@ class Retriever:
                 signal: {h.qualified_name: h.score for h in hit_lists[t * width + s]}
                 for s, signal in enumerate(SIGNALS)
             }
-            per_text.append(fuse(signal_scores, weights, keep, self._server_signal(signal_scores, vector)))
+            covering = self._server_signal(signal_scores, vector)
+            per_text.append(fuse(signal_scores, weights, keep, covering, self.resources.settings.search.candidates))
         return per_text
 
     def _server_signal(

@@ -22,8 +22,12 @@ class SearchRequest(RequestBody):
     """A request for the tools that fit a task."""
 
     query: Text = Field(min_length=1, description="What the agent wants to do, in natural language")
+    # At most search.max_k, checked by search_tools (a bound written here refused k past 50 when max_k was raised).
     k: int | None = Field(
-        default=None, ge=1, le=50, strict=True, description="How many tools (default: the setting search.default_k, 5)"
+        default=None,
+        ge=1,
+        strict=True,
+        description="How many tools (default: the setting search.default_k, 5; at most search.max_k, 50)",
     )
     servers: list[Text] | None = Field(default=None, description="Only tools of these servers")
     tags: list[Text] | None = Field(default=None, description="Only tools with one of these tags")

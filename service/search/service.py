@@ -99,7 +99,12 @@ async def search_tools(
     k = settings.default_k if k is None else k
     if not 1 <= k <= settings.max_k:
         reason = f"must be between 1 and {settings.max_k}"
-        raise InvalidRequest(f"k {reason}", errors=[{"pointer": body_pointer("k"), "reason": reason}])
+        raise InvalidRequest(
+            f"k {reason} (search.max_k)",
+            errors=[{"pointer": body_pointer("k"), "reason": reason}],
+            limit="search.max_k",
+            max_k=settings.max_k,
+        )
     if not query.strip():
         raise InvalidRequest(
             "query must not be empty", errors=[{"pointer": body_pointer("query"), "reason": "must not be empty"}]

@@ -97,3 +97,22 @@ def test_fuse_keeps_only_the_tools_that_can_still_reach_the_top_k() -> None:
             assert candidate.signals == pytest.approx(full[name].signals)
             assert candidate.raw == full[name].raw
     assert len(fuse(scores, weights, keep=(500, 0.0))) == len(full)  # k beyond the union keeps everything
+
+
+def test_fuse_past_the_head_keeps_the_heads_scores_and_puts_the_others_after() -> None:
+    """stats_of=n: longer lists (a search of k past search.candidates) z-score by their first n hits, and the tools
+    of those first n score as with the first n alone: a larger k keeps a smaller k's order and scores."""
+    weights = {"name": 0.3, "description": 0.7}
+    wide = {
+        "name": {"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.6, "e": 0.5, "f": 0.1},
+        "description": {"c": 0.95, "e": 0.9, "a": 0.4, "b": 0.35, "g": 0.3, "d": 0.2},
+    }
+    head = {signal: dict(list(scores.items())[:3]) for signal, scores in wide.items()}
+    covering = {"server": {"a": 0.5, "c": 0.1, "e": 0.9, "g": 0.3}}
+    alone = fuse(head, {**weights, "server": 0.4}, covering=covering)
+    past = fuse(wide, {**weights, "server": 0.4}, covering=covering, stats_of=3)
+    assert set(alone) == {"a", "b", "c", "e"} and set(past) == {"a", "b", "c", "d", "e", "f", "g"}
+    assert {name: round(past[name].score, 9) for name in alone} == {n: round(c.score, 9) for n, c in alone.items()}
+    assert min(past[name].score for name in alone) > max(past[name].score for name in ("d", "f", "g"))
+    assert past["d"].score > past["f"].score  # the others by their own hits
+    assert fuse(head, weights, stats_of=3).keys() == fuse(head, weights).keys()  # lists of n or fewer: as before

@@ -309,7 +309,8 @@ class CodeMode:
         if "\x00" in query:
             raise InvalidArguments(f"The query {NUL_REASON}", errors=[{"pointer": "/query", "reason": NUL_REASON}])
         default_k = self.resources.settings.search.default_k
-        k = min(50, max(1, int(k))) if isinstance(k, int | float) and not isinstance(k, bool) else default_k
+        # Past search.max_k search_tools refuses it (naming the limit): clamped, a script got fewer tools than asked.
+        k = max(1, int(k)) if isinstance(k, int | float) and not isinstance(k, bool) else default_k
         search_id, outcome = await search_tools(self.resources, run.caller, query, k=k)
         await log_search(self.resources, search_id, run.caller, query, k, outcome)
         keys = ("name", "server", "description", "input_schema", "annotations", "score")
