@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -41,6 +42,17 @@ def linked() -> Iterator[tuple[DatabaseLink, str]]:
             yield link, link.url(url)
         finally:
             link.restore()
+
+
+@asynccontextmanager
+async def app_client(tmp_path: Path, url: str, timeout_seconds: float) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the app, started on the database at `url` with that timeout."""
+    settings = make_settings(tmp_path, db={"url": url, "timeout_seconds": timeout_seconds})
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+            yield http
 
 
 def test_the_timeouts_go_to_libpq_unless_the_url_sets_them() -> None:
@@ -124,18 +136,14 @@ async def test_readyz_says_not_ready_when_the_database_stalls(
     linked: tuple[DatabaseLink, str], tmp_path: Path
 ) -> None:
     link, url = linked
-    settings = make_settings(tmp_path, db={"url": url, "timeout_seconds": 1})
-    app = create_app(settings, embedder=HashingEmbedder())
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
-            assert (await http.get("/readyz")).json()["checks"]["database"] == "ok"
-            link.hang()
-            stalled = await asyncio.wait_for(http.get("/readyz"), 10)  # waited for ever before
-            link.restore()
-            assert stalled.status_code == 503
-            assert stalled.json()["checks"]["database"] == "error: TimeoutError"
-            assert (await http.get(f"/tools/none__{uuid.uuid4().hex[:6]}")).status_code == 404
+    async with app_client(tmp_path, url, timeout_seconds=1) as http:
+        assert (await http.get("/readyz")).json()["checks"]["database"] == "ok"
+        link.hang()
+        stalled = await asyncio.wait_for(http.get("/readyz"), 10)  # waited for ever before
+        link.restore()
+        assert stalled.status_code == 503
+        assert stalled.json()["checks"]["database"] == "error: TimeoutError"
+        assert (await http.get(f"/tools/none__{uuid.uuid4().hex[:6]}")).status_code == 404
 
 
 async def test_the_search_log_spills_at_shutdown_instead_of_waiting_for_a_stalled_database(
@@ -164,18 +172,14 @@ async def test_metrics_answer_while_the_database_stalls(linked: tuple[DatabaseLi
     """A scrape is wanted most when the database is in trouble: it answers, with toolscout_database_up 0 and
     without the catalog's count (it was a 503 after two database timeouts)."""
     link, url = linked
-    settings = make_settings(tmp_path, db={"url": url, "timeout_seconds": 5})
-    app = create_app(settings, embedder=HashingEmbedder())
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
-            healthy = await http.get("/metrics")
-            assert "toolscout_database_up 1.0" in healthy.text and "toolscout_catalog_tools" in healthy.text
-            link.hang()
-            started = time.monotonic()
-            stalled = await asyncio.wait_for(http.get("/metrics"), 30)
-            took = time.monotonic() - started
-            link.restore()
+    async with app_client(tmp_path, url, timeout_seconds=5) as http:
+        healthy = await http.get("/metrics")
+        assert "toolscout_database_up 1.0" in healthy.text and "toolscout_catalog_tools" in healthy.text
+        link.hang()
+        started = time.monotonic()
+        stalled = await asyncio.wait_for(http.get("/metrics"), 30)
+        took = time.monotonic() - started
+        link.restore()
     assert stalled.status_code == 200 and took < 4, (stalled.status_code, took)
     assert "toolscout_database_up 0.0" in stalled.text
     assert "toolscout_catalog_tools{" not in stalled.text and "toolscout_http_requests_total" in stalled.text

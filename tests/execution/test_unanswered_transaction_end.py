@@ -57,22 +57,32 @@ def outcome_within(seconds: float, work: Callable[[], Awaitable[None]]) -> tuple
     return result["took"], result.get("error")  # type: ignore[return-value]
 
 
-def test_a_session_closed_as_the_server_falls_silent_gives_up_on_its_rollback(link_and_engine) -> None:
-    link, engine_for = link_and_engine
+def on_an_engine(
+    link: DatabaseLink, engine_for: Callable[[], AsyncEngine], body: Callable[[AsyncEngine], Awaitable[None]]
+) -> tuple[float, BaseException | None]:
+    """`body` on a new engine through the link, then the link restored and the engine disposed, within 30 s."""
 
-    async def read_then_close() -> None:
+    async def work() -> None:
         engine = engine_for()
-        sessions = async_sessionmaker(engine)
         try:
-            with anyio.move_on_after(3 * ANSWER_SECONDS):  # a caller's deadline: it cannot reach the close
-                async with sessions() as session:
-                    await session.execute(text("SELECT 1"))
-                    link.hang()
+            await body(engine)
         finally:
             link.restore()
             await engine.dispose()
 
-    took, error = outcome_within(30, read_then_close)
+    return outcome_within(30, work)
+
+
+def test_a_session_closed_as_the_server_falls_silent_gives_up_on_its_rollback(link_and_engine) -> None:
+    link, engine_for = link_and_engine
+
+    async def read_then_close(engine: AsyncEngine) -> None:
+        with anyio.move_on_after(3 * ANSWER_SECONDS):  # a caller's deadline: it cannot reach the close
+            async with async_sessionmaker(engine)() as session:
+                await session.execute(text("SELECT 1"))
+                link.hang()
+
+    took, error = on_an_engine(link, engine_for, read_then_close)
     # The rollback gave up as a lost connection: the pool dropped it and the close ended, with the error.
     assert isinstance(error, OperationalError) and "did not answer ROLLBACK in 1 s" in str(error), error
     assert took < ANSWER_SECONDS + 2
@@ -81,18 +91,12 @@ def test_a_session_closed_as_the_server_falls_silent_gives_up_on_its_rollback(li
 def test_a_commit_the_server_never_answers_fails_naming_it(link_and_engine) -> None:
     link, engine_for = link_and_engine
 
-    async def write_then_commit() -> None:
-        engine = engine_for()
-        sessions = async_sessionmaker(engine)
-        try:
-            async with sessions() as session, session.begin():
-                await session.execute(text("SELECT 1"))
-                link.hang()
-        finally:
-            link.restore()
-            await engine.dispose()
+    async def write_then_commit(engine: AsyncEngine) -> None:
+        async with async_sessionmaker(engine)() as session, session.begin():
+            await session.execute(text("SELECT 1"))
+            link.hang()
 
-    took, error = outcome_within(30, write_then_commit)
+    took, error = on_an_engine(link, engine_for, write_then_commit)
     assert isinstance(error, OperationalError) and "did not answer COMMIT in 1 s" in str(error), error
     assert took < ANSWER_SECONDS + 2
 
@@ -100,19 +104,14 @@ def test_a_commit_the_server_never_answers_fails_naming_it(link_and_engine) -> N
 def test_a_pooled_connection_whose_server_fell_silent_is_not_handed_out(link_and_engine) -> None:
     link, engine_for = link_and_engine
 
-    async def use_the_pool_twice() -> None:
-        engine = engine_for()
-        try:
-            async with engine.connect() as connection:  # leaves one connection in the pool
-                await connection.execute(text("SELECT 1"))
-            link.hang()
-            async with engine.connect() as connection:  # no deadline of its own, as a request
-                await connection.execute(text("SELECT 1"))
-        finally:
-            link.restore()
-            await engine.dispose()
+    async def use_the_pool_twice(engine: AsyncEngine) -> None:
+        async with engine.connect() as connection:  # leaves one connection in the pool
+            await connection.execute(text("SELECT 1"))
+        link.hang()
+        async with engine.connect() as connection:  # no deadline of its own, as a request
+            await connection.execute(text("SELECT 1"))
 
-    took, error = outcome_within(30, use_the_pool_twice)
+    took, error = on_an_engine(link, engine_for, use_the_pool_twice)
     # The ping gave up, the new connection's connect_timeout did too: an error, not a request held for ever.
     assert isinstance(error, OperationalError), error
     assert took < 4 * ANSWER_SECONDS + 2
@@ -121,17 +120,13 @@ def test_a_pooled_connection_whose_server_fell_silent_is_not_handed_out(link_and
 def test_the_ping_leaves_a_pooled_connection_outside_any_transaction(link_and_engine) -> None:
     """The writers' turns (service/cluster/writers.py) switch a pooled connection to AUTOCOMMIT: psycopg refuses
     that inside a transaction, which a ping sent as a plain statement would have opened."""
-    _, engine_for = link_and_engine
+    link, engine_for = link_and_engine
 
-    async def twice() -> None:
-        engine = engine_for()
-        try:
-            for _ in range(2):
-                async with engine.connect() as connection:
-                    autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
-                    assert (await autocommit.execute(text("SELECT 1"))).scalar() == 1
-        finally:
-            await engine.dispose()
+    async def twice(engine: AsyncEngine) -> None:
+        for _ in range(2):
+            async with engine.connect() as connection:
+                autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
+                assert (await autocommit.execute(text("SELECT 1"))).scalar() == 1
 
-    took, error = outcome_within(30, twice)
+    _, error = on_an_engine(link, engine_for, twice)
     assert error is None, error

@@ -9,15 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from indexer.embedding import SentenceTransformerEmbedder
-from service.catalog.service import register_tools
 from service.policy.callers import Caller
-from service.resources import Resources, build_resources, close_resources, start_resources
-from service.search.service import search_tools, start_search
+from service.resources import Resources
+from service.search.service import search_tools
 from service.usage.adapter_training import refresh_maps
-from service.usage.learning import start_learning, stop_learning
-from tests.conftest import make_settings
-from tests.usage.test_usage_signal import _use
+from tests.usage.test_usage_signal import _use, learning_resources
 
 TOOLS = [
     {"server": "chat", "name": "send_message", "description": "Send a chat message to a colleague"},
@@ -44,17 +40,9 @@ QUERY = "ping Zoe about the offsite"  # a new phrasing of the team's jargon: "pi
 
 @pytest.fixture
 async def resources(tmp_path: Path) -> AsyncIterator[Resources]:
-    settings = make_settings(tmp_path)
-    settings.learning.refresh_lag_seconds = 0.0
-    settings.learning.adapter_retrain_growth = 0.0  # every refresh trains again: the last one sees every use
-    resources = build_resources(settings, SentenceTransformerEmbedder())
-    await start_resources(resources)
-    await start_search(resources)
-    await start_learning(resources)
-    assert not (await register_tools(resources, TOOLS)).errors
-    yield resources
-    await stop_learning(resources)
-    await close_resources(resources)
+    # adapter_retrain_growth 0: every refresh trains again, the last one sees every use.
+    async with learning_resources(tmp_path, TOOLS, adapter_retrain_growth=0.0) as resources:
+        yield resources
 
 
 def _signals(outcome: object) -> dict[str, dict[str, float]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -118,18 +119,29 @@ DEV = Caller("dev-1", frozenset({"dev"}))
 OPS = Caller("ops-1", frozenset({"ops"}))
 
 
-@pytest.fixture
-async def resources(tmp_path: Path) -> AsyncIterator[Resources]:
+@asynccontextmanager
+async def learning_resources(tmp_path: Path, tools: list[dict], **learning: float) -> AsyncIterator[Resources]:
+    """The service's resources with learning started (no refresh lag, `learning` settings) and `tools` registered."""
     settings = make_settings(tmp_path)
     settings.learning.refresh_lag_seconds = 0.0
+    for name, value in learning.items():
+        setattr(settings.learning, name, value)
     resources = build_resources(settings, SentenceTransformerEmbedder())
     await start_resources(resources)
     await start_search(resources)
     await start_learning(resources)
-    assert not (await register_tools(resources, TOOLS)).errors
-    yield resources
-    await stop_learning(resources)
-    await close_resources(resources)
+    assert not (await register_tools(resources, tools)).errors
+    try:
+        yield resources
+    finally:
+        await stop_learning(resources)
+        await close_resources(resources)
+
+
+@pytest.fixture
+async def resources(tmp_path: Path) -> AsyncIterator[Resources]:
+    async with learning_resources(tmp_path, TOOLS) as resources:
+        yield resources
 
 
 async def _use(resources: Resources, caller: Caller, query: str, tool: str, times: int) -> None:
