@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser("analytics", help="report what agents search for and call")
     sub = parser.add_subparsers(dest="analytics_command", required=True)
 
-    tools = sub.add_parser("tools", help="list calls, success rate, p50/p95 latency and errors by class per tool")
+    tools = sub.add_parser("tools", help="list calls, success rate, p50/p95 latency and errors by status per tool")
     _common(tools)
     tools.add_argument("--tool", default=None, help="only this tool (qualified name)")
     tools.set_defaults(func=cmd_tools)

@@ -59,10 +59,10 @@ usage_errors_daily = Table(
     Column("day", DateTime(timezone=True), primary_key=True),
     Column("caller", String(128), primary_key=True),
     Column("tool", String(64), primary_key=True),
-    Column("error", String(128), primary_key=True),  # the error class, or the status when none was recorded
+    Column("error", String(128), primary_key=True),  # the execution status (migration 0012)
     _counter("count"),
 )
-"""Failed calls per UTC day, caller, tool and error class."""
+"""Failed calls per UTC day, caller, tool and execution status."""
 
 tool_pairs_daily = Table(
     "tool_pairs_daily",

@@ -57,7 +57,7 @@ async def tool_usage(
     session: AsyncSession, scope: Scope, *, tool: str | None = None, limit: int = 50
 ) -> list[dict[str, Any]]:
     """Per tool: calls, successes, success rate, mean/p50/p95/max latency of the calls that reached the
-    server, tokens, calls from a search, and errors by class; most called first."""
+    server, tokens, calls from a search, and failed calls by status; most called first."""
     calls = func.sum(D.calls).label("calls")
     where = daily_filter(D, scope) + ([D.tool == tool] if tool else [])
     rows = (
@@ -81,7 +81,7 @@ async def tool_usage(
         )
     ).all()
     names = [row.tool for row in rows]
-    errors = await errors_by_class(session, scope, names) if names else {}
+    errors = await errors_by_status(session, scope, names) if names else {}
     out = []
     for row in rows:
         histogram = [_int(getattr(row, h)) for h in HISTOGRAM]
@@ -108,10 +108,10 @@ async def tool_usage(
     return out
 
 
-async def errors_by_class(
+async def errors_by_status(
     session: AsyncSession, scope: Scope, tools: list[str] | None = None
 ) -> dict[str, dict[str, int]]:
-    """tool -> error class (or the status when no class was recorded) -> count of failed calls."""
+    """tool -> execution status (tool_error, invalid_arguments, timeout ...) -> count of failed calls."""
     where = daily_filter(ERR, scope) + ([among(ERR.tool, tools)] if tools is not None else [])
     rows = (
         await session.execute(

@@ -1,7 +1,8 @@
 """The rollups analytics read, folded from each batch of the execution and search logs.
 
 `usage_daily` (day, caller, tool) holds counts, latency sums, maximum and a log histogram of durations;
-`usage_hourly` (hour, caller) calls and searches; `usage_errors_daily` failed calls by error class;
+`usage_hourly` (hour, caller) calls and searches; `usage_errors_daily` failed calls by status
+(the execution log's: tool_error, invalid_arguments, timeout ...);
 `tool_pairs_daily` two tools called one right after the other. Counters are added with one upsert per table
 and batch (INSERT ... ON CONFLICT DO UPDATE, which SQLite and PostgreSQL share), in the transaction that
 moves the log cursor, so each row is counted exactly once."""
@@ -165,7 +166,8 @@ async def fold_executions(session: AsyncSession, rows: Sequence[Any], settings: 
             day["duration_max"] = max(day["duration_max"], row.duration_ms)
             day[HISTOGRAM[latency_bucket(row.duration_ms)]] += 1
         if not ok:
-            errors[(day_of(at), row.caller, row.tool, (row.error_class or row.status)[:128])]["count"] += 1
+            # The status, not the exception class: one vocabulary, and the class is None for a tool_error.
+            errors[(day_of(at), row.caller, row.tool, row.status[:128])]["count"] += 1
     await upsert_add(session, usage_daily, ["day", "caller", "tool"], daily, maxima=["duration_max"])
     await upsert_add(session, usage_hourly, ["hour", "caller"], hourly)
     await upsert_add(session, usage_errors_daily, ["day", "caller", "tool", "error"], errors)

@@ -134,7 +134,7 @@ class NeverFoundResponse(BaseModel):
 
 @router.get("/tools", response_model=ToolUsageResponse)
 async def tools(session: SessionDep, scope: ScopeDep, tool: str | None = None, limit: Limit = 50) -> dict[str, Any]:
-    """Per tool: calls, success rate, p50/p95 latency, tokens, errors by class."""
+    """Per tool: calls, success rate, p50/p95 latency, tokens, failed calls by execution status."""
     return {"tools": await analytics.tool_usage(session, scope, tool=tool, limit=limit)}
 
 

@@ -91,17 +91,17 @@ def executions() -> list[Execution]:
         # gh__create_issue: durations 100 200 300 400 1000 (one per bucket), mean 400
         ex(1, "alice", GH, "ok", 100, 0, S1),
         ex(2, "alice", GH, "ok", 200, 2),
-        ex(3, "bob", GH, "tool_error", 300, 3, error="ValueError"),
+        ex(3, "bob", GH, "tool_error", 300, 3),  # the tool answered isError: no exception class
         ex(4, "bob", GH, "ok", 400, 70),
-        ex(5, "alice", GH, "timeout", 1000, 71),
+        ex(5, "alice", GH, "timeout", 1000, 71, error="UpstreamTimeout"),
         # fs__read: 10 30 20 reached the server; the invalid call never reached it
         ex(6, "alice", FS, "ok", 10, 1, S1),
-        ex(7, "alice", FS, "invalid_arguments", 0, 4, error=None),
+        ex(7, "alice", FS, "invalid_arguments", 0, 4, error="InvalidArguments"),
         ex(8, "carol", FS, "ok", 30, 5, S2),
         ex(9, "carol", FS, "ok", 20, 24 * 60),
         # secret__get: one call, one refused by policy
         ex(10, "alice", SECRET, "ok", 50, 6),
-        ex(11, "alice", SECRET, "denied", 0, 7),
+        ex(11, "alice", SECRET, "denied", 0, 7, error="PermissionDenied"),
     ]
 
 
@@ -162,7 +162,7 @@ async def test_tool_usage_counts_percentiles_and_errors(resources: Resources) ->
         "max": 1000.0,
         "calls": 5,
     }
-    assert gh["errors"] == {"ValueError": 1, "timeout": 1}
+    assert gh["errors"] == {"timeout": 1, "tool_error": 1}  # statuses, never exception class names
     assert (gh["input_tokens"], gh["output_tokens"]) == (0, 0)
     fs = by_tool[FS]
     assert (fs["calls"], fs["successes"], fs["success_rate"]) == (4, 3, 0.75)
