@@ -28,7 +28,8 @@ MAX_NAME_CHARS = 256  # a tool name, as POST /execute takes it
 MAX_DEPTH = 100  # nesting of a value that crosses to the service (its JSON encoders stop near 255)
 MAX_ERROR_CHARS = 2000
 
-# Frames of these functions are the prelude's, so a call's line is the first frame after them.
+# Frames of `__ts_` functions are the prelude's, a frame with no function (`at <input>:1:2`) a place in a text
+# that JSON.parse or eval read: a call's line is the first frame of another function.
 PRELUDE = r"""
 (() => {
   "use strict";
@@ -47,12 +48,8 @@ PRELUDE = r"""
   const pending = Object.create(null);
   const where = (stack) => {
     for (const frame of apply(split, String(stack || ""), ["\n"])) {
-      const m = apply(exec, /at (\S+) \(<input>:(\d+):(\d+)\)/, [frame])
-        || apply(exec, /at <input>:(\d+):(\d+)/, [frame]);
-      if (!m) continue;
-      if (m.length === 4 && apply(slice, m[1], [0, 5]) === "__ts_") continue;
-      const [line, column] = m.length === 4 ? [m[2], m[3]] : [m[1], m[2]];
-      return { line: Number(line), column: Number(column) };
+      const m = apply(exec, /at (\S+) \(<input>:(\d+):(\d+)\)/, [frame]);
+      if (m && apply(slice, m[1], [0, 5]) !== "__ts_") return { line: Number(m[2]), column: Number(m[3]) };
     }
     return { line: null, column: null };
   };
@@ -122,8 +119,9 @@ PRELUDE = r"""
   return settle;
 })();
 """
-# The script runs inside an async function that starts on its first line, so error lines are the script's own.
-OPENING = "__ts_run(async function __script__() { "
+# The script runs in an async function whose opening has a line to itself: the script's line n is the engine's
+# n + 1, columns unshifted (QuickJS counts some columns of its first line from 0); a // comment ends at CLOSING.
+OPENING = "__ts_run(async function __script__() {\n"
 CLOSING = "\n});"
 _LOCATION = re.compile(r"<input>:(\d+):(\d+)")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -145,6 +143,7 @@ class Child:
         self.outstanding: set[int] = set()
         self.log_lines = 0
         self.outcome: dict[str, Any] | None = None
+        self.script = str(config["script"])
         self.fault: dict[str, Any] | None = None  # the outcome when a host function failed
         self.context = quickjs.Context()
         self.context.set_memory_limit(int(config["memory_bytes"]))
@@ -189,7 +188,8 @@ class Child:
             return f"the arguments of {name} must be an object, like {{text: 'hi'}}"
         call_id = next(self.ids)
         self.outstanding.add(call_id)
-        send({"op": "call", "id": call_id, "kind": kind, "name": name, "arguments": arguments, "line": line_of(line)})
+        line = place(self.script, line_of(line), None)[0]
+        send({"op": "call", "id": call_id, "kind": kind, "name": name, "arguments": arguments, "line": line})
         return call_id
 
     def host_log(self, text: Any) -> None:
@@ -212,13 +212,13 @@ class Child:
             error = readable(payload, 4 * MAX_ERROR_CHARS)
         except Refused:
             error = None
-        self.outcome = thrown(error if isinstance(error, dict) else {})
+        self.outcome = thrown(error if isinstance(error, dict) else {}, self.script)
 
-    def run(self, script: str) -> dict[str, Any]:
+    def run(self) -> dict[str, Any]:
         """The script's outcome: {ok, value} or {ok: false, error}."""
         try:
             settle = self.context.eval(PRELUDE)
-            self.context.eval(OPENING + script + CLOSING)
+            self.context.eval(OPENING + self.script + CLOSING)
             while True:
                 while self.fault is None and self.outcome is None and self.context.execute_pending_job():
                     pass
@@ -240,9 +240,7 @@ class Child:
     def _from_exception(self, text: str) -> dict[str, Any]:
         head = text.splitlines()[0][:MAX_ERROR_CHARS] if text else "the engine failed"
         found = _LOCATION.search(text)
-        line, column = (int(found.group(1)), int(found.group(2))) if found else (None, None)
-        if line == 1 and column is not None:
-            column = max(1, column - len(OPENING))
+        line, column = place(self.script, *((int(found.group(1)), int(found.group(2))) if found else (None, None)))
         if "out of memory" in head:
             return failure("memory_limit", head, line, column)
         if "interrupted" in head:
@@ -250,12 +248,19 @@ class Child:
         return failure("script_error", head, line, column)
 
 
-def thrown(error: dict[str, Any]) -> dict[str, Any]:
+def place(script: str, line: int | None, column: int | None) -> tuple[int | None, int | None]:
+    """The script's own line and column of a place in OPENING + script + CLOSING. In the closing, the script ended
+    too early (`return 1 +`): the end of its last line that is not blank. The opening has no place of the script."""
+    if line is not None and line - 1 > script.count("\n") + 1:
+        text = script.rstrip()
+        return text.count("\n") + 1, len(text) - text.rfind("\n")
+    return (line - 1, column) if line is not None and line > 1 else (None, None)
+
+
+def thrown(error: dict[str, Any], script: str) -> dict[str, Any]:
     """The outcome of an error the script threw, from the fields the prelude read off it."""
     message = str(error.get("message", "the script threw a value that cannot be read"))[:MAX_ERROR_CHARS]
-    line, column = line_of(error.get("line")), line_of(error.get("column"))
-    if line == 1 and column:
-        column = max(1, column - len(OPENING))
+    line, column = place(script, line_of(error.get("line")), line_of(error.get("column")))
     call = error.get("call") if isinstance(error.get("call"), int) else None
     kind = "memory_limit" if "out of memory" in message else "tool_error" if call else "script_error"
     name = str(error.get("name", "Error"))[:200]
@@ -376,7 +381,7 @@ def main() -> None:
     baseline = peak_rss()
     try:
         child = Child(config)
-        outcome = child.run(config["script"]) | {"log_lines": child.log_lines}
+        outcome = child.run() | {"log_lines": child.log_lines}
     except Exception as exc:  # noqa: BLE001 - the caller gets the kind of failure, the service's log the traceback
         traceback.print_exc()
         outcome = (
