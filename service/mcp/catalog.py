@@ -3,13 +3,13 @@ the API's event stream (GET /events) is followed, so a cached list is never olde
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 
+from indexer.closest import close_names
 from service.errors import NotFound
 from service.mcp.api import ApiError, ToolscoutApi
 from service.mcp.profiles import Profile
@@ -80,7 +80,7 @@ class CatalogView:
             tool = None
         if tool is not None and self.in_scope(tool):
             return tool
-        closest = difflib.get_close_matches(name, [str(t["name"]) for t in await self.tools()], n=5, cutoff=0.6)
+        closest = close_names(name, {str(t["name"]): str(t.get("tool") or t["name"]) for t in await self.tools()})
         hint = f"; closest: {', '.join(closest)}" if closest else ""
         profile = self.profile.name if self.profile else ""
         raise NotFound(f"No tool named {name!r} in the profile {profile!r}{hint}", tool=name, closest=closest)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import heapq
 import time
 from collections import defaultdict
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from indexer.closest import close_names
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
@@ -66,7 +66,7 @@ class SearchOutcome:
     parts: list[str] = field(default_factory=list)
 
 
-# Names a misspelt one is compared with: ~25 ms of difflib at worst, whatever the catalog's size.
+# Names a misspelt one is compared with, whatever the catalog's size (indexer/closest.py).
 CLOSEST_POOL = 500
 
 
@@ -143,19 +143,17 @@ class NameDirectory:
         return qualified not in where.denied
 
     def closest(self, name: str, n: int = 5, allowed: frozenset[str] | None = None) -> list[str]:
-        """The registered names nearest to a misspelt one, among at most CLOSEST_POOL of them: the name's
-        server's, else those nearest in length (difflib over 100k names took seconds per unknown name)."""
+        """The registered names close to an unknown one (indexer/closest.py says which are): any spelt the same,
+        else among at most CLOSEST_POOL of them, the name's server's, else those nearest in length (comparing
+        with all 100k names of a catalog took seconds per unknown name)."""
         pool = [q for q in self._entries if allowed is None or q in allowed]
         if len(pool) > CLOSEST_POOL:
-            server, separator, _ = name.partition("__")
+            server, separator, tool = name.partition("__")
             same_server = [q for q in pool if separator and q.startswith(server + separator)]
             pool = heapq.nsmallest(CLOSEST_POOL, same_server or pool, key=lambda q: abs(len(q) - len(name)))
-        by_original = {self._original[q].lower(): q for q in pool}
-        near = difflib.get_close_matches(name.lower(), [q.lower() for q in pool], n=n, cutoff=0.4)
-        near_original = difflib.get_close_matches(name.lower(), list(by_original), n=n, cutoff=0.4)
-        lowered = {q.lower(): q for q in pool}
-        out = [lowered[x] for x in near] + [by_original[x] for x in near_original]
-        return list(dict.fromkeys(out))[:n]
+            spelt = set().union(*(self._by_key.get(normalize_name_key(k), ()) for k in (name, tool)))
+            pool += sorted(q for q in spelt - set(pool) if allowed is None or q in allowed)
+        return close_names(name, {q: self._original[q] for q in pool}, n)
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -235,7 +235,7 @@ async def test_batch_runs_in_parallel_and_keeps_request_order(tmp_path: Path) ->
     assert [item["status"] for item in body["results"]] == [200, 404, 422, 200, 200]
     assert (body["succeeded"], body["failed"]) == (3, 2)
     assert body["results"][4]["result"]["content"][0]["text"] == "last"
-    assert body["results"][1]["error"]["closest"][0].startswith("t__")
+    assert body["results"][1]["error"]["closest"] == []  # no tool of t is named anything like `nope`
     assert body["results"][2]["error"]["errors"][0]["pointer"] == "/text"
     assert elapsed < 1.9  # the two 1 s sleeps overlapped (in turn they take 2 s; the margin absorbs a loaded machine)
     assert too_many.status_code == 422
