@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter
@@ -50,6 +50,15 @@ class SearchResult(BaseModel):
     annotations: dict[str, Any]
     tags: list[str]
     score: float
+    available: bool | None = Field(
+        default=None,
+        description="Whether the tool can be called now: its server's connection is ready or starting (false: the "
+        "server has no connection, or is in backoff or stopped; its state is server_state). Left out when unknown "
+        "(the CLI searching the data folder itself, with no gateway running)",
+    )
+    server_state: Literal["catalog", "backoff", "stopped"] | None = Field(
+        default=None, description="Of an unavailable tool: its server's state, as GET /servers shows it"
+    )
     explain: dict[str, Any] | None = None
 
 
