@@ -11,6 +11,7 @@ a near score within the k results.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from service.resources import Resources
@@ -39,15 +40,22 @@ def server_states(resources: Resources) -> dict[str, str] | None:
 
 
 def mark_availability(resources: Resources, outcome: SearchOutcome) -> SearchOutcome:
-    """The outcome's results as SearchHits that say whether their tool can be called now; unavailable ones lose
-    `search.unavailable_penalty` of their score and the k results are sorted again (stable: ties keep order)."""
+    """The outcome with its results as SearchHits that say whether their tool can be called now."""
     states = server_states(resources)
+    outcome.results = list(rank_by_availability(outcome.results, states, resources.settings.search.unavailable_penalty))
+    return outcome
+
+
+def rank_by_availability(
+    results: Sequence[RankedTool], states: Mapping[str, str] | None, penalty: float
+) -> list[SearchHit]:
+    """Each result with whether its tool can be called now, given its server's state (states: by server id; a
+    server without one has no connection). An unavailable one loses `penalty` of its score (its explain says so)
+    and the results are sorted again, stably: it goes below the available ones less than `penalty` behind it."""
     if states is None:
-        outcome.results = [SearchHit(r.name, r.score, r.payload, r.explain) for r in outcome.results]
-        return outcome
-    penalty = resources.settings.search.unavailable_penalty
+        return [SearchHit(r.name, r.score, r.payload, r.explain) for r in results]
     hits = []
-    for result in outcome.results:
+    for result in results:
         state = states.get(str(result.payload.get("server")), NO_CONNECTION)
         available = state in CALLABLE_STATES
         score, why = result.score, result.explain
@@ -58,5 +66,4 @@ def mark_availability(resources: Resources, outcome: SearchOutcome) -> SearchOut
         hits.append(SearchHit(result.name, score, result.payload, why, available, None if available else state))
     if penalty:
         hits.sort(key=lambda hit: -hit.score)
-    outcome.results = list(hits)
-    return outcome
+    return hits
