@@ -55,7 +55,6 @@ def usable(name: str) -> bool:
 
 
 async def main(penalties: list[float]) -> None:
-    states = dict.fromkeys(READY, "ready")
     with tempfile.TemporaryDirectory() as folder:
         async with demo_resources(Path(folder), SentenceTransformerEmbedder()) as resources:
             assert resources.retriever is not None
@@ -71,7 +70,7 @@ async def main(penalties: list[float]) -> None:
         rr = 0.0
         reordered = 0
         for _, relevant, results in ranked:
-            hits = rank_by_availability(results, states, penalty)
+            hits = rank_by_availability(results, lambda s: None if s in READY else "catalog", penalty)
             names = [h.name for h in hits]
             reordered += names != [r.name for r in results]
             if penalty == penalties[0] and not hits[0].available:

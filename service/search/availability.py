@@ -1,25 +1,29 @@
 """Whether a search result's tool can be called now, from what the execution gateway knows of its server.
 
-A tool is available when its server has a connection in the gateway's pool that is ready, or on its way to ready
+A tool is available when its server's connection in the gateway's pool is ready, or on its first way there
 (installing, starting, connecting: a call waits for it). It is not when its server has no connection (a
 catalog-only registration: state `catalog`, as GET /servers shows it), or its connection is in `backoff` after a
-failure or `stopped`. A dict lookup per result, no I/O; the state told is the one GET /servers already shows the
-caller of a server whose tools it may use (search results hold only those). Unavailable tools are never hidden
-(an admin may be about to fix the server): `search.unavailable_penalty` only moves them below available tools of
-a near score within the k results.
+failure, trying again after one (`connecting` once restarted), or `stopped`. A dict lookup per result, no I/O; the
+state told is the one GET /servers already shows the caller of a server whose tools it may use (search results hold
+only those). Unavailable tools are never hidden (an admin may be about to fix the server):
+`search.unavailable_penalty` only moves them below available tools of a near score within the k results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from service.resources import Resources
 from service.search.retrieval import RankedTool, SearchOutcome
+from service.upstream.connection import UpstreamConnection
 
-# States of a connection that a call goes through in, or waits in for the connection already on its way.
-CALLABLE_STATES = frozenset({"ready", "installing", "starting", "connecting"})
+# States of a connection's first attempt: a call waits for it (upstream/calls.py, wait_ready).
+FIRST_START_STATES = frozenset({"installing", "starting", "connecting"})
 NO_CONNECTION = "catalog"  # the state GET /servers shows for a server without a connection
+
+# A server id -> None when its tools can be called now, else the state that keeps them from it.
+Unavailability = Callable[[str], str | None]
 
 
 @dataclass
@@ -27,43 +31,47 @@ class SearchHit(RankedTool):
     """A ranked tool and whether it can be called now (None: no gateway runs in this process, so unknown)."""
 
     available: bool | None = None
-    server_state: str | None = None  # of an unavailable tool's server: catalog, backoff or stopped
+    server_state: str | None = None  # of an unavailable tool's server, as GET /servers shows it
 
 
-def server_states(resources: Resources) -> dict[str, str] | None:
-    """Each connected server's state (GET /servers' `state`), or None when no gateway runs here (the CLI's own
-    search): then nothing is known of availability and no result says anything of it."""
-    gateway = resources.gateway
-    if gateway is None:
+def unavailable_state(connection: UpstreamConnection | None) -> str | None:
+    """None when a call of the connection's tools goes through now (or waits for its first start), else the
+    state that keeps it from it."""
+    if connection is None:
+        return NO_CONNECTION
+    health = connection.health
+    if health.state == "ready" or (health.state in FIRST_START_STATES and not health.restarts):
         return None
-    return {connection.id: connection.health.state for connection in gateway.pool.connections()}
+    return health.state
 
 
 def mark_availability(resources: Resources, outcome: SearchOutcome) -> SearchOutcome:
-    """The outcome with its results as SearchHits that say whether their tool can be called now."""
-    states = server_states(resources)
-    outcome.results = list(rank_by_availability(outcome.results, states, resources.settings.search.unavailable_penalty))
+    """The outcome with its results as SearchHits that say whether their tool can be called now (nothing is known
+    of it when no gateway runs here: the CLI's own search of the data folder)."""
+    gateway = resources.gateway
+    unavailable = None if gateway is None else lambda server: unavailable_state(gateway.pool.get(server))
+    penalty = resources.settings.search.unavailable_penalty
+    outcome.results = list(rank_by_availability(outcome.results, unavailable, penalty))
     return outcome
 
 
 def rank_by_availability(
-    results: Sequence[RankedTool], states: Mapping[str, str] | None, penalty: float
+    results: Sequence[RankedTool], unavailable: Unavailability | None, penalty: float
 ) -> list[SearchHit]:
-    """Each result with whether its tool can be called now, given its server's state (states: by server id; a
-    server without one has no connection). An unavailable one loses `penalty` of its score (its explain says so)
-    and the results are sorted again, stably: it goes below the available ones less than `penalty` behind it."""
-    if states is None:
+    """Each result with whether its tool can be called now. An unavailable one loses `penalty` of its score (its
+    explain says so) and the results are sorted again, stably: it goes below available ones less than `penalty`
+    behind it, and stays in the results."""
+    if unavailable is None:
         return [SearchHit(r.name, r.score, r.payload, r.explain) for r in results]
     hits = []
     for result in results:
-        state = states.get(str(result.payload.get("server")), NO_CONNECTION)
-        available = state in CALLABLE_STATES
+        state = unavailable(str(result.payload.get("server")))
         score, why = result.score, result.explain
-        if not available and penalty:
+        if state is not None and penalty:
             score = round(score - penalty, 6)
             if why is not None:
                 why = {**why, "unavailable_penalty": penalty}
-        hits.append(SearchHit(result.name, score, result.payload, why, available, None if available else state))
+        hits.append(SearchHit(result.name, score, result.payload, why, state is None, state))
     if penalty:
         hits.sort(key=lambda hit: -hit.score)
     return hits

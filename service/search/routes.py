@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 from fastapi import APIRouter
@@ -52,12 +52,14 @@ class SearchResult(BaseModel):
     score: float
     available: bool | None = Field(
         default=None,
-        description="Whether the tool can be called now: its server's connection is ready or starting (false: the "
-        "server has no connection, or is in backoff or stopped; its state is server_state). Left out when unknown "
-        "(the CLI searching the data folder itself, with no gateway running)",
+        description="Whether the tool can be called now: its server's connection is ready, or on its first start "
+        "(false: the server has no connection, or is in backoff, retrying after a failure, or stopped; its state "
+        "is server_state). Left out when unknown (the CLI searching the data folder itself, no gateway running)",
     )
-    server_state: Literal["catalog", "backoff", "stopped"] | None = Field(
-        default=None, description="Of an unavailable tool: its server's state, as GET /servers shows it"
+    server_state: str | None = Field(
+        default=None,
+        description="Of an unavailable tool: its server's state as GET /servers shows it (catalog: no connection; "
+        "backoff; connecting, installing or starting again after a failure; stopped)",
     )
     explain: dict[str, Any] | None = None
 
