@@ -4,6 +4,7 @@ POST /search, the MCP front end's search_tools and code mode's search_tools."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,16 @@ from typing import Any
 import httpx
 import pytest
 
+from indexer.embedding import HashingEmbedder
+from service.cli import main
+from service.main import create_app
 from service.mcp import render
 from service.search.availability import SearchHit, rank_by_availability
 from service.search.retrieval import RankedTool
-from tests.mcp.conftest import client_of, frontend_of, text_of
+from tests.conftest import make_settings
+from tests.mcp.conftest import client_of, frontend_of, register, serving, text_of
+from tests.processes import free_port
+from tests.search.test_cli_search import CATALOG, direct_cli
 from tests.upstream.upstream_support import local_server, running
 
 # Tools registered for a server with no connection, and for the server whose command does not exist.
@@ -100,3 +107,28 @@ async def test_each_result_says_whether_its_server_can_take_the_call(tmp_path: P
     found = {name: (available, state) for name, available, state in run.json()["result"]}
     assert found["good__echo"] == (True, None)
     assert found["broken__echo_back"] == (False, "backoff")
+
+
+async def test_toolscout_search_marks_the_results_that_cannot_be_called_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rest = create_app(make_settings(tmp_path / "service"), embedder=HashingEmbedder())
+    async with serving(rest, free_port()) as api_url:
+        await register(rest, PAPER)
+        monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path / "cli"))
+        monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", api_url)
+        assert await asyncio.to_thread(main, ["search", "print a page"]) == 0
+        printed = capsys.readouterr().out
+    first = printed.splitlines()[1]  # under "1 tools in ... ms"
+    assert first.startswith(" 1. paper__print_page  (") and first.endswith(")  [unavailable: catalog]"), printed
+
+
+def test_the_cli_searching_the_data_folder_itself_says_nothing_of_availability(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    direct_cli(tmp_path, monkeypatch)
+    assert main(["index", str(CATALOG)]) == 0
+    capsys.readouterr()
+    assert main(["search", "send an email", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert results and all("available" not in r and "server_state" not in r for r in results)
