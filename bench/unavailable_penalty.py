@@ -70,7 +70,7 @@ async def main(penalties: list[float]) -> None:
         rr = 0.0
         reordered = 0
         for _, relevant, results in ranked:
-            hits = rank_by_availability(results, lambda s: None if s in READY else "catalog", penalty)
+            hits = rank_by_availability(results, lambda server, _: None if server in READY else "catalog", penalty)
             names = [h.name for h in hits]
             reordered += names != [r.name for r in results]
             if penalty == penalties[0] and not hits[0].available:

@@ -27,8 +27,8 @@ HELP_SAMPLE = 3  # tool names quoted in a help_<server> description
 _ANNOTATION_KEYS = {"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 _OBJECT = {"type": "object", "properties": {}}
 UNAVAILABLE_HINT = (
-    " Tools marked available: false cannot be called now (their server is not connected: server_state);"
-    " prefer an available one."
+    " Tools marked available: false cannot be called now (unavailable_reason: their server's state, or"
+    " task_required); prefer an available one."
 )
 
 
@@ -270,7 +270,7 @@ def search_entry(result: Mapping[str, Any]) -> dict[str, Any]:
         entry["score"] = round(float(result["score"]), 3)
     if result.get("available") is False:  # said only of the tools that cannot be called now: fewer tokens
         entry["available"] = False
-        entry["server_state"] = result.get("server_state")
+        entry["unavailable_reason"] = result.get("unavailable_reason")
     return entry
 
 

@@ -52,14 +52,15 @@ class SearchResult(BaseModel):
     score: float
     available: bool | None = Field(
         default=None,
-        description="Whether the tool can be called now: its server's connection is ready, or on its first start "
-        "(false: the server has no connection, or is in backoff, retrying after a failure, or stopped; its state "
-        "is server_state). Left out when unknown (the CLI searching the data folder itself, no gateway running)",
+        description="Whether the tool can be called now: its server's connection is ready, or on its first start, "
+        "and the tool does not run only as a task (false: see unavailable_reason). Left out when unknown (the CLI "
+        "searching the data folder itself, no gateway running)",
     )
-    server_state: str | None = Field(
+    unavailable_reason: str | None = Field(
         default=None,
-        description="Of an unavailable tool: its server's state as GET /servers shows it (catalog: no connection; "
-        "backoff; connecting, installing or starting again after a failure; stopped)",
+        description="Why an unavailable tool cannot be called now: its server's state as GET /servers shows it "
+        "(catalog: no connection; backoff; connecting, installing or starting again after a failure; stopped), or "
+        "task_required (its server runs it only as a task, which the gateway does not ask for)",
     )
     explain: dict[str, Any] | None = None
 

@@ -81,7 +81,7 @@ def result_view(tool: Any) -> dict[str, Any]:
         "score": tool.score,
         # Whether the tool can be called now (service/search/availability.py); None (left out): not known here.
         "available": getattr(tool, "available", None),
-        "server_state": getattr(tool, "server_state", None),
+        "unavailable_reason": getattr(tool, "unavailable_reason", None),
     }
     if tool.explain is not None:
         view["explain"] = tool.explain

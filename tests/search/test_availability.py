@@ -22,7 +22,7 @@ from tests.conftest import make_settings
 from tests.mcp.conftest import client_of, frontend_of, register, serving, text_of
 from tests.processes import free_port
 from tests.search.test_cli_search import CATALOG, direct_cli
-from tests.upstream.upstream_support import local_server, running
+from tests.upstream.upstream_support import local_server, node_server, running
 
 # Tools registered for a server with no connection, and for the server whose command does not exist.
 PAPER = [{"server": "paper", "name": "print_page", "description": "Echo a page of text to the printer"}]
@@ -38,15 +38,19 @@ def ranked(*names_and_scores: tuple[str, float]) -> list[RankedTool]:
 def test_a_penalty_moves_an_unavailable_tool_below_near_available_ones_and_keeps_it() -> None:
     results = ranked(("down__a", 3.0), ("up__b", 2.9), ("up__c", 1.0), ("down__d", 0.5))
     states = {"up": None, "down": "backoff"}
-    unchanged = rank_by_availability(results, states.__getitem__, 0.0)
-    assert [(h.name, h.score, h.available, h.server_state) for h in unchanged] == [
+
+    def unavailable(server: str, tool: str) -> str | None:
+        return states[server]
+
+    unchanged = rank_by_availability(results, unavailable, 0.0)
+    assert [(h.name, h.score, h.available, h.unavailable_reason) for h in unchanged] == [
         ("down__a", 3.0, False, "backoff"),
         ("up__b", 2.9, True, None),
         ("up__c", 1.0, True, None),
         ("down__d", 0.5, False, "backoff"),
     ]
     assert all("unavailable_penalty" not in (h.explain or {}) for h in unchanged)
-    demoted = rank_by_availability(results, states.__getitem__, 0.5)
+    demoted = rank_by_availability(results, unavailable, 0.5)
     assert [(h.name, h.score) for h in demoted] == [("up__b", 2.9), ("down__a", 2.5), ("up__c", 1.0), ("down__d", 0.0)]
     assert [h.explain for h in demoted if not h.available] == [{"signals": {}, "unavailable_penalty": 0.5}] * 2
     assert [h.explain for h in demoted if h.available] == [{"signals": {}}] * 2
@@ -85,20 +89,26 @@ async def test_each_result_says_whether_its_server_can_take_the_call(tmp_path: P
                 text_of(await mcp.call_tool("search_tools", {"query": "print a page", "server": "paper"}))
             )
         # Code mode's search_tools.
-        script = "return (await search_tools('echo the text', 20)).map(t => [t.name, t.available, t.server_state]);"
+        script = (
+            "return (await search_tools('echo the text', 20)).map(t => [t.name, t.available, t.unavailable_reason])"
+        )
         run = await client.post("/run", json={"script": script})
 
     assert states == {"good": "ready", "broken": "backoff", "paper": "catalog"}
     assert called.status_code == 502  # what `available: false` spares the agent
     assert good and {(r["server"], r["available"]) for r in good} == {("good", True)}
-    assert all("server_state" not in r for r in good)
-    assert [(r["name"], r["available"], r["server_state"]) for r in broken] == [("broken__echo_back", False, "backoff")]
-    assert [(r["name"], r["available"], r["server_state"]) for r in paper] == [("paper__print_page", False, "catalog")]
+    assert all("unavailable_reason" not in r for r in good)
+    assert [(r["name"], r["available"], r["unavailable_reason"]) for r in broken] == [
+        ("broken__echo_back", False, "backoff")
+    ]
+    assert [(r["name"], r["available"], r["unavailable_reason"]) for r in paper] == [
+        ("paper__print_page", False, "catalog")
+    ]
     assert "unavailable_penalty" not in paper[0]["explain"]  # off by default (bench/unavailable_penalty.py)
 
     assert shown_good["tools"] and all("available" not in t for t in shown_good["tools"])
     assert render.UNAVAILABLE_HINT not in shown_good["hint"]
-    assert [(t["name"], t["available"], t["server_state"]) for t in shown_paper["tools"]] == [
+    assert [(t["name"], t["available"], t["unavailable_reason"]) for t in shown_paper["tools"]] == [
         ("paper__print_page", False, "catalog")
     ]
     assert shown_paper["hint"].endswith(render.UNAVAILABLE_HINT)
@@ -131,4 +141,21 @@ def test_the_cli_searching_the_data_folder_itself_says_nothing_of_availability(
     capsys.readouterr()
     assert main(["search", "send an email", "--json"]) == 0
     results = json.loads(capsys.readouterr().out)["results"]
-    assert results and all("available" not in r and "server_state" not in r for r in results)
+    assert results and all("available" not in r and "unavailable_reason" not in r for r in results)
+
+
+@pytest.mark.upstream
+@pytest.mark.node
+async def test_a_tool_its_server_runs_only_as_a_task_is_unavailable(tmp_path: Path, node_modules: Path) -> None:
+    servers = {"everything": node_server(node_modules, "everything", "stdio")}
+    async with running(tmp_path, servers, timeout_seconds=10) as (_, client):
+        found = await search(client, "simulate a research query", "everything")
+        called = await client.post(
+            "/execute", json={"name": "everything__simulate-research-query", "arguments": {"topic": "tea"}}
+        )
+    reasons = {r["name"]: (r["available"], r.get("unavailable_reason")) for r in found}
+    assert reasons.pop("everything__simulate-research-query") == (False, "task_required")
+    assert reasons and set(reasons.values()) == {(True, None)}  # its server is ready: the others can be called
+    # What the flag spares the agent:
+    assert called.status_code == 200 and called.json()["is_error"] is True, called.text
+    assert "requires task augmentation" in called.json()["content"][0]["text"]

@@ -315,7 +315,7 @@ class CodeMode:
         await log_search(self.resources, search_id, run.caller, query, k, outcome)
         keys = ("name", "server", "description", "input_schema", "annotations", "score")
         # `available` false (and the server's state) when the tool cannot be called now: a script can pass it by.
-        said = ("available", "server_state")
+        said = ("available", "unavailable_reason")
         views = map(result_view, outcome.results)
         return [{key: v[key] for key in keys} | {k: v[k] for k in said if v[k] is not None} for v in views]
 
