@@ -20,6 +20,7 @@ from service.search.availability import SearchHit, rank_by_availability
 from service.search.retrieval import RankedTool
 from tests.conftest import make_settings
 from tests.mcp.conftest import client_of, frontend_of, register, serving, text_of
+from tests.policy import policy_world
 from tests.processes import free_port
 from tests.search.test_cli_search import CATALOG, direct_cli
 from tests.upstream.upstream_support import local_server, node_server, running
@@ -159,3 +160,19 @@ async def test_a_tool_its_server_runs_only_as_a_task_is_unavailable(tmp_path: Pa
     # What the flag spares the agent:
     assert called.status_code == 200 and called.json()["is_error"] is True, called.text
     assert "requires task augmentation" in called.json()["content"][0]["text"]
+
+
+async def test_a_caller_learns_no_more_than_get_servers_shows_it(tmp_path: Path) -> None:
+    async with policy_world.running(policy_world.make_settings(tmp_path)) as (app, http):
+        assert (await http.post("/tools", json={"tools": policy_world.TOOLS})).status_code == 200
+        dev = policy_world.bearer(await policy_world.first_key(app, "dev-1", ["dev"]))
+        answer = await http.post("/search", json={"query": "read the vault secret salary", "k": 50}, headers=dev)
+        shown = (await http.get("/servers", headers=dev)).json()["servers"]
+    results = answer.json()["results"]
+    assert {r["name"] for r in results} == policy_world.VISIBLE_TO_DEV
+    states = {s["id"]: s["state"] for s in shown}
+    assert states == {"public": "catalog", "util": "catalog"}
+    assert {(r["server"], r["available"], r["unavailable_reason"]) for r in results} == {
+        (server, False, state) for server, state in states.items()
+    }
+    assert "vault" not in json.dumps(results) and "payroll" not in json.dumps(results)
