@@ -1,5 +1,6 @@
 """What `search.unavailable_penalty` does on the default demo: the bundled catalog with the real model, the github and
-slack servers without a connection (their tools unavailable), every other server ready, as `scripts/serve.sh` runs.
+slack servers without a connection (their tools unavailable), every other server ready, as `scripts/serve.sh` runs
+(everything__simulate-research-query unavailable too: its server runs it only as a task).
 
 Requests: the labelled real-catalog queries (tests/fixtures/retrieval/real_catalog_queries.jsonl) and a dozen
 everyday requests of a new user (below), each with the tools that do what it asks. For each penalty, over k=5:
@@ -27,6 +28,7 @@ from tests.conftest import FIXTURES, demo_resources
 
 UNCONNECTED = {"github", "slack"}  # the demo catalog's servers that the demo does not start
 READY = {"everything", "fetch", "filesystem", "git", "memory", "time"}
+TASK_ONLY = {"everything__simulate-research-query"}  # taskSupport "required": each call of it fails
 EVERYDAY = [
     ("tell my team on Slack that the build is fixed", ["slack__slack_post_message"]),
     ("show me the recent commits", ["git__git_log"]),
@@ -51,7 +53,14 @@ def cases() -> list[tuple[str, list[str]]]:
 
 
 def usable(name: str) -> bool:
-    return name.split("__", 1)[0] in READY
+    return name.split("__", 1)[0] in READY and name not in TASK_ONLY
+
+
+def unavailable(server: str, tool: str) -> str | None:
+    """As the demo's gateway answers it (service/search/availability.py)."""
+    if server not in READY:
+        return "catalog"
+    return "task_required" if f"{server}__{tool}" in TASK_ONLY else None
 
 
 async def main(penalties: list[float]) -> None:
@@ -63,14 +72,14 @@ async def main(penalties: list[float]) -> None:
                 outcome = await resources.retriever.search(query, 5, SearchFilter())
                 ranked.append((query, relevant, outcome.results))
     gaps = []
-    print(f"{len(ranked)} requests, k=5; unavailable: {sorted(UNCONNECTED)}")
+    print(f"{len(ranked)} requests, k=5; unavailable: {sorted(UNCONNECTED)} and {sorted(TASK_ONLY)}")
     for penalty in penalties:
         top1_unavailable = top1_usable = only_unavailable = 0
         with_usable = only = 0
         rr = 0.0
         reordered = 0
         for _, relevant, results in ranked:
-            hits = rank_by_availability(results, lambda server, _: None if server in READY else "catalog", penalty)
+            hits = rank_by_availability(results, unavailable, penalty)
             names = [h.name for h in hits]
             reordered += names != [r.name for r in results]
             if penalty == penalties[0] and not hits[0].available:
