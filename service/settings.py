@@ -110,6 +110,10 @@ class SearchSettings(Section):
     # Values of a search's `servers` and of its `tags` (each list on its own; repeats count once): the index
     # marks each value's rows, so 250,000 repeats of one tag in a 2 MB body held every search 24 s.
     max_filter_values: int = 1000
+    # Subtracted from the score of a result whose tool cannot be called now (its server has no connection, or is in
+    # backoff or stopped; service/search/availability.py): it moves below available tools of a near score within
+    # the k results, never out of them. Chosen on the demo catalog (README, "Availability"). 0 = off.
+    unavailable_penalty: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
     @field_validator("default_k")

@@ -320,7 +320,10 @@ def _print_results(body: dict[str, Any], servers: list[str] | None) -> None:
         )
     for rank, result in enumerate(body["results"], start=1):
         description = printable(" ".join(result["description"].split())[:140])
-        print(f"{rank:>2}. {printable(result['name'])}  ({result['score']:.3f})\n    {description}")
+        unavailable = ""
+        if result.get("available") is False:  # its server cannot take the call now (README: can it be called now)
+            unavailable = f"  [unavailable: {printable(result.get('unavailable_reason'))}]"
+        print(f"{rank:>2}. {printable(result['name'])}  ({result['score']:.3f}){unavailable}\n    {description}")
         if "explain" in result:
             print(f"    {json.dumps(result['explain'])}")
 

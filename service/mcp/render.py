@@ -26,6 +26,10 @@ HELP_PREFIX = "help_"
 HELP_SAMPLE = 3  # tool names quoted in a help_<server> description
 _ANNOTATION_KEYS = {"title", "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 _OBJECT = {"type": "object", "properties": {}}
+UNAVAILABLE_HINT = (
+    " Tools marked available: false cannot be called now (unavailable_reason: their server's state, or"
+    " task_required); prefer an available one."
+)
 
 
 def _schema(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
@@ -264,6 +268,9 @@ def search_entry(result: Mapping[str, Any]) -> dict[str, Any]:
         entry["annotations"] = hints
     if isinstance(result.get("score"), int | float):
         entry["score"] = round(float(result["score"]), 3)
+    if result.get("available") is False:  # said only of the tools that cannot be called now: fewer tokens
+        entry["available"] = False
+        entry["unavailable_reason"] = result.get("unavailable_reason")
     return entry
 
 
@@ -279,6 +286,8 @@ def search_text(results: Sequence[Mapping[str, Any]], mode: Mode) -> str:
         )
     else:
         hint = "Run one with call_tool(name, arguments)."
+    if any(r.get("available") is False for r in results):
+        hint += UNAVAILABLE_HINT
     return compact({"tools": [search_entry(r) for r in results], "hint": hint})
 
 

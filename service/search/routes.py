@@ -50,6 +50,18 @@ class SearchResult(BaseModel):
     annotations: dict[str, Any]
     tags: list[str]
     score: float
+    available: bool | None = Field(
+        default=None,
+        description="Whether the tool can be called now: its server's connection is ready, or on its first start, "
+        "and the tool does not run only as a task (false: see unavailable_reason). Left out when unknown (the CLI "
+        "searching the data folder itself, no gateway running)",
+    )
+    unavailable_reason: str | None = Field(
+        default=None,
+        description="Why an unavailable tool cannot be called now: its server's state as GET /servers shows it "
+        "(catalog: no connection; backoff; connecting, installing or starting again after a failure; stopped), or "
+        "task_required (its server runs it only as a task, which the gateway does not ask for)",
+    )
     explain: dict[str, Any] | None = None
 
 

@@ -21,6 +21,7 @@ from service.observability import observe_search, span
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.service import permission_filter
 from service.resources import Resources
+from service.search.availability import mark_availability
 from service.search.log import SearchLog
 from service.search.retrieval import NameDirectory, Retriever, SearchOutcome
 from service.settings import SearchSettings
@@ -78,6 +79,9 @@ def result_view(tool: Any) -> dict[str, Any]:
         "annotations": payload.get("annotations", {}),
         "tags": payload.get("tags", []),
         "score": tool.score,
+        # Whether the tool can be called now (service/search/availability.py); None (left out): not known here.
+        "available": getattr(tool, "available", None),
+        "unavailable_reason": getattr(tool, "unavailable_reason", None),
     }
     if tool.explain is not None:
         view["explain"] = tool.explain
@@ -130,6 +134,7 @@ async def search_tools(
             explain=explain,
             scope=scope_key(caller.roles),
         )
+    outcome = mark_availability(resources, outcome)
     search_id = str(uuid.uuid4())
     observe_search(resources, search_id, outcome.latency_ms, len(outcome.results))
     return search_id, outcome

@@ -43,6 +43,18 @@ def output_schemas_of(tools: list[dict[str, Any]]) -> dict[str, OutputSchema]:
     return found
 
 
+def task_only_tools(tools: list[dict[str, Any]]) -> frozenset[str]:
+    """The listed tools the server runs only as tasks (`execution.taskSupport: "required"`): the gateway calls tools
+    without task augmentation, so every call of one fails (a search says so: service/search/availability.py)."""
+    return frozenset(
+        tool["name"]
+        for tool in tools
+        if isinstance(tool.get("name"), str)
+        and isinstance(tool.get("execution"), dict)
+        and tool["execution"].get("taskSupport") == "required"
+    )
+
+
 async def _unchecked(name: str, result: types.CallToolResult) -> None:
     """The MCP client's check of a result against the tool's output schema, left to the executor: the client
     runs jsonschema on the event loop with Python's re and no bound on its work, over a schema and a result the
@@ -91,6 +103,7 @@ class ToolCalls:
     spec: ServerSpec
     health: ServerHealth
     output_schemas: dict[str, OutputSchema]  # by the server's tool name, from its latest listing
+    task_only: frozenset[str] = frozenset()  # the tools of that listing that only run as tasks (task_only_tools)
     _client: Client | None
     _ready: asyncio.Event
     _lost: asyncio.Event

@@ -28,7 +28,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from service.db.models import utcnow
 from service.errors import UpstreamError, UpstreamTimeout
-from service.upstream.calls import ToolCalls, leave_results_to_the_executor, output_schemas_of
+from service.upstream.calls import ToolCalls, leave_results_to_the_executor, output_schemas_of, task_only_tools
 from service.upstream.checked_http import checked_http_client
 from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
@@ -299,6 +299,7 @@ class UpstreamConnection(ToolCalls):
                 break
             seen.add(cursor)
         self.output_schemas = output_schemas_of(tools)
+        self.task_only = task_only_tools(tools)
         return tools
 
     async def _sync_tools(self, tools: list[dict[str, Any]]) -> dict[str, Any] | None:

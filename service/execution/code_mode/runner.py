@@ -314,7 +314,10 @@ class CodeMode:
         search_id, outcome = await search_tools(self.resources, run.caller, query, k=k)
         await log_search(self.resources, search_id, run.caller, query, k, outcome)
         keys = ("name", "server", "description", "input_schema", "annotations", "score")
-        return [{key: view[key] for key in keys} for view in map(result_view, outcome.results)]
+        # `available` false (and the server's state) when the tool cannot be called now: a script can pass it by.
+        said = ("available", "unavailable_reason")
+        views = map(result_view, outcome.results)
+        return [{key: v[key] for key in keys} | {k: v[k] for k in said if v[k] is not None} for v in views]
 
     async def _charge(self, caller: Caller) -> None:
         """One rate-limit token per call, from the caller's bucket, as a request to /execute takes; none once the
