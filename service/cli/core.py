@@ -112,7 +112,8 @@ def _bound_socket(host: str, port: int) -> socket.socket:
     except OSError:
         sock.close()
         raise
-    sock.set_inheritable(True)
+    # Not inheritable (uvicorn's own binding makes it so, for workers it forks): the upstream servers started later
+    # would each hold the API's listening socket, able to accept its connections, keys and all.
     return sock
 
 
