@@ -178,11 +178,11 @@ async def test_a_tool_gone_from_the_index_leaves_its_place_to_the_next_one(world
         await register_tools(resources, [t for t in catalog() if f"{t['server']}__{t['name']}" == gone])
 
 
+# The front ends call POST /search, whatever the backend: the embedded index's world is enough.
+@pytest.mark.parametrize("world", ["edge"], indirect=True)
 @pytest.mark.parametrize("role", ["narrow", "few"])
 async def test_the_mcp_search_tools_and_code_mode_get_k_past_fifty(world: dict[str, Any], role: str) -> None:
     """The MCP front end refused k past 50 and code mode clamped it to 50, whatever search.max_k."""
-    if world["backend"] != "edge":
-        pytest.skip("the front ends call POST /search, whatever the backend: once is enough")
     visible = {n for n in world["names"] if permitted(role, n)}
     settings = world["resources"].settings.model_copy(deep=True)
     settings.frontend.api_key = world["keys"][role]
@@ -207,12 +207,12 @@ async def test_the_mcp_search_tools_and_code_mode_get_k_past_fifty(world: dict[s
     assert ran["result"] is None and f"between 1 and {MAX_K}" in ran["error"]["message"], ran
 
 
+# Not with Qdrant's own fusion: the index fuses the lists it is given itself, and their length moves its scores.
+@pytest.mark.parametrize("world", ["edge", "qdrant"], indirect=True)
 @pytest.mark.parametrize("role", ["all", "narrow"])
 async def test_a_k_past_fifty_keeps_the_order_of_a_smaller_k(world: dict[str, Any], role: str) -> None:
     """Past search.candidates each signal's candidates grow with k; z-scored over all of them, the head moved (over
     10k tools, k = 100 against k = 10: the first tool differed in 13 of 100 short requests)."""
-    if world["backend"] == "qdrant-fusion":
-        pytest.skip("the index fuses the lists it is given itself: their length moves its scores")
     for query in QUERIES:
         answers = {}
         for k in (10, 50, 100, MAX_K):
