@@ -9,30 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import tracemalloc
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
-import uvicorn
 
-from service.http_transport import HEAD_MAX_BYTES, listening_server
-from tests.processes import free_port
-from tests.security.test_slow_heads import hello
-
-
-@asynccontextmanager
-async def server() -> AsyncIterator[int]:
-    port = free_port()
-    config = uvicorn.Config(hello, host="127.0.0.1", port=port, log_level="critical", lifespan="off")
-    listening = asyncio.Event()
-    running = listening_server(config, listening.set)
-    task = asyncio.create_task(running.serve())
-    try:
-        await asyncio.wait_for(listening.wait(), 10)
-        yield port
-    finally:
-        running.should_exit = True
-        await task
+from service.http_transport import HEAD_MAX_BYTES
+from tests.security.test_slow_heads import hello_server
 
 
 async def exchange(port: int, parts: list[bytes]) -> tuple[bytes, bool]:
@@ -70,7 +51,7 @@ LONG_URL = [b"GET /" + b"a" * 2_000_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n
 
 @pytest.mark.parametrize("parts", [MANY, LONG_VALUE, LONG_URL], ids=["many headers", "long value", "long url"])
 async def test_a_head_past_the_bound_is_refused_without_being_kept(parts: list[bytes]) -> None:
-    async with server() as port:
+    async with hello_server() as port:
         tracemalloc.start()
         try:
             answer, sent = await exchange(port, parts)
@@ -93,7 +74,7 @@ async def test_heads_within_the_bound_are_answered_as_before() -> None:
     """A head of 60 KB (in reads of any size), and several requests on one kept-alive connection, each head near
     the bound: their bytes add up past it, but each head is counted alone."""
     near = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"p" * (HEAD_MAX_BYTES - 4_000) + b"\r\n\r\n"
-    async with server() as port:
+    async with hello_server() as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             for i in range(0, len(near), 7_000):  # one head in many reads

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,22 @@ async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "http":
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
+
+
+@asynccontextmanager
+async def hello_server() -> AsyncIterator[int]:
+    """`hello` served by http_transport.listening_server (as `toolscout serve` is) on a free port: the port."""
+    port = free_port()
+    config = uvicorn.Config(hello, host="127.0.0.1", port=port, log_level="critical", lifespan="off")
+    listening = asyncio.Event()
+    running = listening_server(config, listening.set)
+    task = asyncio.create_task(running.serve())
+    try:
+        await asyncio.wait_for(listening.wait(), 10)
+        yield port
+    finally:
+        running.should_exit = True
+        await task
 
 
 async def held_for(port: int, first: bytes, trickle: bool, then: bytes = b"") -> tuple[str, float]:
@@ -55,13 +72,7 @@ async def held_for(port: int, first: bytes, trickle: bool, then: bytes = b"") ->
 
 
 async def test_a_connection_without_a_whole_head_in_time_is_closed() -> None:
-    port = free_port()
-    config = uvicorn.Config(hello, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    listening = asyncio.Event()
-    server = listening_server(config, listening.set)
-    serving = asyncio.create_task(server.serve())
-    try:
-        await asyncio.wait_for(listening.wait(), 10)
+    async with hello_server() as port:
         silent, half, trickled, kept_alive, whole = await asyncio.gather(
             held_for(port, b"", trickle=False),
             held_for(port, HALF, trickle=False),
@@ -69,9 +80,6 @@ async def test_a_connection_without_a_whole_head_in_time_is_closed() -> None:
             held_for(port, WHOLE, trickle=True, then=HALF),
             held_for(port, WHOLE, trickle=False),
         )
-    finally:
-        server.should_exit = True
-        await serving
     for outcome, seconds in (silent, half, trickled, kept_alive):  # main: "open" after HEAD_SECONDS + 5
         assert outcome == "closed" and HEAD_SECONDS - 1 <= seconds <= HEAD_SECONDS + 2, (outcome, seconds)
     assert whole[0] == "answered" and whole[1] < 2
