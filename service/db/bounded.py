@@ -57,11 +57,12 @@ class BoundedConnection(psycopg.AsyncConnection):  # type: ignore[type-arg]
                 await self.set_autocommit(autocommit)
 
     async def within(self, work: Awaitable[T], what: str) -> T:
-        cut = asyncio.get_running_loop().call_later(self.answer_seconds, self._shut_socket)
+        fired: list[bool] = []
+        cut = asyncio.get_running_loop().call_later(self.answer_seconds, lambda: fired.append(self._shut_socket()))
         try:
             return await work
         except psycopg.OperationalError as exc:
-            if cut.cancelled():  # the timer had not fired: a failure of its own
+            if not fired:  # a failure of its own, before the bound
                 raise
             raise psycopg.OperationalError(
                 f"the database did not answer {what} in {self.answer_seconds:g} s (db.timeout_seconds): "

@@ -130,3 +130,17 @@ def test_the_ping_leaves_a_pooled_connection_outside_any_transaction(link_and_en
 
     _, error = on_an_engine(link, engine_for, twice)
     assert error is None, error
+
+
+def test_a_commit_that_fails_before_the_bound_keeps_its_own_error(link_and_engine) -> None:
+    """Only a wait the bound ended says the database did not answer: a connection lost at once says what it was."""
+    link, engine_for = link_and_engine
+
+    async def write_then_lose(engine: AsyncEngine) -> None:
+        async with async_sessionmaker(engine)() as session, session.begin():
+            await session.execute(text("SELECT 1"))
+            link.refuse()  # the connection reset, not silent
+
+    took, error = on_an_engine(link, engine_for, write_then_lose)
+    assert isinstance(error, OperationalError) and "did not answer" not in str(error), error
+    assert took < ANSWER_SECONDS
