@@ -24,6 +24,7 @@ DEMO_SEED_LOCK_KEY = MIGRATION_LOCK_KEY + 1
 CATALOG_WRITE_LOCK_KEY = MIGRATION_LOCK_KEY + 2
 SERVER_ADD_LOCKS = 0x7473_6164  # "tsad": adding one server id
 APPROVAL_REQUEST_LOCKS = 0x7473_6172  # "tsar": one caller's approval requests
+LOG_PRUNE_LOCK_KEY = 0x74736C6F6773  # "tslogs": the raw logs' retention (usage/retention.py), one replica at a time
 
 
 def lock_key(kind: int, name: str) -> int:

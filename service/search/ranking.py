@@ -268,9 +268,10 @@ def add_signal(candidates: dict[str, Candidate], signal: str, values: Mapping[st
 def behind_newcomers(
     candidates: Mapping[str, Candidate], values: Mapping[str, float], with_history: Container[str]
 ) -> dict[str, float]:
-    """The usage values cut so that no tool passes a candidate without history (a tool `with_history` does not
-    hold) that led it: evidence reorders the tools people used, and never buries one nobody could use yet under a
-    sibling asked for in nearly the same words. `toolscout bench learning --signal usage`, MetaTool: by query
+    """The learned changes (the usage values, the query adapter's) with their rises cut so that no tool passes a
+    candidate without history (a tool `with_history` does not hold) that led it: evidence reorders the tools people
+    used, and never buries one nobody could use yet under a sibling asked for in nearly the same words; a fall is
+    kept as it is (only tools with history fall). `toolscout bench learning --signal usage`, MetaTool: by query
     +.057 -> +.055 R@1, by tool (the relevant tools without history) -.008 -> .000."""
     if not values:
         return {}
@@ -281,19 +282,10 @@ def behind_newcomers(
         if candidate is None:
             continue
         nearest = bisect.bisect_right(ahead, candidate.score)  # the lowest newcomer scoring above it
-        if nearest < len(ahead):
+        if value > 0 and nearest < len(ahead):
             value = max(0.0, min(value, ahead[nearest] - candidate.score - 1e-6))
         out[name] = value
     return out
-
-
-def rises_behind_newcomers(
-    candidates: Mapping[str, Candidate], values: Mapping[str, float], with_history: Container[str]
-) -> dict[str, float]:
-    """Changes of the tools with history (the query adapter's, service/usage/adapter.py): the rises cut as
-    `behind_newcomers` cuts the usage values, the falls as they are (only tools with history fall)."""
-    rises = behind_newcomers(candidates, {n: v for n, v in values.items() if v > 0}, with_history)
-    return {**{n: v for n, v in values.items() if v < 0 and n in candidates}, **rises}
 
 
 def rank(candidates: dict[str, Candidate], exact: Sequence[str] | Mapping[str, int], k: int) -> list[Candidate]:

@@ -36,7 +36,6 @@ from service.search.ranking import (
     fuse,
     max_merge,
     rank,
-    rises_behind_newcomers,
 )
 from service.usage.adapter import adapter_changes
 
@@ -263,7 +262,7 @@ class Retriever:
                 changes = adapter_changes(
                     maps, caller_id, candidates, texts, vectors, hit_lists, self.weights(), learning.adapter_weight
                 )
-                add_signal(candidates, "adapter", rises_behind_newcomers(candidates, changes, usage.by_scope[scope]))
+                add_signal(candidates, "adapter", behind_newcomers(candidates, changes, usage.by_scope[scope]))
             values = usage.signal(scope, caller_id, vectors[0], list(candidates), learning)
             add_signal(candidates, "usage", behind_newcomers(candidates, values, usage.by_scope.get(scope, {})))
         if boosts is not None and caller_id is not None and candidates:

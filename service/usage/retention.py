@@ -31,6 +31,7 @@ from sqlalchemy import and_, delete, exists, or_, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.db.engine import LOG_PRUNE_LOCK_KEY
 from service.db.models import Execution, Search, utcnow
 from service.resources import Resources
 from service.usage.rollups import SUCCESS
@@ -38,8 +39,6 @@ from service.usage.rollups import SUCCESS
 logger = logging.getLogger(__name__)
 
 PRUNE_TASK = "prune-logs"
-# pg_try_advisory_xact_lock key of the prune (any constant no other lock of the service uses: "tslogs" in ASCII).
-ADVISORY_LOCK = 0x74736C6F6773
 BATCH_PAUSE_SECONDS = 0.01  # between two transactions: the log writers and the refresh get the database in between
 executions, searches = Execution.__table__, Search.__table__
 E, S = executions.c, searches.c
@@ -62,7 +61,7 @@ async def _take_turn(session: AsyncSession) -> bool:
     """PostgreSQL: this transaction holds the prune's advisory lock (False: another replica prunes now)."""
     if session.get_bind().dialect.name != "postgresql":
         return True
-    return bool(await session.scalar(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK}))
+    return bool(await session.scalar(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": LOG_PRUNE_LOCK_KEY}))
 
 
 def _after(at: Any, ident: Any, last: tuple[datetime, str] | None) -> list[Any]:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from service.search.ranking import Candidate, rank, rises_behind_newcomers
+from service.search.ranking import Candidate, behind_newcomers, rank
 from service.settings import LearningSettings
 from service.usage.adapter import (
     ScopeMaps,
@@ -117,7 +117,7 @@ def test_only_tools_with_history_move_within_the_bound_and_the_caller_reads_its_
 
 def test_a_newcomer_with_the_best_text_match_stays_first() -> None:
     candidates = {"new": Candidate("new", 2.0), "old": Candidate("old", 1.5), "low": Candidate("low", 0.4)}
-    changes = rises_behind_newcomers(candidates, {"old": 1.0, "low": -0.3, "gone": 0.5}, {"old", "low"})
+    changes = behind_newcomers(candidates, {"old": 1.0, "low": -0.3, "gone": 0.5}, {"old", "low"})
     assert changes == {"old": pytest.approx(0.5 - 1e-6), "low": -0.3}
     for name, value in changes.items():
         candidates[name].add("adapter", value)
