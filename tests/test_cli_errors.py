@@ -134,6 +134,24 @@ def test_serve_on_a_port_another_process_holds_says_so_before_it_starts_anything
     assert not (tmp_path / "data").exists()  # no database, index or model export was made
 
 
+def test_serve_with_a_servers_file_it_cannot_use_says_why_before_it_starts_anything(tmp_path: Path) -> None:
+    """It was a traceback of some 60 lines, after the migrations, the index and the model had opened."""
+    broken = tmp_path / "servers.yaml"
+    broken.write_text("mcpServers:\n  time: {command: python, args: [-m, x]\n  other: 1\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "TOOLSCOUT_DATA_DIR": str(tmp_path / "data"), "TOOLSCOUT_EXECUTION__SERVERS_FILE": str(broken)}
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", "--port", "9"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: servers file {broken} is not valid YAML: expected ',' or '}}', but got '<scalar>' (line 3, column 3)"
+        " (TOOLSCOUT_EXECUTION__SERVERS_FILE)\n",
+    )
+    assert not (tmp_path / "data").exists()
+
+
 def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
