@@ -355,6 +355,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         if response.status_code >= 400:
             return fail(body)
     else:
+        from service.cli.database import elsewhere, missing_database
+
+        if (missing := missing_database(settings)) is not None:
+            # Nothing to find: it made that database, exported the model (30 s) and found no tool.
+            tried = f"no service at {settings.frontend.api_url} (TOOLSCOUT_FRONTEND__API_URL) and "
+            return fail({"detail": tried + elsewhere(missing)})
         from service.policy.callers import OPEN_CALLER
         from service.search.routes import search_json
         from service.search.service import search_tools
