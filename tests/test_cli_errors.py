@@ -170,6 +170,16 @@ def test_serve_with_a_servers_file_it_cannot_use_says_why_before_it_starts_anyth
     assert not (tmp_path / "data").exists()
 
 
+def test_an_analytics_window_that_is_no_date_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["analytics", "tools", "--since", "yesterday"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "toolscout analytics tools: error: argument --since: not an ISO 8601 date or time: 'yesterday' (e.g. "
+        "2026-12-01 or 2026-12-01T08:00, UTC) (see `toolscout analytics tools --help`)\n"
+    )
+
+
 def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
