@@ -199,7 +199,8 @@ def load_catalog_file(path: Path, server: str | None = None) -> CatalogFile:
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data":  # a catalog.json of one tool a line, as the evaluation format writes
             return _from_jsonl(path, text, server)
-        raise BadRequest(f"{path}: not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})", file=str(path)) from exc
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise BadRequest(f"{path}: not valid JSON ({exc.msg}: {where})", file=str(path)) from exc
     except (ValueError, RecursionError) as exc:
         reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         raise BadRequest(f"{path}: not valid JSON ({reason})", file=str(path)) from exc
