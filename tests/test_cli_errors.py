@@ -25,7 +25,8 @@ def test_a_search_on_a_folder_whose_index_is_held_says_which_api_it_tried(
     monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("TOOLSCOUT_DEMO_CATALOG", "false")
     monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
-    held = EdgeIndex(tmp_path / "index", 384)  # as a running `toolscout serve` holds it
+    (tmp_path / "toolscout.db").touch()  # a running `toolscout serve` has its database ...
+    held = EdgeIndex(tmp_path / "index", 384)  # ... and holds its index
     try:
         assert main(["search", "what time is it"]) == 1
         assert main(["index", str(Path(__file__).parent / "fixtures" / "retrieval" / "catalog.jsonl")]) == 1
@@ -132,6 +133,51 @@ def test_serve_on_a_port_another_process_holds_says_so_before_it_starts_anything
         "--port or TOOLSCOUT_PORT chooses another port)"
     ]
     assert not (tmp_path / "data").exists()  # no database, index or model export was made
+
+
+def test_a_search_with_no_service_and_no_database_says_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run in another folder than the service's (or with the service on another port), `search` made an empty
+    database and index there, exported the model (36 s on a first run here) and said "0 tools"."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
+    assert main(["search", "what time is it"]) == 1
+    database = (tmp_path / "elsewhere" / "toolscout.db").resolve()
+    assert capsys.readouterr().err == (
+        f"error: no service at http://127.0.0.1:9 (TOOLSCOUT_FRONTEND__API_URL) and no database at {database}: the "
+        "CLI uses the data folder of the folder it runs in (TOOLSCOUT_DATA_DIR, default `.toolscout`); run it where "
+        "`toolscout serve` runs, or set TOOLSCOUT_DATA_DIR or TOOLSCOUT_DB__URL\n"
+    )
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_serve_with_a_servers_file_it_cannot_use_says_why_before_it_starts_anything(tmp_path: Path) -> None:
+    """It was a traceback of some 60 lines, after the migrations, the index and the model had opened."""
+    broken = tmp_path / "servers.yaml"
+    broken.write_text("mcpServers:\n  time: {command: python, args: [-m, x]\n  other: 1\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "TOOLSCOUT_DATA_DIR": str(tmp_path / "data"), "TOOLSCOUT_EXECUTION__SERVERS_FILE": str(broken)}
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", "--port", "9"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: servers file {broken} is not valid YAML: expected ',' or '}}', but got '<scalar>' (line 3, column 3)"
+        " (TOOLSCOUT_EXECUTION__SERVERS_FILE)\n",
+    )
+    assert not (tmp_path / "data").exists()
+
+
+def test_an_analytics_window_that_is_no_date_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["analytics", "tools", "--since", "yesterday"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "toolscout analytics tools: error: argument --since: not an ISO 8601 date or time: 'yesterday' (e.g. "
+        "2026-12-01 or 2026-12-01T08:00, UTC) (see `toolscout analytics tools --help`)\n"
+    )
 
 
 def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked(

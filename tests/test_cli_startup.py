@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,18 @@ def test_a_command_parses_as_the_whole_command_line_does(argv: list[str]) -> Non
         return {**values, "func": f"{values['func'].__module__}.{values['func'].__qualname__}"}
 
     assert parsed(build_parser(argv)) == parsed(build_parser())
+
+
+
+def test_the_start_log_of_serve_holds_no_line_of_alembics_plugins(tmp_path: Path) -> None:
+    """Alembic 1.17+ logs each built-in plugin as it is imported, at INFO, the level of `serve`: seven lines at the
+    top of every start's log. A data folder that is a file ends this start early, as its last line says."""
+    (tmp_path / "data").touch()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TOOLSCOUT_DATA_DIR": str(tmp_path / "data")}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and "must be a folder this user may write" in done.stderr, done.stderr
+    assert "alembic.runtime.plugins" not in done.stderr

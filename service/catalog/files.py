@@ -57,8 +57,9 @@ def _read_text(path: Path) -> str:
 
 
 def _json_problem(exc: ValueError) -> str:
-    """Why a text is not JSON (NaN and Infinity, which the stdlib would read, included: JSON has neither)."""
-    return exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+    """Why a line is not JSON and where in it (NaN and Infinity, which the stdlib would read, included: JSON has
+    neither). The parser's message alone named no place: "Unterminated string starting at"."""
+    return f"{exc.msg}: column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
 
 
 def jsonl_lines(text: str) -> list[tuple[int, str]]:
@@ -198,7 +199,8 @@ def load_catalog_file(path: Path, server: str | None = None) -> CatalogFile:
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data":  # a catalog.json of one tool a line, as the evaluation format writes
             return _from_jsonl(path, text, server)
-        raise BadRequest(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})", file=str(path)) from exc
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise BadRequest(f"{path}: not valid JSON ({exc.msg}: {where})", file=str(path)) from exc
     except (ValueError, RecursionError) as exc:
         reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         raise BadRequest(f"{path}: not valid JSON ({reason})", file=str(path)) from exc

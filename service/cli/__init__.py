@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = (args.log_level or "WARNING").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Alembic 1.17+ logs each of its built-in plugins at INFO as it is imported: seven lines of every start of
+    # `serve` that say nothing of this service.
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

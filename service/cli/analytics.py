@@ -14,7 +14,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from service.benchmarks.arguments import positive_int
 from service.cli.database import print_table, with_database
+from service.cli.settings_values import iso_time
 from service.db.models import as_utc
 from service.resources import Resources
 from service.settings import Settings
@@ -25,11 +27,11 @@ from service.usage.learning import refresh_stats
 
 def _common(parser: argparse.ArgumentParser, window: bool = True) -> None:
     if window:
-        parser.add_argument("--since", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC)")
-        parser.add_argument("--until", type=datetime.fromisoformat, default=None, help="ISO 8601 (UTC), exclusive")
+        parser.add_argument("--since", type=iso_time, default=None, help="ISO 8601 (UTC)")
+        parser.add_argument("--until", type=iso_time, default=None, help="ISO 8601 (UTC), exclusive")
         parser.add_argument("--days", type=float, default=30.0, help="window when --since is not given (30)")
         parser.add_argument("--caller", default=None, help="only this caller")
-    parser.add_argument("--limit", type=int, default=50, help="at most this many rows (50)")
+    parser.add_argument("--limit", type=positive_int, default=50, help="at most this many rows (50)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -68,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     never = sub.add_parser("never-found", help="list the tools no search ever returned")
     _common(never, window=False)
-    never.add_argument("--since", type=datetime.fromisoformat, default=None, help="not returned since (ISO 8601)")
+    never.add_argument("--since", type=iso_time, default=None, help="not returned since (ISO 8601)")
     never.set_defaults(func=cmd_never_found)
 
 

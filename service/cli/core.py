@@ -54,6 +54,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = args.host or settings.host, args.port or settings.port
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
+    if (problem := _servers_file_problem(settings)) is not None:
+        print(f"error: {printable(problem)} (TOOLSCOUT_EXECUTION__SERVERS_FILE)", file=sys.stderr)
+        return 2
     try:
         sock = _bound_socket(host, port)
     except OSError as exc:
@@ -97,6 +100,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         request_lines.stop()
     return 0 if server.started else 3  # uvicorn.run's exit status when the start-up failed
+
+
+def _servers_file_problem(settings: Settings) -> str | None:
+    """Why the servers file cannot be read, before anything starts: the gateway's start found it a traceback later,
+    after the migrations, the index and the model."""
+    if settings.execution.servers_file is None:
+        return None
+    from service.upstream.config import load_servers_file
+
+    try:
+        load_servers_file(settings.execution.servers_file)
+    except ToolscoutError as exc:
+        return exc.detail
+    return None
 
 
 _PORT_HINT = "is another `toolscout serve` running? --port or TOOLSCOUT_PORT chooses another port"
@@ -338,6 +355,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         if response.status_code >= 400:
             return fail(body)
     else:
+        from service.cli.database import elsewhere, missing_database
+
+        if (missing := missing_database(settings)) is not None:
+            # Nothing to find: it made that database, exported the model (30 s) and found no tool.
+            tried = f"no service at {settings.frontend.api_url} (TOOLSCOUT_FRONTEND__API_URL) and "
+            return fail({"detail": tried + elsewhere(missing)})
         from service.policy.callers import OPEN_CALLER
         from service.search.routes import search_json
         from service.search.service import search_tools

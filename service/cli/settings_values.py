@@ -9,6 +9,7 @@ import os
 import re
 import typing
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 from dotenv import dotenv_values
@@ -77,3 +78,13 @@ def port_number(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port from 1 to 65535")
     return port
+
+
+def iso_time(text: str) -> datetime:
+    """An argparse type: a date or a date and time in ISO 8601 (argparse said "invalid fromisoformat value")."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an ISO 8601 date or time: {text!r} (e.g. 2026-12-01 or 2026-12-01T08:00, UTC)"
+        ) from None

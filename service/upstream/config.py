@@ -157,6 +157,7 @@ def _parse_entry(server_id: str, entry: Any, source: Source, where: str) -> Serv
     sid = normalize_server_id(server_id)
     if not sid or not server_id.strip():
         raise _fail(where, "the server id is empty")
+    _unknown_fields(entry, source, where)
     kind = str(entry.get("type") or entry.get("transport") or "").lower()
     timeout = entry.get("timeout_seconds", entry.get("timeout"))
     if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
@@ -201,6 +202,24 @@ def _parse_entry(server_id: str, entry: Any, source: Source, where: str) -> Serv
     )
 
 
+# What an entry may hold (VS Code's `transport` spelling and our `timeout_seconds` beside `timeout`).
+ENTRY_FIELDS = (
+    "command", "args", "env", "cwd", "url", "headers", "type", "transport", "timeout", "timeout_seconds",
+    "egress_proxy", "disabled",
+)
+
+
+def _unknown_fields(entry: Mapping[str, Any], source: Source, where: str) -> None:
+    """A field an entry may not hold is refused over the API (a misspelt `headerz` added the server without its
+    credentials) and named in the log from a file, which may come from a client that adds fields of its own."""
+    unknown = [str(key) for key in entry if key not in ENTRY_FIELDS]
+    if not unknown:
+        return
+    if source == "api":
+        raise _fail(where + json_pointer((unknown[0],)), f"not a field of a server (fields: {', '.join(ENTRY_FIELDS)})")
+    logger.warning("servers file: %s: ignored %s: not a field of a server", where, ", ".join(unknown))
+
+
 def server_entries(document: Any, *, root: str = "") -> list[tuple[str, Any, str]]:
     """The enabled entries of an `mcpServers` (or VS Code `servers`) document, each as (name, entry, the JSON
     pointer of the entry, under `root`: "" for a file, `/body` for a request)."""
@@ -240,9 +259,17 @@ def load_servers_file(path: Path) -> list[ServerSpec]:
         document = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise InvalidRequest(
-            f"servers file {path} is not valid {'YAML' if path.suffix != '.json' else 'JSON'}: {exc}"
+            f"servers file {path} is not valid {'YAML' if path.suffix != '.json' else 'JSON'}: {_syntax_error(exc)}"
         ) from exc
     try:
         return parse_servers_document(document)
     except InvalidRequest as exc:
         raise InvalidRequest(f"servers file {path}: {exc.detail}", **exc.extensions) from exc
+
+
+def _syntax_error(exc: Exception) -> str:
+    """What is wrong and where, in one line: PyYAML's own text spans several, quoting the file around the place."""
+    mark = getattr(exc, "problem_mark", None)
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem and mark is not None:
+        return f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split())

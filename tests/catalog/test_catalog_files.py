@@ -111,3 +111,23 @@ def test_a_dataset_line_with_invisible_characters_is_kept_without_them(tmp_path:
     assert catalog.repairs == ["catalog.jsonl:1: getWeather: invisible characters left out",
                                "catalog.jsonl:2: b: invisible characters left out"]
     assert validate_batch(catalog.tools).problems == []
+
+
+def test_a_catalog_file_that_is_not_json_says_where(tmp_path: Path) -> None:
+    """The parser's message alone named no place: `not valid JSON (Unterminated string starting at)`."""
+    import pytest
+
+    from service.errors import BadRequest
+
+    lines = tmp_path / "catalog.jsonl"
+    lines.write_text('{"name": "a", "description": "x"}\n{"broken\n')
+    with pytest.raises(BadRequest) as caught:
+        load_catalog_file(lines)
+    assert caught.value.detail == f"{lines}:2: not valid JSON (Unterminated string starting at: column 2)"
+    listed = tmp_path / "server.json"
+    listed.write_text('{"tools": [\n  {"name": "a",}\n]}')
+    with pytest.raises(BadRequest) as caught:
+        load_catalog_file(listed)
+    assert caught.value.detail == (
+        f"{listed}: not valid JSON (Expecting property name enclosed in double quotes: line 2 column 16)"
+    )

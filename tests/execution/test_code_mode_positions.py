@@ -34,3 +34,21 @@ async def test_an_error_names_the_scripts_own_line_and_column(
     assert response.status_code == 200, response.text
     error: dict[str, Any] = response.json()["error"]
     assert (error["type"], error["line"], error.get("column")) == where, (case, error)
+
+
+ENDED_EARLY = "SyntaxError: the script ends with an expression, bracket or brace left open, or one closed too many"
+
+
+@pytest.mark.parametrize("script", ["return 1 +", "if (true) {\n  return 1", "return [1, 2", "return 1 }"])
+async def test_a_script_that_ends_too_early_is_told_so_without_the_engines_closing(
+    client: httpx.AsyncClient, script: str
+) -> None:
+    """The engine's message quoted the `}` or `)` of its own closing ("unexpected token in expression: ')'" for an
+    open `if` block), which the script does not hold."""
+    error = (await client.post("/run", json={"script": script})).json()["error"]
+    assert (error["type"], error["message"]) == ("script_error", ENDED_EARLY)
+
+
+async def test_a_syntax_error_inside_the_script_keeps_the_engines_own_message(client: httpx.AsyncClient) -> None:
+    error = (await client.post("/run", json={"script": "let a = 1;\n  let b = ;\nreturn a"})).json()["error"]
+    assert error["message"] == "SyntaxError: unexpected token in expression: ';'"

@@ -132,6 +132,9 @@ async def test_variables_are_not_expanded_for_api_servers(
         ({"mcpServers": {"bad": {"url": "http://h/mcp", "timeout": -1}}}, "/body/mcpServers/bad/timeout"),
         ({"mcpServers": {"a": {"url": "http://h/a"}, "b": {"url": "http://h/b"}}}, "/body/mcpServers"),
         ({"url": "http://h/mcp"}, "/body/id"),
+        # A misspelt field added the server without what it holds (its credentials here), and no one heard of it.
+        ({"id": "docs", "url": "https://mcp.example.com/mcp", "headerz": {"A": "b"}}, "/body/headerz"),
+        ({"mcpServers": {"docs": {"url": "https://h.example/mcp", "hedaers": {}}}}, "/body/mcpServers/docs/hedaers"),
     ],
 )
 async def test_a_refused_server_entry_points_into_the_body(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,15 @@ def test_errors_point_at_the_field(document: dict[str, object], pointer: str, re
     assert reason in caught.value.detail
 
 
+def test_a_field_no_server_has_is_named_in_the_log_from_a_file(caplog: pytest.LogCaptureFixture) -> None:
+    """A client may add fields of its own to the file (it stays readable), but `argz` started the server without
+    its arguments and nothing said so."""
+    with caplog.at_level(logging.WARNING, "service.upstream.config"):
+        specs = parse_servers_document({"mcpServers": {"t": {"command": "py", "argz": ["-m", "x"], "envFile": "a"}}})
+    assert specs[0].args == ()
+    assert caplog.messages == ["servers file: /mcpServers/t: ignored argz, envFile: not a field of a server"]
+
+
 def test_files_json_and_yaml(tmp_path: Path) -> None:
     as_json = tmp_path / "servers.json"
     as_json.write_text(json.dumps(CLAUDE_DESKTOP))
@@ -131,6 +141,13 @@ def test_files_json_and_yaml(tmp_path: Path) -> None:
     assert load_servers_file(as_yaml)[0].args == ("-m", "mcp_server_time")
     with pytest.raises(InvalidRequest, match="not valid JSON"):
         load_servers_file(broken)
+    broken_yaml = tmp_path / "broken.yaml"
+    broken_yaml.write_text("mcpServers:\n  time: {command: python\n")
+    with pytest.raises(InvalidRequest) as caught:  # one line: PyYAML's own message quotes the file over several
+        load_servers_file(broken_yaml)
+    assert caught.value.detail == (
+        f"servers file {broken_yaml} is not valid YAML: expected ',' or '}}', but got '<stream end>' (line 3, column 1)"
+    )
     with pytest.raises(InvalidRequest, match="cannot read"):
         load_servers_file(tmp_path / "missing.json")
 

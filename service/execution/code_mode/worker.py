@@ -125,9 +125,8 @@ OPENING = "__ts_run(async function __script__() {\n"
 CLOSING = "\n});"
 _LOCATION = re.compile(r"<input>:(\d+):(\d+)")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
 OUT_OF_MEMORY = "the engine process ran out of memory"
+ENDED_EARLY = "SyntaxError: the script ends with an expression, bracket or brace left open, or one closed too many"
 
 
 class Refused(Exception):
@@ -245,6 +244,9 @@ class Child:
             return failure("memory_limit", head, line, column)
         if "interrupted" in head:
             return failure("timeout", "the script used up its CPU time", line, column)
+        # Found in CLOSING, the engine quoted its `}` or `)`, which the script does not hold.
+        if head.startswith("SyntaxError") and found and int(found.group(1)) - 2 > self.script.count("\n"):
+            head = ENDED_EARLY
         return failure("script_error", head, line, column)
 
 
