@@ -64,6 +64,8 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 OUT_OF_MEMORY = "the engine process ran out of memory"
+HEAP_EXHAUSTED = "the script ran out of memory"
+NEVER_SETTLES = "the script awaits a promise that never settles"
 
 
 class Refused(Exception):
@@ -166,7 +168,7 @@ class Child:
                 if self.outcome is not None:
                     return self.outcome
                 if not self.outstanding:
-                    return failure("script_error", "the script awaits a promise that never settles")
+                    return failure("script_error", NEVER_SETTLES)
                 message = sys.stdin.readline()
                 if not message:
                     return failure("cancelled", "the service closed the run")
@@ -304,6 +306,19 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def heap_exhausted(outcome: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether a run that ended in a thrown null or a promise that never settles filled its heap: when QuickJS
+    cannot make its out-of-memory error it throws null, and after an await that exception leaves the job (the
+    binding does not say) instead of rejecting the script. The heap, freed by then, shows in the process's peak."""
+    error = outcome.get("error") if not outcome.get("ok") else None
+    if not isinstance(error, dict) or error.get("type") != "script_error" or error.get("call") is not None:
+        return False
+    thrown_null = error.get("name") == "Error" and error.get("message") == "null" and error.get("line") is None
+    if not thrown_null and error.get("message") != NEVER_SETTLES:
+        return False
+    return int(outcome.get("memory_bytes", 0)) >= 0.9 * int(config["memory_bytes"])
+
+
 def with_limits(outcome: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """A memory_limit outcome says which limits the run had: QuickJS's heap, or the whole process (what crosses
     into Python is outside the heap), whichever ran out."""
@@ -339,6 +354,8 @@ def main() -> None:
             failure("memory_limit", OUT_OF_MEMORY) if exhausted(exc) else failure("engine_error", "the engine failed")
         )
     outcome["memory_bytes"] = max(0, peak_rss() - baseline)
+    if heap_exhausted(outcome, config):
+        outcome["error"] = failure("memory_limit", HEAP_EXHAUSTED)["error"]
     try:
         send({"op": "done", "outcome": with_limits(outcome, config)})
     except MemoryError:  # writing the value out took the memory: the error alone is small
