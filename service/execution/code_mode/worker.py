@@ -37,21 +37,22 @@ OPENING = f"__ts_run({HEAD}"
 CLOSING = "\n});"
 # Whether the script is exactly the body of that function (a `});` of its own would end it and run the rest
 # outside), asked of a context of its own before anything of the script runs; nothing of the script runs here
-# either. The engine's text must parse (`throw 1` first: a syntax error is the run's, as the engine words it);
-# then the script as the body of a declaration, which `throw` hands out (a declaration is hoisted): the body is
-# the script when the function's source text is the whole text. True, false, or the stack of the error that
-# names where the script went on outside the function.
+# either. The script as the body of a declaration, which `throw` hands out (a declaration is hoisted): the body
+# is the script when the function's source text is the whole text. When it is not, the engine's own text, with
+# `throw 1` first: a syntax error there is the run's, as the engine words it. True, false, or the stack of the
+# error that names where the script went on outside the function.
 BODY_CHECK = r"""
 (() => {
   const indirect = eval, apply = Reflect.apply, source = Function.prototype.toString;
   return (head, script, opening, closing) => {
-    try { indirect(`throw 1;${opening}${script}${closing}`); } catch (e) { if (e !== 1) throw e; }
     const whole = `${head}${script}\n}`;
+    let outside = false;
     try { indirect(`throw __script__;${whole}`); } catch (e) {
-      if (typeof e === "function") return apply(source, e, []) === whole;
-      return typeof e?.stack === "string" ? e.stack : false;
+      if (typeof e === "function" && apply(source, e, []) === whole) return true;
+      if (typeof e?.stack === "string") outside = e.stack;
     }
-    return false;
+    try { indirect(`throw 1;${opening}${script}${closing}`); } catch (e) { if (e !== 1) throw e; }
+    return outside;
   };
 })()
 """
