@@ -37,6 +37,16 @@ async def test_a_script_that_closes_its_function_early_is_refused_before_any_of_
         assert "body of one async function" in error["message"], error
 
 
+async def test_nothing_of_a_breakout_runs_not_even_while_it_is_checked(client: httpx.AsyncClient) -> None:
+    """The check parses the script in a context of its own and runs none of it: a busy loop outside the function
+    is refused at once (it held the engine to the end of its budget)."""
+    script = "return 1 }); while (true) {} (async function () {"
+    response = await client.post("/run", json={"script": script, "timeout_seconds": 5})
+    ran = response.json()
+    assert (ran["error"]["type"], ran["error"]["line"]) == ("script_error", 1)
+    assert ran["duration_ms"] < 2000
+
+
 async def test_braces_in_strings_comments_templates_and_regexps_are_the_scripts_own(
     client: httpx.AsyncClient,
 ) -> None:

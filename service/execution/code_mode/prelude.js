@@ -33,7 +33,9 @@
     const frames = apply(split, String(stack || ""), ["\n"]);
     for (let i = 0; i < frames.length; i++) {
       const m = apply(exec, /at (\S+) \(<input>:(\d+):(\d+)\)/, [frames[i]]);
-      if (m && apply(slice, m[1], [0, 5]) !== "__ts_") return { __proto__: null, line: Number(m[2]), column: Number(m[3]) };
+      if (m && apply(slice, m[1], [0, 5]) !== "__ts_") {
+        return { __proto__: null, line: Number(m[2]), column: Number(m[3]) };
+      }
     }
     return { __proto__: null, line: null, column: null };
   };
@@ -91,15 +93,22 @@
   globalThis.console = freeze({ log, info: log, warn: log, error: log, debug: log });
   const failure = (e) => {
     const made = apply(recall, calls, [e]);
-    if (made) return { __proto__: null, name: "ToolError", message: cut(e.message, 2000), line: made.line, column: null, call: made.call };
-    if (!(e instanceof Error)) return { __proto__: null, name: "Error", message: cut(show(e), 2000), line: null, column: null };
+    if (made) {
+      return { __proto__: null, name: "ToolError", message: cut(e.message, 2000), line: made.line, column: null,
+               call: made.call };
+    }
+    if (!(e instanceof Error)) {
+      return { __proto__: null, name: "Error", message: cut(show(e), 2000), line: null, column: null };
+    }
     return { __proto__: null, name: cut(e.name, 200), message: cut(e.message, 2000), ...where(e.stack), call: null };
   };
   const finish = (ok, value) => {
     let error;
     if (ok) {
       try { return hostDone(true, json(value === undefined ? null : value)); }
-      catch (e) { error = { __proto__: null, name: "TypeError", message: `the script's return value is not JSON: ${e.message}` }; }
+      catch (e) {
+        error = { __proto__: null, name: "TypeError", message: `the script's return value is not JSON: ${e.message}` };
+      }
     }
     try { hostDone(false, stringify(error ?? failure(value))); } catch { hostDone(false, undefined); }
   };

@@ -187,14 +187,16 @@ class Child:
         verdict = check.eval(BODY_CHECK)(HEAD, self.script, OPENING, CLOSING)
         if verdict is True:
             return None
-        found = _LOCATION.search(verdict) if isinstance(verdict, str) else None
-        line, column = place(self.script, *((int(found.group(1)), int(found.group(2))) if found else (None, None)))
-        return failure("script_error", OUTSIDE, line, column)
+        return failure("script_error", OUTSIDE, *self._located(verdict if isinstance(verdict, str) else ""))
+
+    def _located(self, text: str) -> tuple[int | None, int | None]:
+        """The script's own line and column of the first place in the engine's text that this names."""
+        found = _LOCATION.search(text)
+        return place(self.script, *((int(found.group(1)), int(found.group(2))) if found else (None, None)))
 
     def _from_exception(self, text: str) -> dict[str, Any]:
         head = text.splitlines()[0][:MAX_ERROR_CHARS] if text else "the engine failed"
-        found = _LOCATION.search(text)
-        line, column = place(self.script, *((int(found.group(1)), int(found.group(2))) if found else (None, None)))
+        line, column = self._located(text)
         if "out of memory" in head:
             return failure("memory_limit", head, line, column)
         if "interrupted" in head:
