@@ -114,3 +114,16 @@ async def test_a_replaced_array_iterator_does_not_move_a_calls_line(client: http
     )
     ran = await run(client, script)
     assert ran["result"] == 1 and [c["line"] for c in ran["calls"]] == [2]
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        "Object.defineProperty(Error.prototype, 'stack', {get() { return '    at f (<input>:2:1)\\n'; }});",
+        "Error.stackTraceLimit = 0;",
+    ],
+    ids=["a stack getter of its own", "no stack frames"],
+)
+async def test_the_line_of_a_call_is_where_the_script_made_it(client: httpx.AsyncClient, setup: str) -> None:
+    ran = await run(client, f"{setup}\nawait search_tools('weather'); return 1")
+    assert ran["result"] == 1 and [c["line"] for c in ran["calls"]] == [2]

@@ -5,7 +5,8 @@
 // copy taken here, objects it hands to JSON have no prototype (no inherited toJSON), and it loops with indexes
 // (no Array iterator). What marks an error as a failed call is the prelude's own record of the error, never a
 // property of it. V8's Error.prepareStackTrace (QuickJS-ng has it) is fixed to undefined: its call sites hand out
-// every function on the stack, the prelude's own included.
+// every function on the stack, the prelude's own included; a call's place is read with the engine's own stack
+// getter and frame limit.
 //
 // Frames of `__ts_` functions are the prelude's, a frame with no function (`at <input>:1:2`) a place in a text
 // that JSON.parse or eval read: a call's line is the first frame of another function.
@@ -20,6 +21,14 @@
   const recall = WeakMap.prototype.get, remember = WeakMap.prototype.set;
   const slice = String.prototype.slice, exec = RegExp.prototype.exec, split = String.prototype.split;
   define(Error, "prepareStackTrace", { __proto__: null, value: undefined, writable: false, configurable: false });
+  const stackOf = Object.getOwnPropertyDescriptor(Error.prototype, "stack").get;
+  const { get: traceLimit, set: setTraceLimit } = Object.getOwnPropertyDescriptor(Error, "stackTraceLimit");
+  // Where the script is now, whatever it did to Error.prototype.stack or Error.stackTraceLimit.
+  function __ts_here() {
+    const limit = apply(traceLimit, Error, []);
+    apply(setTraceLimit, Error, [10]);
+    try { return apply(stackOf, new Error(), []); } finally { apply(setTraceLimit, Error, [limit]); }
+  }
   const cut = (text, n) => apply(slice, String(text), [0, n]);
   const refuse = (message) => apply(reject, Promise, [new TypeError(message)]);
   // The host gets a string or nothing: nothing then means the engine could not copy it (out of memory).
@@ -55,7 +64,7 @@
     let payload;
     try { payload = json(args === undefined ? {} : args); }
     catch (e) { return refuse(`the arguments of ${cut(name, 256)} are not JSON: ${e.message}`); }
-    const line = where(new Error().stack).line;
+    const line = where(__ts_here()).line;
     const id = hostCall(kind, stringify(name), line ?? 0, payload);
     if (typeof id !== "number") return refuse(String(id));
     return new Promise((resolve, reject) => { pending[id] = { __proto__: null, resolve, reject, line }; });
