@@ -4,6 +4,7 @@
     runner.py   the queue of scripts, budgets, each call through Executor.execute with the caller and run id
     sandbox.py  the engine's child process as the service sees it
     worker.py   the child: one QuickJS context per script, JSON lines on stdin/stdout
+    prelude.js  what the context runs before the script: tools, search_tools, console, the host functions hidden
 
 The engine is QuickJS (PyPI `quickjs-ng`) in a child process per script, chosen over V8 (`mini-racer`) by a
 measurement on this machine (medians): a fresh QuickJS context costs 0.12 ms (V8 6.8 ms and +48 MiB of

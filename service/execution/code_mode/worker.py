@@ -20,6 +20,7 @@ import resource
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import quickjs
@@ -28,105 +29,43 @@ MAX_NAME_CHARS = 256  # a tool name, as POST /execute takes it
 MAX_DEPTH = 100  # nesting of a value that crosses to the service (its JSON encoders stop near 255)
 MAX_ERROR_CHARS = 2000
 
-# Frames of `__ts_` functions are the prelude's, a frame with no function (`at <input>:1:2`) a place in a text
-# that JSON.parse or eval read: a call's line is the first frame of another function.
-PRELUDE = r"""
-(() => {
-  "use strict";
-  const hostCall = globalThis.__ts_host_call, hostLog = globalThis.__ts_host_log;
-  const hostDone = globalThis.__ts_host_done;
-  delete globalThis.__ts_host_call; delete globalThis.__ts_host_log; delete globalThis.__ts_host_done;
-  const { stringify, parse } = JSON, apply = Reflect.apply, then = Promise.prototype.then;
-  const slice = String.prototype.slice, exec = RegExp.prototype.exec, split = String.prototype.split;
-  const cut = (text, n) => apply(slice, String(text), [0, n]);
-  // The host gets a string or nothing: nothing then means the engine could not copy it (out of memory).
-  const json = (value) => {
-    const text = stringify(value);
-    if (typeof text !== "string") throw new TypeError("it has no JSON form");
-    return text;
-  };
-  const pending = Object.create(null);
-  const where = (stack) => {
-    for (const frame of apply(split, String(stack || ""), ["\n"])) {
-      const m = apply(exec, /at (\S+) \(<input>:(\d+):(\d+)\)/, [frame]);
-      if (m && apply(slice, m[1], [0, 5]) !== "__ts_") return { line: Number(m[2]), column: Number(m[3]) };
-    }
-    return { line: null, column: null };
-  };
-  class ToolError extends Error {
-    constructor(info) {
-      super(info.message);
-      this.name = "ToolError";
-      Object.assign(this, { tool: info.tool, status: info.status, problem: info.problem, __ts_call: info.call });
-      this.__ts_line = info.line;
-    }
-  }
-  function __ts_request(kind, name, args) {
-    let payload;
-    try { payload = json(args === undefined ? {} : args); }
-    catch (e) { return Promise.reject(new TypeError(`the arguments of ${cut(name, 256)} are not JSON: ${e.message}`)); }
-    const line = where(new Error().stack).line;
-    const id = hostCall(kind, stringify(name), line ?? 0, payload);
-    if (typeof id !== "number") return Promise.reject(new TypeError(String(id)));
-    return new Promise((resolve, reject) => { pending[id] = { resolve, reject, line }; });
-  }
-  const settle = (id, ok, json) => {
-    const waiter = pending[id];
-    if (!waiter) return;
-    delete pending[id];
-    const value = parse(json);
-    if (ok) waiter.resolve(value); else waiter.reject(new ToolError({ ...value, line: waiter.line }));
-  };
-  const config = parse(globalThis.__ts_config);
-  delete globalThis.__ts_config;
-  const target = Object.create(null);
-  for (const name of config.tools) target[name] = function __ts_tool(args) { return __ts_request("tool", name, args); };
-  // Names outside the list still go to the service, which refuses them the way /execute does (and logs it).
-  globalThis.tools = new Proxy(Object.freeze(target), {
-    get: (t, name) => typeof name !== "string" || name === "then" ? undefined
-      : t[name] ?? function __ts_tool(args) { return __ts_request("tool", name, args); },
-  });
-  globalThis.search_tools = function __ts_search(query, k) {
-    return __ts_request("search", "search_tools", { query, k });
-  };
-  const show = (v) => {
-    if (typeof v === "string") return v;
-    try { return stringify(v) ?? String(v); } catch { return String(v); }
-  };
-  const log = (...args) => {
-    let text = "";
-    for (const a of args) text += (text ? " " : "") + show(a);
-    hostLog(stringify(cut(text, config.max_log_chars)));
-  };
-  globalThis.console = Object.freeze({ log, info: log, warn: log, error: log, debug: log });
-  const failure = (e) => {
-    if (!(e instanceof Error)) return { name: "Error", message: cut(show(e), 2000), line: null, column: null };
-    const at = e.__ts_line ? { line: e.__ts_line, column: null } : where(e.stack);
-    return { name: cut(e.name, 200), message: cut(e.message, 2000), ...at, call: e.__ts_call ?? null };
-  };
-  const finish = (ok, value) => {
-    let error;
-    if (ok) {
-      try { return hostDone(true, json(value === undefined ? null : value)); }
-      catch (e) { error = { name: "TypeError", message: `the script's return value is not JSON: ${e.message}` }; }
-    }
-    try { hostDone(false, stringify(error ?? failure(value))); } catch { hostDone(false, undefined); }
-  };
-  globalThis.__ts_run = function __ts_run(script) {
-    delete globalThis.__ts_run;
-    apply(then, script(), [(v) => finish(true, v), (e) => finish(false, e)]);
-  };
-  return settle;
-})();
-"""
+PRELUDE = Path(__file__).with_name("prelude.js").read_text(encoding="utf-8")
 # The script runs in an async function whose opening has a line to itself: the script's line n is the engine's
 # n + 1, columns unshifted (QuickJS counts some columns of its first line from 0); a // comment ends at CLOSING.
-OPENING = "__ts_run(async function __script__() {\n"
+HEAD = "async function __script__() {\n"
+OPENING = f"__ts_run({HEAD}"
 CLOSING = "\n});"
+# Whether the script is exactly the body of that function (a `});` of its own would end it and run the rest
+# outside), asked of a context of its own before anything of the script runs; nothing of the script runs here
+# either. The script as the body of a declaration, which `throw` hands out (a declaration is hoisted): the body
+# is the script when the function's source text is the whole text. When it is not, the engine's own text, with
+# `throw 1` first: a syntax error there is the run's, as the engine words it. True, false, or the stack of the
+# error that names where the script went on outside the function.
+BODY_CHECK = r"""
+(() => {
+  const indirect = eval, apply = Reflect.apply, source = Function.prototype.toString;
+  return (head, script, opening, closing) => {
+    const whole = `${head}${script}\n}`;
+    let outside = false;
+    try { indirect(`throw __script__;${whole}`); } catch (e) {
+      if (typeof e === "function" && apply(source, e, []) === whole) return true;
+      if (typeof e?.stack === "string") outside = e.stack;
+    }
+    try { indirect(`throw 1;${opening}${script}${closing}`); } catch (e) { if (e !== 1) throw e; }
+    return outside;
+  };
+})()
+"""
+OUTSIDE = (
+    "the script ends the async function it runs in before its own end (a `}` of its own closes it): "
+    "a script is the body of one async function, and `return` gives the result"
+)
 _LOCATION = re.compile(r"<input>:(\d+):(\d+)")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 OUT_OF_MEMORY = "the engine process ran out of memory"
 ENDED_EARLY = "SyntaxError: the script ends with an expression, bracket or brace left open, or one closed too many"
+HEAP_EXHAUSTED = "the script ran out of memory"
+NEVER_SETTLES = "the script awaits a promise that never settles"
 
 
 class Refused(Exception):
@@ -216,6 +155,9 @@ class Child:
     def run(self) -> dict[str, Any]:
         """The script's outcome: {ok, value} or {ok: false, error}."""
         try:
+            refused = self.outside()
+            if refused is not None:
+                return refused
             settle = self.context.eval(PRELUDE)
             self.context.eval(OPENING + self.script + CLOSING)
             while True:
@@ -226,7 +168,7 @@ class Child:
                 if self.outcome is not None:
                     return self.outcome
                 if not self.outstanding:
-                    return failure("script_error", "the script awaits a promise that never settles")
+                    return failure("script_error", NEVER_SETTLES)
                 message = sys.stdin.readline()
                 if not message:
                     return failure("cancelled", "the service closed the run")
@@ -236,15 +178,30 @@ class Child:
         except quickjs.JSException as exc:
             return self._from_exception(str(exc))
 
+    def outside(self) -> dict[str, Any] | None:
+        """None when the script is exactly the body of one async function, else the outcome refusing it; a
+        syntax error raises the engine's JSException."""
+        check = quickjs.Context()
+        check.set_memory_limit(int(self.config["memory_bytes"]))
+        verdict = check.eval(BODY_CHECK)(HEAD, self.script, OPENING, CLOSING)
+        if verdict is True:
+            return None
+        return failure("script_error", OUTSIDE, *self._located(verdict if isinstance(verdict, str) else ""))
+
+    def _located(self, text: str) -> tuple[int | None, int | None]:
+        """The script's own line and column of the first place in the engine's text that this names."""
+        found = _LOCATION.search(text)
+        return place(self.script, *((int(found.group(1)), int(found.group(2))) if found else (None, None)))
+
     def _from_exception(self, text: str) -> dict[str, Any]:
         head = text.splitlines()[0][:MAX_ERROR_CHARS] if text else "the engine failed"
-        found = _LOCATION.search(text)
-        line, column = place(self.script, *((int(found.group(1)), int(found.group(2))) if found else (None, None)))
+        line, column = self._located(text)
         if "out of memory" in head:
             return failure("memory_limit", head, line, column)
         if "interrupted" in head:
             return failure("timeout", "the script used up its CPU time", line, column)
         # Found in CLOSING, the engine quoted its `}` or `)`, which the script does not hold.
+        found = _LOCATION.search(text)
         if head.startswith("SyntaxError") and found and int(found.group(1)) - 2 > self.script.count("\n"):
             head = ENDED_EARLY
         return failure("script_error", head, line, column)
@@ -355,6 +312,19 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def heap_exhausted(outcome: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether a run that ended in a thrown null or a promise that never settles filled its heap: when QuickJS
+    cannot make its out-of-memory error it throws null, and after an await that exception leaves the job (the
+    binding does not say) instead of rejecting the script. The heap, freed by then, shows in the process's peak."""
+    error = outcome.get("error") if not outcome.get("ok") else None
+    if not isinstance(error, dict) or error.get("type") != "script_error" or error.get("call") is not None:
+        return False
+    thrown_null = error.get("name") == "Error" and error.get("message") == "null" and error.get("line") is None
+    if not thrown_null and error.get("message") != NEVER_SETTLES:
+        return False
+    return int(outcome.get("memory_bytes", 0)) >= 0.9 * int(config["memory_bytes"])
+
+
 def with_limits(outcome: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     """A memory_limit outcome says which limits the run had: QuickJS's heap, or the whole process (what crosses
     into Python is outside the heap), whichever ran out."""
@@ -390,6 +360,8 @@ def main() -> None:
             failure("memory_limit", OUT_OF_MEMORY) if exhausted(exc) else failure("engine_error", "the engine failed")
         )
     outcome["memory_bytes"] = max(0, peak_rss() - baseline)
+    if heap_exhausted(outcome, config):
+        outcome["error"] = failure("memory_limit", HEAP_EXHAUSTED)["error"]
     try:
         send({"op": "done", "outcome": with_limits(outcome, config)})
     except MemoryError:  # writing the value out took the memory: the error alone is small
