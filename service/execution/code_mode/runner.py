@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from service.catalog.lookup import few_suggestions
 from service.db.models import Approval
 from service.errors import (
     NUL_REASON,
@@ -157,7 +158,8 @@ class CodeMode:
             self.running += 1
             self.peak_running = max(self.peak_running, self.running)
             try:
-                outcome = await self._execute(run, script, budget)
+                with few_suggestions():
+                    outcome = await self._execute(run, script, budget)
             finally:
                 self.running -= 1
                 self.slots.release()
