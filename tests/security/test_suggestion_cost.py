@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from indexer.closest import close_names
 from service.catalog.lookup import SUGGESTED_NAMES_PER_REQUEST
+from service.search.retrieval import NameDirectory
 from tests.security.conftest import bearer
 
 TOOLS = [{"server": "util", "name": f"format_date_{i}", "description": f"Format a date, style {i}"} for i in range(40)]
@@ -57,3 +59,24 @@ return found;
     ran = (await http.post("/run", json={"script": script}, headers=bearer(dev))).json()
     assert len(ran["result"]) == 20 and sum(1 for n in ran["result"] if n) == SUGGESTED_NAMES_PER_REQUEST, ran
     assert len(asked) == SUGGESTED_NAMES_PER_REQUEST
+
+
+class _Unwalkable(dict[str, Any]):
+    def __iter__(self) -> Any:
+        raise AssertionError("walked every name of the catalog")
+
+
+def test_a_small_scope_finds_its_closest_names_without_walking_the_catalog() -> None:
+    """A dev's 404 walked every name of the catalog to find the few it may use: 0.08 ms without hidden tools, 2.9 ms
+    among 100k of them (a count of what it may not see, told by timing); its own names are the pool now."""
+    directory = NameDirectory()
+    for server, name in [("public", "get_weather"), ("util", "purge_cache"), ("util", "format_date")]:
+        directory.add(f"{server}__{name}", name, server, [])
+    for i in range(2_000):
+        directory.add(f"vault__get_weather_{i}", f"get_weather_{i}", "vault", [])
+    allowed = frozenset({"public__get_weather", "util__purge_cache", "util__format_date", "util__gone"})
+    own = {q: str(directory.listed_name(q)) for q in sorted(allowed) if directory.listed_name(q) is not None}
+    directory._entries = _Unwalkable(directory._entries)
+    found = {name: directory.closest(name, allowed=allowed) for name in ("public__get_weathr", "get_weather_1", "x")}
+    assert found == {name: close_names(name, own) for name in found}
+    assert found["public__get_weathr"] == found["get_weather_1"] == ["public__get_weather"] and found["x"] == []
