@@ -23,7 +23,6 @@ from sqlalchemy import select
 from service.catalog.lookup import few_suggestions
 from service.db.models import Approval
 from service.errors import (
-    NUL_REASON,
     ApprovalRequired,
     BadRequest,
     InvalidArguments,
@@ -44,6 +43,7 @@ from service.policy.keys import key_resolver
 from service.policy.service import usable_names
 from service.resources import Resources
 from service.search.service import log_search, result_view, search_tools
+from service.security.request_body import NUL_REASON
 
 from .sandbox import Sandbox
 
