@@ -124,7 +124,8 @@ async def find_visible_tool(session: AsyncSession, resources: Resources, caller:
     return await find_tool(session, name, resources, visible)
 
 
-async def count_tools(session: AsyncSession) -> dict[str, int]:
-    """Active tools per server (not those held for review)."""
-    rows = await session.execute(select(Tool.server_id, func.count()).where(active()).group_by(Tool.server_id))
+async def count_tools(session: AsyncSession, server_id: str | None = None) -> dict[str, int]:
+    """Active tools per server (not those held for review), of every server or of one."""
+    one = [Tool.server_id == server_id] if server_id is not None else []
+    rows = await session.execute(select(Tool.server_id, func.count()).where(active(), *one).group_by(Tool.server_id))
     return {server: count for server, count in rows}
