@@ -31,12 +31,12 @@ import json
 import logging
 import uuid
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -49,6 +49,9 @@ PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://toolscout.dev/problems/"
 RETRY_AFTER_SECONDS = 5
 MAX_INSTANCE_CHARS = 512  # of the request path a problem echoes as its `instance`
+# A request's validation errors a 422 lists (then `more_errors`), each pointer cut to MAX_INSTANCE_CHARS: a 1.2 MB
+# body of 100,000 keys no route takes was answered with all 100,000 errors, twice (11.5 MB, 1.9 s).
+MAX_REPORTED_ERRORS = 20
 
 
 class ToolscoutError(Exception):
@@ -159,27 +162,6 @@ class UpstreamTimeout(ToolscoutError):
     status, slug, title = 504, "upstream-timeout", "Upstream MCP call timed out"
 
 
-class RequestBody(BaseModel):
-    """A JSON request body: a field it does not define is a 422 naming that field, never ignored (a misspelt
-    `arguments` would otherwise call the tool with none, a `top_k` search silently get the default k)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-NUL_REASON = "must not contain NUL (U+0000) characters"
-
-
-def _without_nul(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError(NUL_REASON)
-    return value
-
-
-# A request string that is stored or looked up as SQL text, which cannot hold NUL on PostgreSQL (a 500 on lookups;
-# a search or execution whose log row the database then refused).
-Text = Annotated[str, AfterValidator(_without_nul)]
-
-
 class Problem(BaseModel):
     """An RFC 9457 problem: the body of every error answer (extensions such as `errors` or `limit` beside)."""
 
@@ -226,8 +208,8 @@ def body_pointer(*parts: Any) -> str:
 
 
 def echoed_path(path: str) -> str:
-    """The request path as a problem's `instance`: at most MAX_INSTANCE_CHARS of it (a path of 60 KB is not echoed
-    back in full)."""
+    """The request path as a problem's `instance` (or a pointer into the request): at most MAX_INSTANCE_CHARS of
+    it (a path of 60 KB is not echoed back in full)."""
     return path if len(path) <= MAX_INSTANCE_CHARS else path[:MAX_INSTANCE_CHARS] + "..."
 
 
@@ -260,7 +242,7 @@ def _json_position(doc: Any, pos: Any) -> str:
 
 def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     errors = []
-    for err in exc.errors():
+    for err in exc.errors()[:MAX_REPORTED_ERRORS]:
         loc = [str(part) for part in err.get("loc", ())]
         if err.get("type") == "json_invalid":
             # FastAPI puts the character offset in the location: it is no field, so the pointer is the body.
@@ -270,7 +252,8 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
         elif loc == ["body"] and isinstance(err.get("input"), bytes | bytearray):
             errors.append({"pointer": "/body", "reason": NOT_JSON})  # a body of another (or no) content type
         else:
-            errors.append({"pointer": json_pointer(err.get("loc", ())), "reason": err.get("msg", "invalid")})
+            pointer = echoed_path(json_pointer(err.get("loc", ())))
+            errors.append({"pointer": pointer, "reason": err.get("msg", "invalid")})
     return errors
 
 
@@ -292,9 +275,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        errors = _validation_errors(exc)
+        errors, more = _validation_errors(exc), len(exc.errors()) > MAX_REPORTED_ERRORS
         detail = "; ".join(f"{e['pointer']}: {e['reason']}" for e in errors) or "invalid request"
-        return problem_response(InvalidRequest(f"Invalid request: {detail}", errors=errors), request)
+        detail += f" (the first {len(errors)} errors; there are more)" if more else ""
+        extra = {"more_errors": True} if more else {}
+        return problem_response(InvalidRequest(f"Invalid request: {detail}", errors=errors, **extra), request)
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

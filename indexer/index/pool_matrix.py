@@ -34,6 +34,8 @@ SAMPLE_FROM = 4096
 SAMPLE_STRIDE = 16
 SAMPLE_MARGIN = 8
 SCOPES_KEPT = 64  # permission scopes whose rows (and means) are kept until the rows change
+# A request whose filter admits at most this many rows scores them alone, exactly (see search_many).
+SMALL_SCOPE = 1024
 
 
 def top_rows(scores: np.ndarray, count: int) -> np.ndarray:
@@ -174,22 +176,35 @@ class PoolMatrix:
         out: list[list[list[Hit]]] = []
         with self._lock:
             used = len(self._names)
+            masks = [self._mask(where, used) for _, where in requests]
+            # A request whose filter admits few rows scores those alone: its scan costs what its own tools cost, and
+            # its time says nothing of the tools it may not see (a dev allowed 2 tools searched in 1.3 ms among 5k
+            # tools and 6.4 ms among 50k, the whole matrix scanned either way).
+            small = [np.flatnonzero(mask) if np.count_nonzero(mask) <= SMALL_SCOPE else None for mask in masks]
+            wide = np.repeat([rows is None for rows in small], sizes)
             reduced = self._axes is not None
             scores = (
-                self._reduced.scores(queries @ self._axes, used)
+                np.zeros((0, used), dtype=np.float32)
+                if not wide.any()
+                else self._reduced.scores(queries[wide] @ self._axes, used)
                 if reduced
-                else self._products(queries, self._vectors[:used])
+                else self._products(queries[wide], self._vectors[:used])
             )
-            start = 0
-            for (_, where), size in zip(requests, sizes, strict=True):
-                own, rows_of = scores[start : start + size], queries[start : start + size]
+            start = scanned = 0
+            for size, mask, rows in zip(sizes, masks, small, strict=True):
+                rows_of = queries[start : start + size]
                 start += size
-                mask = self._mask(where, used)
-                inside = int(np.count_nonzero(mask))
+                inside = int(np.count_nonzero(mask)) if rows is None else len(rows)
                 counts = [min(limit if i == 0 else part_limit or limit, inside) for i in range(size)]
                 if inside <= 0 or not size or max(counts) <= 0:
+                    scanned += size if rows is None else 0
                     out.append([[] for _ in range(size)])
                     continue
+                if rows is not None:
+                    own = rows_of @ self._vectors[rows].T  # few rows: quick in any form (not timed)
+                    out.append([self._best(row, count, rows) for row, count in zip(own, counts, strict=True)])
+                    continue
+                own, scanned = scores[scanned : scanned + size], scanned + size
                 if inside < used:
                     own = np.where(mask, own, MASKED if reduced else -np.inf)
                 out.append(
@@ -199,10 +214,12 @@ class PoolMatrix:
                 )
         return out
 
-    def _best(self, scores: np.ndarray, count: int) -> list[Hit]:
+    def _best(self, scores: np.ndarray, count: int, rows: np.ndarray | None = None) -> list[Hit]:
+        """The `count` best of a row of scores, of every row or of these `rows`."""
         best = top_rows(scores, count)
         best = best[np.argsort(-scores[best], kind="stable")]
-        return list(map(Hit, [self._names[i] for i in best.tolist()], scores[best].tolist()))
+        names = (best if rows is None else rows[best]).tolist()
+        return list(map(Hit, [self._names[i] for i in names], scores[best].tolist()))
 
     def _exact_best(
         self, queries: np.ndarray, coarse: np.ndarray, counts: Sequence[int], inside: int

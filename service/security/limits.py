@@ -12,8 +12,9 @@ import anyio
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import NUL_REASON, InvalidRequest, echoed_path
+from service.errors import InvalidRequest, echoed_path
 from service.security.hosts import send_problem
+from service.security.request_body import NUL_REASON
 
 # The routes whose bodies may be as large as policy.max_body_bytes: registrations. Every other body is a call, a
 # search, a script or a form, held to policy.max_call_body_bytes: parsing costs ~1 s and ~60 bytes of memory a byte

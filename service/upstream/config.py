@@ -31,7 +31,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.tools import normalize_server_id
-from service.errors import NUL_REASON, InvalidRequest, json_pointer
+from service.errors import InvalidRequest, json_pointer
+from service.security.request_body import NUL_REASON
 
 logger = logging.getLogger(__name__)
 

@@ -80,10 +80,10 @@ def _limited_view(view: dict[str, Any], tools: int | None) -> dict[str, Any]:
 @router.get("/servers", response_model=ServersResponse)
 async def get_servers(resources: ResourcesDep, caller: CallerDep, gateway: GatewayDep) -> dict[str, Any]:
     """Every server with its health (admins); other callers see the servers they may use, without details."""
-    views = await list_servers(resources, gateway.pool)
     if caller.is_admin:
-        return {"servers": views}
+        return {"servers": await list_servers(resources, gateway.pool)}
     usable, counts = _usable_servers(resources, caller)
+    views = await list_servers(resources, gateway.pool, only=None if usable is None else frozenset(usable))
     return {
         "servers": [
             _limited_view(v, counts.get(v["id"]) if usable is not None else None)
@@ -103,7 +103,7 @@ async def get_one_server(
     usable, counts = _usable_servers(resources, caller)
     if usable is not None and server_id not in usable:
         raise NotFound(f"No server named {server_id!r}", server=server_id)
-    view = await get_server(resources, gateway.pool, server_id)
+    view = await get_server(resources, gateway.pool, server_id, counted=usable is None)
     return _limited_view(view, counts.get(server_id) if usable is not None else None)
 
 

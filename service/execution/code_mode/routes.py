@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from service.deps import CallerDep, CodeModeDep
-from service.errors import RequestBody, Text
+from service.security.request_body import RequestBody, Text
 
 router = APIRouter(tags=["code mode"])
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from sqlalchemy import select
 
+from service.catalog.lookup import few_suggestions
 from service.db.models import Approval
 from service.errors import (
-    NUL_REASON,
     ApprovalRequired,
     BadRequest,
     InvalidArguments,
@@ -43,6 +43,7 @@ from service.policy.keys import key_resolver
 from service.policy.service import usable_names
 from service.resources import Resources
 from service.search.service import log_search, result_view, search_tools
+from service.security.request_body import NUL_REASON
 
 from .sandbox import Sandbox
 
@@ -157,7 +158,8 @@ class CodeMode:
             self.running += 1
             self.peak_running = max(self.peak_running, self.running)
             try:
-                outcome = await self._execute(run, script, budget)
+                with few_suggestions():
+                    outcome = await self._execute(run, script, budget)
             finally:
                 self.running -= 1
                 self.slots.release()
