@@ -31,9 +31,14 @@ def split_identifier(identifier: str) -> str:
     """`get_currentTime.v2-beta` -> `get current time v2 beta`."""
     words: list[str] = []
     for part in _SEPARATORS.split(identifier):
-        if part:
-            words.extend(w for w in _CAMEL_BOUNDARY.split(part) if w)
-    return " ".join(w.lower() for w in words)
+        if not part:
+            continue
+        lowered = part.lower()
+        if lowered == part:  # no capital, so no camel-case boundary: a request's words, mostly (no regex a word)
+            words.append(part)
+        else:
+            words.extend(w.lower() for w in _CAMEL_BOUNDARY.split(part) if w)
+    return " ".join(words)
 
 
 def normalize_name_key(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 from indexer.documents import split_identifier
 from indexer.lexical import STOPWORDS, _stem
@@ -55,8 +56,19 @@ def name_verb(name: str, server: str) -> str:
 def _leading_word(text: str) -> str:
     """The lower-cased first word of a request once its framing is gone ("" when none), read from its first
     LEAD_CHARS characters: 0.03 ms, where a whole 8,000-character request took 4 ms."""
-    words = split_identifier(_PUNCTUATION.sub(" ", without_framing(text[:LEAD_CHARS]))).split()
-    return words[0] if words else ""
+    return _lead_of(text[:LEAD_CHARS])
+
+
+@lru_cache(maxsize=64)
+def _lead_of(head: str) -> str:
+    """`_leading_word` of a request's head. Kept for the last few heads: a search asks it twice a text (its lead
+    verb, whether it asks a question), 0.05 ms each. Only the words up to the first that `split_identifier` keeps
+    are split, as the first of all its words is that one's first (the same word, without splitting 200
+    characters: 0.04 ms)."""
+    for token in _PUNCTUATION.sub(" ", without_framing(head)).split():
+        if words := split_identifier(token).split():
+            return words[0]
+    return ""
 
 
 def lead_verb(text: str) -> str:

@@ -13,6 +13,15 @@ def test_identifiers_split_on_every_convention() -> None:
     assert split_identifier("read-file") == "read file"
 
 
+def test_words_without_capitals_split_on_separators_only_and_capitals_anywhere_still_split() -> None:
+    assert split_identifier("list the files, please") == "list the files, please"
+    assert split_identifier("straße_größe") == "straße größe"  # no capital: kept as written
+    assert split_identifier("getHTTPResponse") == "get http response"
+    assert split_identifier("Ärger_machen ÄrgerMachen") == "ärger machen ärger machen"
+    assert split_identifier("größeÄrger") == "größeärger"  # a boundary is before an ASCII capital only
+    assert split_identifier("") == "" and split_identifier("__--") == ""
+
+
 def test_name_key_ignores_case_and_separators() -> None:
     assert normalize_name_key("Get_Current-Time") == normalize_name_key("get current time") == "getcurrenttime"
 

@@ -6,8 +6,20 @@ import random
 import string
 import time
 
+from indexer.documents import split_identifier
 from indexer.index.base import SearchFilter
-from indexer.names import READ_VERBS, asks, lead_verb, name_verb, query_stems, spelling_tier
+from indexer.names import (
+    _PUNCTUATION,
+    LEAD_CHARS,
+    READ_VERBS,
+    _leading_word,
+    asks,
+    lead_verb,
+    name_verb,
+    query_stems,
+    spelling_tier,
+    without_framing,
+)
 from service.search.ranking import Candidate, apply_lead_verb, apply_name_verbs, rank
 from service.search.retrieval import NameDirectory
 
@@ -71,6 +83,26 @@ def test_the_lead_verb_is_the_first_word_once_the_framing_is_gone() -> None:
     assert lead_verb("what time is it in Tokyo?") == ""  # a stop-word names no action
     assert lead_verb("Can you please") == ""
     assert lead_verb("") == ""
+
+
+def test_the_lead_word_is_the_first_word_of_the_whole_head_split() -> None:
+    """Only the words up to the first one are split: the same word as splitting the whole head (LEAD_CHARS)."""
+    heads = [
+        "___ commit my changes",  # a token that splits into no word: the next one leads
+        "_-_ _ListFiles in the folder",
+        "Please, getWeather for Paris",
+        "Can you please help me to HTTPServer restart",
+        "\u3000Ünïcode_Word first",
+        "?! ... ,",
+        "",
+        "x" * 300 + " after the head",
+    ]
+    for text in heads:
+        whole = split_identifier(_PUNCTUATION.sub(" ", without_framing(text[:LEAD_CHARS]))).split()
+        assert _leading_word(text) == (whole[0] if whole else "")
+    assert _leading_word("___ commit my changes") == "commit"
+    assert _leading_word("Please, getWeather for Paris") == "get"
+    assert _leading_word("?! ... ,") == ""
 
 
 def test_show_me_and_tell_me_frame_a_request_and_name_no_action() -> None:
