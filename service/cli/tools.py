@@ -15,6 +15,7 @@ from service.cli.core import _direct, _service_request, fail
 from service.cli.terminal import printable
 from service.errors import NotFound, ToolscoutError
 from service.settings import Settings
+from service.wording import counted
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -66,7 +67,7 @@ def cmd_held(args: argparse.Namespace) -> int:
     for tool in body["tools"]:
         print(f"{printable(tool['name'])}  held since {tool['held'].get('held_at')}")
         print(f"  {printable(tool['held']['reason'])}")
-    print(f"{body['total']} tools held")
+    print(f"{counted(body['total'], 'tool')} held")
     return 0
 
 

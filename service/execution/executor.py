@@ -42,6 +42,7 @@ from service.policy.service import authorize_call, may_use, policy_state, visibl
 from service.resources import Resources
 from service.upstream.pool import UpstreamPool
 from service.usage.signal import scope_key
+from service.wording import counted
 
 logger = logging.getLogger(__name__)
 DETAIL_CHARS = 2000  # of an error detail in the execution log
@@ -361,7 +362,7 @@ class Executor:
         try:
             await asyncio.wait_for(self._idle.wait(), grace_seconds)
         except TimeoutError:
-            logger.warning("shutdown: %d calls still in flight after %g s", self.in_flight, grace_seconds)
+            logger.warning("shutdown: %s still in flight after %g s", counted(self.in_flight, "call"), grace_seconds)
             return False
         return True
 

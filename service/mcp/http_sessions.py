@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.mcp.guard import send_problem
+from service.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -222,8 +223,9 @@ class SessionBoundMiddleware:
     async def _refuse(self, reason: str, client: str, send: Send) -> None:
         if reason == "client":
             detail = (
-                f"{client} holds {self.table.per_client} MCP sessions (frontend.http_max_sessions_per_client), "
-                "each with a request in flight; end one (DELETE) before opening another"
+                f"{client} holds {counted(self.table.per_client, 'MCP session')} "
+                "(frontend.http_max_sessions_per_client), each with a request in flight; end one (DELETE) before "
+                "opening another"
             )
             await send_problem(send, 429, "too-many-sessions", "Too many MCP sessions", detail)
             return

@@ -26,6 +26,7 @@ from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
 from service.security.auth_failures import FailedAuthLimiter
 from service.security.openmode import open_mode_allowed
+from service.wording import counted
 
 if TYPE_CHECKING:
     from service.resources import Resources
@@ -275,7 +276,7 @@ class KeyResolver:
         wait = await self.limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
             raise RateLimited(
-                f"Rate limit of {self.limiter.rate * 60:g} requests per minute exceeded", retry_after=wait
+                f"Rate limit of {counted(self.limiter.rate * 60, 'request')} per minute exceeded", retry_after=wait
             )
         return caller
 

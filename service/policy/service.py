@@ -31,6 +31,7 @@ from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
 from service.security.openmode import open_mode_allowed, refuse_unsafe_start, relayed
+from service.wording import counted
 
 logger = logging.getLogger(__name__)
 
@@ -291,7 +292,7 @@ async def start_policy(resources: Resources) -> None:
     state = policy_state(resources)
     size = await refresh_catalog(resources)
     source = state.permissions.source or "none (every caller may use every tool)"
-    logger.info("permissions: %s; %d tools in the policy snapshot", source, size)
+    logger.info("permissions: %s; %s in the policy snapshot", source, counted(size, "tool"))
     resolver = key_resolver(resources)
     keys_exist = await resolver.keys_exist()
     refuse_unsafe_start(resources.settings, keys_exist)

@@ -132,7 +132,7 @@ async def test_toolscout_search_marks_the_results_that_cannot_be_called_now(
         monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", api_url)
         assert await asyncio.to_thread(main, ["search", "print a page"]) == 0
         printed = capsys.readouterr().out
-    first = printed.splitlines()[1]  # under "1 tools in ... ms"
+    first = printed.splitlines()[1]  # under "1 tool in ... ms"
     assert first.startswith(" 1. paper__print_page  (") and first.endswith(")  [unavailable: catalog]"), printed
 
 

@@ -55,6 +55,20 @@ async def test_a_big_batch_is_422_naming_the_limit(tmp_path: Path) -> None:
         assert body["limit"] == "execution.batch_max_calls"
 
 
+async def test_a_limit_of_one_is_said_in_the_singular(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path, permissions=None, execution={"batch_max_calls": 1}, policy={"max_tools_per_registration": 1}
+    )
+    async with running(settings) as (_app, http):
+        batch = assert_problem(await http.post("/execute/batch", json={"calls": [{"name": "a__b"}] * 2}), 422)
+        tools = [{"server": "s", "name": f"t{i}"} for i in range(2)]
+        registration = assert_problem(await http.post("/tools", json={"tools": tools}), 413)
+    assert batch["detail"] == "A batch holds at most 1 call, not 2"
+    assert batch["errors"] == [{"pointer": "/body/calls", "reason": "at most 1 call"}]
+    assert registration["detail"].startswith("A registration holds at most 1 tool, not 2 ")
+    assert registration["errors"] == [{"pointer": "/body/tools", "reason": "at most 1 tool"}]
+
+
 async def test_too_many_tools_in_one_registration_is_413_naming_the_limit(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, permissions=None, policy={"max_tools_per_registration": 5})
     async with running(settings) as (app, http):

@@ -43,6 +43,7 @@ from service.policy.keys import key_resolver
 from service.policy.service import usable_names
 from service.resources import Resources
 from service.search.service import log_search, result_view, search_tools
+from service.wording import counted, verb
 
 from .sandbox import Sandbox
 
@@ -132,16 +133,18 @@ class CodeMode:
             )
         budget = min(timeout_seconds or settings.timeout_seconds, settings.timeout_seconds)
         run = ScriptRun(str(uuid.uuid4()), caller, await self._approvals(caller, approval_ids))
-        if self.in_flight[caller.id] >= settings.max_per_caller:
+        if (held := self.in_flight[caller.id]) >= settings.max_per_caller:
             raise RateLimited(
-                f"{self.in_flight[caller.id]} scripts of this caller run or wait already (code_mode.max_per_caller); "
+                f"{counted(held, 'script')} of this caller {verb(held, 'runs or waits', 'run or wait')} already "
+                "(code_mode.max_per_caller); "
                 "try again when one has ended",
                 retry_after=1.0,
                 limit="code_mode.max_per_caller",
             )
         if self.slots.locked() and self.waiting >= settings.max_queued:
             raise Unavailable(
-                f"Code mode is busy: {self.running} scripts run and {self.waiting} wait their turn "
+                f"Code mode is busy: {counted(self.running, 'script')} {verb(self.running, 'runs', 'run')} and "
+                f"{self.waiting} {verb(self.waiting, 'waits its', 'wait their')} turn "
                 f"(code_mode.max_concurrent, code_mode.max_queued); try again later",
                 limit="code_mode.max_queued",
             )
@@ -230,9 +233,8 @@ class CodeMode:
         run.calls.append(record)
         if len(run.calls) > limit:
             record.status = "refused"
-            run.halt(
-                script_error("call_limit", f"the script made more than {limit} calls", record.line, call=record.index)
-            )
+            made = f"the script made more than {counted(limit, 'call')}"
+            run.halt(script_error("call_limit", made, record.line, call=record.index))
             return
         arguments = message.get("arguments")
         task = asyncio.create_task(self._call(run, sandbox, record, arguments if isinstance(arguments, dict) else {}))
@@ -327,7 +329,8 @@ class CodeMode:
         limiter = resolver.limiter
         wait = await limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
-            raise RateLimited(f"Rate limit of {limiter.rate * 60:g} requests per minute exceeded", retry_after=wait)
+            rate = counted(limiter.rate * 60, "request")
+            raise RateLimited(f"Rate limit of {rate} per minute exceeded", retry_after=wait)
 
     async def _cancel_calls(self, run: ScriptRun) -> None:
         tasks = list(run.tasks)
