@@ -121,6 +121,25 @@ async def test_an_analytics_window_without_a_utc_time_is_422(tmp_path: Path) -> 
         assert body["errors"][0]["pointer"] == "/query/since"
 
 
+async def test_an_analytics_window_that_ends_before_it_starts_is_422(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, permissions=None)
+    async with running(settings) as (_app, http):
+        backwards = {"since": "2026-12-05T00:00:00Z", "until": "2026-12-01T00:00:00Z"}
+        answers = [await http.get(f"/analytics/{route}", params=backwards) for route in ("tools", "timeseries")]
+        empty = await http.get("/analytics/callers", params={"since": "2026-12-01T00:00:00Z", "until": "2026-12-01"})
+        before_default = await http.get("/analytics/conversion", params={"until": "2020-01-01T00:00:00Z"})
+        fine = await http.get("/analytics/tools", params={"since": "2026-12-01T00:00:00Z", "until": "2026-12-02"})
+    for answer in [*answers, empty, before_default]:
+        body = assert_problem(answer, 422, "invalid-request")
+        assert body["detail"].startswith("The window is empty: until (20"), body
+        assert body["errors"][0]["pointer"] == "/query/until"
+    assert assert_problem(answers[0], 422)["errors"][0]["reason"] == (
+        "until (2026-12-01T00:00:00+00:00) is not after `since`"
+    )
+    assert "`since` (by default 30 days ago, " in assert_problem(before_default, 422)["detail"]
+    assert fine.status_code == 200 and fine.json() == {"tools": []}
+
+
 async def test_one_key_holds_a_bounded_number_of_event_streams(tmp_path: Path) -> None:
     """Each /events stream stays open until its client leaves: one key could hold connections without end."""
     settings = make_settings(tmp_path, permissions=None, policy={"max_event_streams_per_key": 2})
