@@ -1,8 +1,8 @@
-"""Counts a person reads say one thing in the singular (service/wording.py)."""
+"""Counts a person reads say one thing in the singular (service/errors.py: counted, verb)."""
 
 from __future__ import annotations
 
-from service.wording import counted, verb
+from service.errors import counted, verb
 
 
 def test_a_count_of_one_takes_the_singular_and_any_other_the_plural() -> None:

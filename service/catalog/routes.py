@@ -12,8 +12,7 @@ from service.catalog import service as catalog
 from service.catalog.json_body import StrictJsonBodyRoute
 from service.catalog.review import admin_view, approve_tool
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
-from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied, RequestBody, body_pointer
-from service.wording import counted
+from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied, RequestBody, body_pointer, counted
 
 router = APIRouter(tags=["tools"], route_class=StrictJsonBodyRoute)
 

@@ -18,10 +18,9 @@ import httpx
 from service.catalog.files import load_catalog_file
 from service.cli.settings_values import port_number
 from service.cli.terminal import printable
-from service.errors import IndexUnavailable, ToolscoutError
+from service.errors import IndexUnavailable, ToolscoutError, counted, verb
 from service.http_transport import nodelay_transport
 from service.settings import Settings
-from service.wording import counted, verb
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

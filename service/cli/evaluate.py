@@ -12,8 +12,7 @@ from typing import Any
 from service.benchmarks.arguments import positive_int
 from service.cli.core import _kept_and_lost, fail
 from service.cli.terminal import printable
-from service.errors import BadRequest, ToolscoutError
-from service.wording import counted, verb
+from service.errors import BadRequest, ToolscoutError, counted, verb
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

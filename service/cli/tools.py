@@ -13,9 +13,8 @@ from urllib.parse import quote
 
 from service.cli.core import _direct, _service_request, fail
 from service.cli.terminal import printable
-from service.errors import NotFound, ToolscoutError
+from service.errors import NotFound, ToolscoutError, counted
 from service.settings import Settings
-from service.wording import counted
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

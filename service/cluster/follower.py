@@ -21,8 +21,8 @@ from service.catalog.reconcile import catalog_differences, follow_tools
 from service.cluster.changes import SERVER_ADDED, SERVER_REMOVED, changes_after, first_seq
 from service.cluster.state import cluster_state
 from service.db.models import CatalogChange, as_utc, utcnow
+from service.errors import counted
 from service.policy.service import refresh_catalog
-from service.wording import counted
 
 if TYPE_CHECKING:
     from service.resources import Resources

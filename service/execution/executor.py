@@ -27,6 +27,7 @@ from service.errors import (
     Unauthorized,
     UpstreamError,
     UpstreamTimeout,
+    counted,
     unexpected_error,
 )
 from service.execution.arguments import ArgumentValidator
@@ -42,7 +43,6 @@ from service.policy.service import authorize_call, may_use, policy_state, visibl
 from service.resources import Resources
 from service.upstream.pool import UpstreamPool
 from service.usage.signal import scope_key
-from service.wording import counted
 
 logger = logging.getLogger(__name__)
 DETAIL_CHARS = 2000  # of an error detail in the execution log

@@ -10,10 +10,9 @@ from pydantic import BaseModel, Field
 
 from service.catalog.json_body import StrictJsonBodyRoute
 from service.deps import CallerDep, GatewayDep, ResourcesDep
-from service.errors import InvalidRequest, RateLimited, RequestBody, Text, body_pointer
+from service.errors import InvalidRequest, RateLimited, RequestBody, Text, body_pointer, counted
 from service.execution.screening import flag_page
 from service.policy.keys import key_resolver
-from service.wording import counted
 
 router = APIRouter(tags=["execute"], route_class=StrictJsonBodyRoute)
 

@@ -29,8 +29,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.errors import counted
 from service.mcp.guard import send_problem
-from service.wording import counted
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,8 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import TypeAdapter, ValidationError
 
 from indexer.tools import normalize_server_id
-from service.errors import ToolscoutError
+from service.errors import ToolscoutError, counted
 from service.mcp import Mode
-from service.wording import counted
 
 STATUS, SEARCH, CALL, FETCH = "status", "search_tools", "call_tool", "fetch_result"
 RUN = "run_script"

@@ -18,10 +18,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.db.among import among
 from service.db.engine import APPROVAL_REQUEST_LOCKS, lock_key, take_turn
 from service.db.models import Approval, as_utc, utcnow
-from service.errors import ApprovalRequired, BadRequest, Conflict, NotFound, PermissionDenied, RateLimited
+from service.errors import (
+    ApprovalRequired,
+    BadRequest,
+    Conflict,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    counted,
+    verb,
+)
 from service.policy.callers import Caller
 from service.resources import Resources
-from service.wording import counted, verb
 
 PENDING, GRANTED, USED, DENIED, EXPIRED = "pending", "granted", "used", "denied", "expired"
 REDACTED = "***"

@@ -21,12 +21,11 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import ApiKey, ConsoleSession, Search, as_utc, utcnow
-from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized, body_pointer
+from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized, body_pointer, counted
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
 from service.security.auth_failures import FailedAuthLimiter
 from service.security.openmode import open_mode_allowed
-from service.wording import counted
 
 if TYPE_CHECKING:
     from service.resources import Resources

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.index.base import SearchFilter
 from indexer.tools import SEPARATOR
 from service.db.models import Tool, active
-from service.errors import PermissionDenied, Unauthorized
+from service.errors import PermissionDenied, Unauthorized, counted
 from service.policy.approvals import approval_required, arguments_digest, consume_approval, request_approval
 from service.policy.callers import Caller
 from service.policy.console_sessions import client_address, session_caller
@@ -31,7 +31,6 @@ from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
 from service.security.openmode import open_mode_allowed, refuse_unsafe_start, relayed
-from service.wording import counted
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import signal
 import sys
 from pathlib import Path
 
-from service.wording import counted
+from service.errors import counted
 
 logger = logging.getLogger(__name__)
 

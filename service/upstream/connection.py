@@ -27,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from service.db.models import utcnow
-from service.errors import UpstreamError, UpstreamTimeout
+from service.errors import UpstreamError, UpstreamTimeout, counted
 from service.upstream.calls import ToolCalls, leave_results_to_the_executor, output_schemas_of, task_only_tools
 from service.upstream.checked_http import checked_http_client
 from service.upstream.children import ChildRegistry
@@ -35,7 +35,6 @@ from service.upstream.config import ServerSpec
 from service.upstream.egress import EgressProxy
 from service.upstream.health import Backoff, ServerHealth, describe, exit_reason, sync_problems
 from service.upstream.transport import DEFAULT_MAX_MESSAGE_BYTES, ChildProcess, http_transport, stdio_transport
-from service.wording import counted
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 from mcp.shared.exceptions import MCPError
 
 from service.db.models import utcnow
-from service.wording import counted
+from service.errors import counted
 
 # Of what a server says in an error: a JSON-RPC error's message is as long as the server likes (up to
 # execution.max_message_bytes), and it reaches the caller's answer, a script, the execution log and GET /servers.

@@ -27,6 +27,7 @@ from datetime import datetime
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from service.db.models import StatsCursor, utcnow
+from service.errors import counted
 from service.resources import Resources
 from service.settings import LearningSettings
 from service.usage.adapter_training import refresh_maps
@@ -44,7 +45,6 @@ from service.usage.stats import (
     load_habit_rows,
     load_scope_tool_rows,
 )
-from service.wording import counted
 
 logger = logging.getLogger(__name__)
 

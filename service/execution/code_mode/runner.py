@@ -32,7 +32,9 @@ from service.errors import (
     ToolscoutError,
     Unavailable,
     body_pointer,
+    counted,
     unexpected_error,
+    verb,
 )
 from service.execution.executor import ExecutionResult, status_of
 from service.execution.results import RUN_RESULT_TOOL, measure
@@ -43,7 +45,6 @@ from service.policy.keys import key_resolver
 from service.policy.service import usable_names
 from service.resources import Resources
 from service.search.service import log_search, result_view, search_tools
-from service.wording import counted, verb
 
 from .sandbox import Sandbox
 
