@@ -54,6 +54,17 @@ MAX_INSTANCE_CHARS = 512  # of the request path a problem echoes as its `instanc
 MAX_REPORTED_ERRORS = 20
 
 
+def counted(count: float, noun: str, plural: str | None = None) -> str:
+    """`1 tool`, `2 tools`, `0 tools`: a count a person reads, and its noun (`plural` when not the noun plus s)."""
+    shown = f"{count:g}" if isinstance(count, float) else str(count)
+    return f"{shown} {noun if shown == '1' else plural or noun + 's'}"  # a rate of 0.9999999 reads as 1
+
+
+def verb(count: float, one: str, many: str) -> str:
+    """The verb that agrees with a count: `1 query has`, `2 queries have`."""
+    return one if count == 1 else many
+
+
 class ToolscoutError(Exception):
     """Base of every error Toolscout reports; knows its HTTP status and problem type slug."""
 

@@ -180,6 +180,35 @@ def test_an_analytics_window_that_is_no_date_is_one_line(capsys: pytest.CaptureF
     )
 
 
+def test_an_analytics_window_of_no_days_or_ending_before_it_starts_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--days -3` gave an empty window ("no data in this window"), as did an --until before the window's start."""
+    said = []
+    for options in (
+        ["--days", "-3"],
+        ["--days", "0"],
+        ["--days", "nan"],
+        ["--days", "1e12"],
+        ["--until", "2020-01-01"],
+        ["--since", "2026-12-05", "--until", "2026-12-01"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(["analytics", "callers", *options])
+        assert exited.value.code == 2
+        said.append(capsys.readouterr().err)
+    hint = " (see `toolscout analytics callers --help`)\n"
+    prefix = "toolscout analytics callers: error: argument "
+    assert said == [
+        f"{prefix}--days: expected a number of days above 0, such as 7 or 0.5, got '-3'{hint}",
+        f"{prefix}--days: expected a number of days above 0, such as 7 or 0.5, got '0'{hint}",
+        f"{prefix}--days: expected a number of days above 0, such as 7 or 0.5, got 'nan'{hint}",
+        f"{prefix}--days: 1e12 days ago is before the year 1{hint}",
+        f"{prefix}--until: 2020-01-01 00:00 is not after the window's start (30 days ago, --days){hint}",
+        f"{prefix}--until: 2026-12-01 00:00 is not after --since{hint}",
+    ]
+
+
 def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.catalog.events import publish_tools_changed, shown_tools
 from service.catalog.lookup import find_tool
@@ -15,6 +16,8 @@ from service.db.models import Server, Tool
 from service.errors import NotFound
 from service.resources import Resources
 
+CATALOG_ONLY = "catalog"  # a server's transport when it was only registered with its tools (no connection)
+
 
 async def delete_tool(resources: Resources, name: str) -> None:
     """Remove a tool from the catalog and the index."""
@@ -24,6 +27,7 @@ async def delete_tool(resources: Resources, name: str) -> None:
             row = await find_tool(session, name, resources, held=True)
             server_id = row.server_id
             await session.delete(row)
+            await _drop_if_emptied(session, server_id)
             record_change(session, TOOLS, [name], server=server_id, origin=cluster_state(resources).replica_id)
             await session.commit()
         shown = shown_tools(resources, [name])
@@ -31,6 +35,16 @@ async def delete_tool(resources: Resources, name: str) -> None:
         await refresh_servers(resources, [server_id])
     publish_tools_changed(resources, server_id, shown)
     await announce(resources)
+
+
+async def _drop_if_emptied(session: AsyncSession, server_id: str) -> None:
+    """A catalog-only server goes with its last tool (held ones count): it was only their registration, and
+    GET /servers and the MCP `status` would show it with none. A server with a transport stays (it still runs)."""
+    await session.flush()
+    server = await session.get(Server, server_id)
+    if server is not None and server.transport == CATALOG_ONLY:
+        if await session.scalar(select(Tool.qualified_name).where(Tool.server_id == server_id).limit(1)) is None:
+            await session.delete(server)
 
 
 async def remove_server(resources: Resources, server_id: str) -> list[str]:

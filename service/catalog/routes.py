@@ -12,7 +12,7 @@ from service.catalog import service as catalog
 from service.catalog.json_body import StrictJsonBodyRoute
 from service.catalog.review import admin_view, approve_tool
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
-from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied, body_pointer
+from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied, body_pointer, counted
 from service.security.request_body import RequestBody
 
 router = APIRouter(tags=["tools"], route_class=StrictJsonBodyRoute)
@@ -104,9 +104,9 @@ async def register(request: RegisterRequest, resources: ResourcesDep, caller: To
     limit = resources.settings.policy.max_tools_per_registration
     if len(request.tools) > limit:
         raise PayloadTooLarge(
-            f"A registration holds at most {limit} tools, not {len(request.tools)} (policy.max_tools_per_registration);"
-            " send the catalog in parts",
-            errors=[{"pointer": body_pointer("tools"), "reason": f"at most {limit} tools"}],
+            f"A registration holds at most {counted(limit, 'tool')}, not {len(request.tools)} "
+            "(policy.max_tools_per_registration); send the catalog in parts",
+            errors=[{"pointer": body_pointer("tools"), "reason": f"at most {counted(limit, 'tool')}"}],
             limit="policy.max_tools_per_registration",
         )
     servers = {name: info.model_dump(exclude_none=True) for name, info in (request.servers or {}).items()}

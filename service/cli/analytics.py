@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.benchmarks.arguments import positive_int
 from service.cli.database import print_table, with_database
-from service.cli.settings_values import iso_time
+from service.cli.settings_values import days_back, iso_time
 from service.db.models import as_utc
 from service.resources import Resources
 from service.settings import Settings
@@ -29,10 +29,11 @@ def _common(parser: argparse.ArgumentParser, window: bool = True) -> None:
     if window:
         parser.add_argument("--since", type=iso_time, default=None, help="ISO 8601 (UTC)")
         parser.add_argument("--until", type=iso_time, default=None, help="ISO 8601 (UTC), exclusive")
-        parser.add_argument("--days", type=float, default=30.0, help="window when --since is not given (30)")
+        parser.add_argument("--days", type=days_back, default=30.0, help="window when --since is not given (30)")
         parser.add_argument("--caller", default=None, help="only this caller")
     parser.add_argument("--limit", type=positive_int, default=50, help="at most this many rows (50)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(parser=parser)  # for the refusal of an empty window, on one line as argparse's
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -76,7 +77,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _scope(args: argparse.Namespace) -> Scope:
     since = as_utc(args.since) or datetime.now(UTC) - timedelta(days=args.days)
-    return Scope(since=since, until=as_utc(args.until), caller=args.caller)
+    until = as_utc(args.until)
+    if until is not None and until <= since:  # an empty window: every figure would be 0 (exit 2)
+        start = "--since" if args.since else f"the window's start ({args.days:g} days ago, --days)"
+        args.parser.error(f"argument --until: {until:%Y-%m-%d %H:%M} is not after {start}")
+    return Scope(since=since, until=until, caller=args.caller)
 
 
 def _run(query: Callable[[AsyncSession], Awaitable[Any]]) -> Any:

@@ -18,7 +18,7 @@ import httpx
 from service.catalog.files import load_catalog_file
 from service.cli.settings_values import port_number
 from service.cli.terminal import printable
-from service.errors import IndexUnavailable, ToolscoutError
+from service.errors import IndexUnavailable, ToolscoutError, counted, verb
 from service.http_transport import nodelay_transport
 from service.settings import Settings
 
@@ -277,7 +277,8 @@ class _Progress:
         rate = done / max(time.perf_counter() - self.started, 1e-9)
         width = 30
         filled = int(width * done / max(total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} tools  {rate:,.0f} tools/s")
+        bar = f"[{'#' * filled}{'.' * (width - filled)}]"
+        sys.stderr.write(f"\r{bar} {done}/{counted(total, 'tool')}  {rate:,.0f} tools/s")
         if done >= total:
             sys.stderr.write("\n")
         sys.stderr.flush()
@@ -325,7 +326,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _print_results(body: dict[str, Any], servers: list[str] | None) -> None:
-    print(f"{len(body['results'])} tools in {body['latency_ms']:.1f} ms")
+    print(f"{counted(len(body['results']), 'tool')} in {body['latency_ms']:.1f} ms")
     if not body["results"] and servers:
         # A filter that leaves nothing is not an empty catalog (`toolscout servers list` shows the ids).
         names = ", ".join(printable(server) for server in servers)
@@ -387,7 +388,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def _kept_and_lost(repaired: int, repairs: list[str], rejected: int, rejections: list[str]) -> list[str]:
     """What a catalog file's import changed to keep its tools, and the tools it could not keep (the first 20)."""
-    lines = [f"repaired {repaired} tools to keep them:", *(f"  {r}" for r in repairs[:20])] if repaired else []
+    lines: list[str] = []
+    if repaired:
+        lines += [f"repaired {counted(repaired, 'tool')} to keep {verb(repaired, 'it', 'them')}:"]
+        lines += [f"  {r}" for r in repairs[:20]]
     if rejected:
-        lines += [f"rejected {rejected} tools:"] + [f"  {r}" for r in rejections[:20]]
+        lines += [f"rejected {counted(rejected, 'tool')}:"] + [f"  {r}" for r in rejections[:20]]
     return lines

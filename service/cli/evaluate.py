@@ -12,7 +12,7 @@ from typing import Any
 from service.benchmarks.arguments import positive_int
 from service.cli.core import _kept_and_lost, fail
 from service.cli.terminal import printable
-from service.errors import BadRequest, ToolscoutError
+from service.errors import BadRequest, ToolscoutError, counted, verb
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,19 +36,23 @@ def _eval_warnings(result: dict[str, Any]) -> list[str]:
     whose tool was refused, queries without relevant ids, qids on several lines, results mapped to no id."""
     lines = []
     if result["unknown_relevant"]:
+        naming = result["queries_with_unknown_relevant"]
         shown = ", ".join(result["unknown_relevant"][:10])
         lines.append(f"relevant ids that no catalog line has (the first 20 kept): {shown} "
-                     f"({result['unknown_relevant_ids']} ids, named by {result['queries_with_unknown_relevant']}"
-                     " queries, which lose that recall)")
+                     f"({counted(result['unknown_relevant_ids'], 'id')}, "
+                     f"named by {counted(naming, 'query', 'queries')}, "
+                     f"which {verb(naming, 'loses', 'lose')} that recall)")
     if result["rejected_relevant"]:
-        lines.append(f"relevant tools the registration refused, named by {result['queries_with_rejected_relevant']}"
-                     " queries (the first 20):")
+        lines.append(f"relevant tools the registration refused, named by "
+                     f"{counted(result['queries_with_rejected_relevant'], 'query', 'queries')} (the first 20):")
         lines += [f"  {r['id']} ({r['tool']}): {r['reason']}" for r in result["rejected_relevant"]]
-    if result["unscored_queries"]:
-        lines.append(f"{result['unscored_queries']} queries have an empty `relevant` and are not scored: "
+    if unscored := result["unscored_queries"]:
+        lines.append(f"{counted(unscored, 'query', 'queries')} {verb(unscored, 'has', 'have')} an empty `relevant` and "
+                     f"{verb(unscored, 'is', 'are')} not scored: "
                      + ", ".join(result["unscored_qids"][:10]))
-    if result["duplicate_qid_lines"]:
-        lines.append(f"{result['duplicate_qid_lines']} lines repeat an earlier line's qid (each is scored): "
+    if repeats := result["duplicate_qid_lines"]:
+        lines.append(f"{counted(repeats, 'line')} {verb(repeats, 'repeats', 'repeat')} an earlier line's qid "
+                     "(each is scored): "
                      + ", ".join(result["duplicate_qids"][:10]))
     if result["unmapped_results"]:
         lines.append("results that map to no catalog id (a fault of the evaluation): "
@@ -75,7 +79,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print("\r\033[K", end="", file=sys.stderr, flush=True)
     keys = ("recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "mrr")
     print(
-        f"{result['tools']} tools, {result['queries']} queries, indexed in {result['index_seconds']} s, "
+        f"{counted(result['tools'], 'tool')}, {counted(result['queries'], 'query', 'queries')}, "
+        f"indexed in {result['index_seconds']} s, "
         f"latency p50 {result['latency_ms']['p50']} ms p95 {result['latency_ms']['p95']} ms"
     )
     for line in _kept_and_lost(result["repaired_tools"], result["repairs"], result["rejected_tools"],

@@ -9,7 +9,7 @@ import os
 import re
 import typing
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dotenv import dotenv_values
@@ -88,3 +88,18 @@ def iso_time(text: str) -> datetime:
         raise argparse.ArgumentTypeError(
             f"not an ISO 8601 date or time: {text!r} (e.g. 2026-12-01 or 2026-12-01T08:00, UTC)"
         ) from None
+
+
+def days_back(text: str) -> float:
+    """An argparse type: a window's length in days, above 0 and within the calendar (-3 made an empty window)."""
+    try:
+        days = float(text)
+    except ValueError:
+        days = float("nan")
+    if not days > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number of days above 0, such as 7 or 0.5, got {text!r}")
+    try:
+        datetime.now(UTC) - timedelta(days=days)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"{text} days ago is before the year 1") from None
+    return days

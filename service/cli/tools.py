@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from service.cli.core import _direct, _service_request, fail
 from service.cli.terminal import printable
-from service.errors import NotFound, ToolscoutError
+from service.errors import NotFound, ToolscoutError, counted
 from service.settings import Settings
 
 
@@ -66,7 +66,7 @@ def cmd_held(args: argparse.Namespace) -> int:
     for tool in body["tools"]:
         print(f"{printable(tool['name'])}  held since {tool['held'].get('held_at')}")
         print(f"  {printable(tool['held']['reason'])}")
-    print(f"{body['total']} tools held")
+    print(f"{counted(body['total'], 'tool')} held")
     return 0
 
 

@@ -21,6 +21,7 @@ from service.catalog.reconcile import catalog_differences, follow_tools
 from service.cluster.changes import SERVER_ADDED, SERVER_REMOVED, changes_after, first_seq
 from service.cluster.state import cluster_state
 from service.db.models import CatalogChange, as_utc, utcnow
+from service.errors import counted
 from service.policy.service import refresh_catalog
 
 if TYPE_CHECKING:
@@ -149,7 +150,9 @@ class CatalogFollower:
         await self._changed(changed)
         self.applied += len(rows)
         self.last_applied_at = time.time()
-        logger.info("followed %d catalog changes of other replicas (%d tools)", len(rows), len(names))
+        logger.info(
+            "followed %s of other replicas (%s)", counted(len(rows), "catalog change"), counted(len(names), "tool")
+        )
 
     async def _changed(self, changed: Mapping[str, set[str] | None]) -> None:
         """Tell this replica's hooks and /events subscribers which servers' tools changed, with the tools when
@@ -164,7 +167,9 @@ class CatalogFollower:
         """Compare the whole catalog with this replica's directory and index; fix what differs."""
         names = await catalog_differences(self.resources)
         if names:
-            logger.info("catalog catch-up: %d tools differed from the catalog of record", len(names))
+            logger.info(
+                "catalog catch-up: %s differed from the catalog of record", counted(len(names), "tool")
+            )
             await self._changed(await follow_tools(self.resources, names))
         for hook in self.on_full:
             await hook()

@@ -16,7 +16,7 @@ from service.db.models import Server
 from service.execution.runtime import Gateway, get_gateway
 from service.resources import Resources
 from service.upstream.config import ServerSpec
-from service.upstream.service import LIVE_TRANSPORTS
+from service.upstream.pool import LIVE_TRANSPORTS
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ async def connect_added(gateway: Gateway, server_id: str) -> None:
         row = await session.get(Server, server_id)
     if row is None or row.transport not in LIVE_TRANSPORTS:
         return
+    gateway.pool.runnable.add(server_id)  # `stopped` here until it runs (or for good: its configuration is not valid)
     spec = _spec(row)
     if spec is not None and server_id not in gateway.pool:
         logger.info("server %s was added on another replica: connecting", server_id)
@@ -47,7 +48,7 @@ async def stop_removed(gateway: Gateway, server_id: str) -> None:
     """Another replica removed this server: stop its connection here and forget its cached tools."""
     if server_id in gateway.pool:
         logger.info("server %s was removed on another replica: stopping it", server_id)
-        await gateway.pool.remove(server_id)
+    await gateway.pool.remove(server_id)  # and forgets it when it never ran here
     gateway.executor.tools.invalidate_server(server_id)
     writers = cluster_state(gateway.resources).writers
     if writers is not None:
@@ -67,6 +68,8 @@ async def compare_servers(gateway: Gateway) -> None:
     for connection in gateway.pool.connections():
         if connection.spec.source == "api" and connection.id not in rows and connection.id not in gateway.pool.adding:
             await stop_removed(gateway, connection.id)
+    # One removed while this replica missed it, which never ran here, is forgotten too.
+    gateway.pool.runnable &= set(rows) | {connection.id for connection in gateway.pool.connections()}
 
 
 async def claim_orphans(gateway: Gateway) -> None:

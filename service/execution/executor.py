@@ -27,6 +27,7 @@ from service.errors import (
     Unauthorized,
     UpstreamError,
     UpstreamTimeout,
+    counted,
     unexpected_error,
 )
 from service.execution.arguments import ArgumentValidator
@@ -362,7 +363,7 @@ class Executor:
         try:
             await asyncio.wait_for(self._idle.wait(), grace_seconds)
         except TimeoutError:
-            logger.warning("shutdown: %d calls still in flight after %g s", self.in_flight, grace_seconds)
+            logger.warning("shutdown: %s still in flight after %g s", counted(self.in_flight, "call"), grace_seconds)
             return False
         return True
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from service.catalog.json_body import StrictJsonBodyRoute
 from service.deps import CallerDep, GatewayDep, ResourcesDep
-from service.errors import InvalidRequest, RateLimited, body_pointer
+from service.errors import InvalidRequest, RateLimited, body_pointer, counted
 from service.execution.screening import flag_page
 from service.policy.keys import key_resolver
 from service.security.request_body import RequestBody, Text
@@ -107,9 +107,10 @@ async def execute_batch(
     """Run several calls in parallel (bounded); one failing call does not fail the others."""
     settings = resources.settings.execution
     if len(request.calls) > settings.batch_max_calls:
+        most = f"at most {counted(settings.batch_max_calls, 'call')}"
         raise InvalidRequest(
-            f"A batch holds at most {settings.batch_max_calls} calls, not {len(request.calls)}",
-            errors=[{"pointer": body_pointer("calls"), "reason": f"at most {settings.batch_max_calls} calls"}],
+            f"A batch holds {most}, not {len(request.calls)}",
+            errors=[{"pointer": body_pointer("calls"), "reason": most}],
             limit="execution.batch_max_calls",
         )
     # The request took one token when its caller was resolved; each further call takes its own. A batch of more
@@ -117,14 +118,16 @@ async def execute_batch(
     limiter = key_resolver(resources).limiter
     if limiter.enabled and len(request.calls) > limiter.burst:
         burst = int(limiter.burst)
+        most = f"at most {counted(burst, 'call')}"
         raise InvalidRequest(
             f"A batch of {len(request.calls)} calls costs {len(request.calls)} rate-limit tokens and a key's bucket "
-            f"holds {burst}: send at most {burst} calls at once",
-            errors=[{"pointer": body_pointer("calls"), "reason": f"at most {burst} calls (policy.rate_limit_burst)"}],
+            f"holds {burst}: send {most} at once",
+            errors=[{"pointer": body_pointer("calls"), "reason": f"{most} (policy.rate_limit_burst)"}],
             limit="policy.rate_limit_burst",
         )
     if wait := await limiter.acquire_async(caller.key_id or caller.id, len(request.calls) - 1):
-        raise RateLimited(f"A batch of {len(request.calls)} calls costs {len(request.calls)} tokens", retry_after=wait)
+        calls = len(request.calls)
+        raise RateLimited(f"A batch of {counted(calls, 'call')} costs {counted(calls, 'token')}", retry_after=wait)
     concurrency = min(request.concurrency or settings.batch_concurrency, settings.batch_concurrency)
     items = await gateway.executor.execute_batch(caller, [call.model_dump() for call in request.calls], concurrency)
     succeeded = sum(1 for item in items if item["ok"])

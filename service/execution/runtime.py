@@ -139,7 +139,7 @@ async def start_gateway(resources: Resources) -> None:
     assert gateway.pool.children is not None
     gateway.pool.children.clean_up_after_dead_services()  # a service killed with SIGKILL leaves them behind
     configured = configured_servers(resources.settings)
-    for spec in configured + await stored_specs(resources, configured):
+    for spec in configured + await stored_specs(resources, configured, gateway.pool):
         gateway.pool.add(spec)
     resources.supervisor.start(PURGE_TASK, lambda: _purge_results(gateway, settings.result_ttl_hours))
     if settings.startup_wait_seconds > 0:

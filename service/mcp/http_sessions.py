@@ -29,6 +29,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.errors import counted
 from service.mcp.guard import send_problem
 
 logger = logging.getLogger(__name__)
@@ -222,8 +223,9 @@ class SessionBoundMiddleware:
     async def _refuse(self, reason: str, client: str, send: Send) -> None:
         if reason == "client":
             detail = (
-                f"{client} holds {self.table.per_client} MCP sessions (frontend.http_max_sessions_per_client), "
-                "each with a request in flight; end one (DELETE) before opening another"
+                f"{client} holds {counted(self.table.per_client, 'MCP session')} "
+                "(frontend.http_max_sessions_per_client), each with a request in flight; end one (DELETE) before "
+                "opening another"
             )
             await send_problem(send, 429, "too-many-sessions", "Too many MCP sessions", detail)
             return

@@ -16,7 +16,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import TypeAdapter, ValidationError
 
 from indexer.tools import normalize_server_id
-from service.errors import ToolscoutError
+from service.errors import ToolscoutError, counted
 from service.mcp import Mode
 
 STATUS, SEARCH, CALL, FETCH = "status", "search_tools", "call_tool", "fetch_result"
@@ -380,7 +380,8 @@ def fetch_result_text(body: Mapping[str, Any]) -> str:
     next_offset = body.get("next_offset")
     offset, total = body.get("offset"), body.get("total_tokens")
     if next_offset is None and not text and isinstance(offset, int) and isinstance(total, int) and offset >= total:
-        return f"[End of result: offset {offset} is past its {total} tokens.]"  # not an empty page that looks cut
+        # Not an empty page that looks cut.
+        return f"[End of result: offset {offset} is past its {counted(total, 'token')}.]"
     if next_offset is None:
         return text + "\n[End of result.]"
     return (

@@ -18,7 +18,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service.db.among import among
 from service.db.engine import APPROVAL_REQUEST_LOCKS, lock_key, take_turn
 from service.db.models import Approval, as_utc, utcnow
-from service.errors import ApprovalRequired, BadRequest, Conflict, NotFound, PermissionDenied, RateLimited
+from service.errors import (
+    ApprovalRequired,
+    BadRequest,
+    Conflict,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    counted,
+    verb,
+)
 from service.policy.callers import Caller
 from service.resources import Resources
 
@@ -145,8 +154,8 @@ async def refuse_past_pending_limit(resources: Resources, session: AsyncSession,
     expiries = (await session.scalars(waiting.order_by(Approval.expires_at).limit(limit))).all()
     if len(expiries) >= limit:  # the soonest to expire frees a place, unless an approver decides first
         raise RateLimited(
-            f"{limit} approvals of this caller wait for an approver already (policy.max_pending_approvals); "
-            "call again once one is granted, denied or expired",
+            f"{counted(limit, 'approval')} of this caller {verb(limit, 'waits', 'wait')} for an approver already "
+            "(policy.max_pending_approvals); call again once one is granted, denied or expired",
             retry_after=max(1.0, (as_utc(expiries[0]) - now).total_seconds()),
             limit="policy.max_pending_approvals",
         )

@@ -21,7 +21,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import ApiKey, ConsoleSession, Search, as_utc, utcnow
-from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized, body_pointer
+from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized, body_pointer, counted
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
 from service.security.auth_failures import FailedAuthLimiter
@@ -275,7 +275,7 @@ class KeyResolver:
         wait = await self.limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
             raise RateLimited(
-                f"Rate limit of {self.limiter.rate * 60:g} requests per minute exceeded", retry_after=wait
+                f"Rate limit of {counted(self.limiter.rate * 60, 'request')} per minute exceeded", retry_after=wait
             )
         return caller
 

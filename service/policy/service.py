@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.index.base import SearchFilter
 from indexer.tools import SEPARATOR
 from service.db.models import Tool, active
-from service.errors import PermissionDenied, Unauthorized
+from service.errors import PermissionDenied, Unauthorized, counted
 from service.policy.approvals import approval_required, arguments_digest, consume_approval, request_approval
 from service.policy.callers import Caller
 from service.policy.console_sessions import client_address, session_caller
@@ -291,7 +291,7 @@ async def start_policy(resources: Resources) -> None:
     state = policy_state(resources)
     size = await refresh_catalog(resources)
     source = state.permissions.source or "none (every caller may use every tool)"
-    logger.info("permissions: %s; %d tools in the policy snapshot", source, size)
+    logger.info("permissions: %s; %s in the policy snapshot", source, counted(size, "tool"))
     resolver = key_resolver(resources)
     keys_exist = await resolver.keys_exist()
     refuse_unsafe_start(resources.settings, keys_exist)

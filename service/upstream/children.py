@@ -19,6 +19,8 @@ import signal
 import sys
 from pathlib import Path
 
+from service.errors import counted
+
 logger = logging.getLogger(__name__)
 
 PROC = Path("/proc")
@@ -122,7 +124,8 @@ class ChildRegistry:
                 killed += _kill_group(pid, start)
             path.unlink(missing_ok=True)
         if killed:
-            logger.warning("children: killed %d processes left running by a service that died", killed)
+            left = counted(killed, "process", "processes")
+            logger.warning("children: killed %s left running by a service that died", left)
         return killed
 
 

@@ -27,13 +27,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from service.db.models import utcnow
-from service.errors import UpstreamError, UpstreamTimeout
+from service.errors import UpstreamError, UpstreamTimeout, counted
 from service.upstream.calls import ToolCalls, leave_results_to_the_executor, output_schemas_of, task_only_tools
 from service.upstream.checked_http import checked_http_client
 from service.upstream.children import ChildRegistry
 from service.upstream.config import ServerSpec
 from service.upstream.egress import EgressProxy
-from service.upstream.health import Backoff, ServerHealth, describe, exit_reason
+from service.upstream.health import Backoff, ServerHealth, describe, exit_reason, sync_problems
 from service.upstream.transport import DEFAULT_MAX_MESSAGE_BYTES, ChildProcess, http_transport, stdio_transport
 
 logger = logging.getLogger(__name__)
@@ -257,7 +257,7 @@ class UpstreamConnection(ToolCalls):
             self._ready.set()
             await self._sync_tools(tools)
             self._first_attempt.set()
-            logger.info("MCP server %s ready: %d tools (pid %s)", self.id, len(tools), self.health.pid)
+            logger.info("MCP server %s ready: %s (pid %s)", self.id, counted(len(tools), "tool"), self.health.pid)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._resync_loop, client)
                 if self._heartbeat_seconds > 0:
@@ -281,7 +281,8 @@ class UpstreamConnection(ToolCalls):
             page = await client.list_tools(cursor=cursor)
             if self._max_tools is not None and len(tools) + len(page.tools) > self._max_tools:
                 raise UpstreamError(
-                    f"MCP server {self.id!r} lists more than {self._max_tools} tools (execution.max_tools_per_server)",
+                    f"MCP server {self.id!r} lists more than {counted(self._max_tools, 'tool')} "
+                    "(execution.max_tools_per_server)",
                     server=self.id,
                 )
             for tool in page.tools:
@@ -307,20 +308,11 @@ class UpstreamConnection(ToolCalls):
             try:
                 report = await self._on_tools(self.spec, tools)
             except Exception as exc:  # noqa: BLE001 - a failed sync must not take the connection down
-                logger.exception("MCP server %s: syncing %d tools into the catalog failed", self.id, len(tools))
+                synced = counted(len(tools), "tool")
+                logger.exception("MCP server %s: syncing %s into the catalog failed", self.id, synced)
                 self.health.error(f"catalog sync failed: {describe(exc)}")
                 return None
-            problems = []
-            if refused := getattr(report, "errors", None):
-                first = refused[0]
-                problems.append(
-                    f"{len(refused)} listed tools refused; first: {first.tool[:80]!r}, {first.field}: {first.reason}"
-                )
-            if held := getattr(report, "held", None):
-                name, reason = min(held.items())
-                problems.append(f"{len(held)} listed tools held for an admin's review; first: {name}: {reason[:300]}")
-            problems.extend(getattr(report, "notes", None) or [])
-            if problems:
+            if problems := sync_problems(report):
                 message = "; ".join(problems)
                 logger.warning("MCP server %s: %s", self.id, message)
                 self.health.error(message)

@@ -13,6 +13,7 @@ from typing import Any
 from mcp.shared.exceptions import MCPError
 
 from service.db.models import utcnow
+from service.errors import counted
 
 # Of what a server says in an error: a JSON-RPC error's message is as long as the server likes (up to
 # execution.max_message_bytes), and it reaches the caller's answer, a script, the execution log and GET /servers.
@@ -24,6 +25,23 @@ def said(text: str) -> str:
     if len(text) <= MAX_SAID_CHARS:
         return text
     return f"{text[:MAX_SAID_CHARS]}… ({len(text):,} characters)"
+
+
+def sync_problems(report: Any) -> list[str]:
+    """What a listing's sync into the catalog refused or held, and its notes: the server's last_error."""
+    problems: list[str] = []
+    if refused := getattr(report, "errors", None):
+        first = refused[0]
+        problems.append(
+            f"{counted(len(refused), 'listed tool')} refused; first: {first.tool[:80]!r}, {first.field}: {first.reason}"
+        )
+    if held := getattr(report, "held", None):
+        name, reason = min(held.items())
+        problems.append(
+            f"{counted(len(held), 'listed tool')} held for an admin's review; first: {name}: {reason[:300]}"
+        )
+    problems.extend(getattr(report, "notes", None) or [])
+    return problems
 
 
 def describe(exc: BaseException) -> str:

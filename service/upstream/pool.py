@@ -12,6 +12,15 @@ from service.upstream.connection import PrepareCallback, ToolsCallback, Upstream
 from service.upstream.egress import EgressProxy
 from service.upstream.health import Backoff
 
+LIVE_TRANSPORTS = ("stdio", "http")  # a server with one runs; a `catalog` one is only a registration of tools
+
+
+def state_without_connection(runnable: bool) -> str:
+    """The state of a server with no connection on this replica, as GET /servers and search results say it:
+    `stopped` for a server with a transport to run (its stored configuration is not valid, or another replica added
+    it and it has not started here yet), `catalog` for a catalog-only registration (nothing to run)."""
+    return "stopped" if runnable else "catalog"
+
 
 class UpstreamPool:
     """Every upstream connection of the service, by server id."""
@@ -42,12 +51,18 @@ class UpstreamPool:
         self._heartbeat_seconds = heartbeat_seconds
         self._connections: dict[str, UpstreamConnection] = {}
         self.adding: set[str] = set()  # servers being added over the API on this replica (upstream.service)
+        # Servers the catalog holds with a live transport, connected here or not: a search tells the state of one
+        # without a connection from it, with no I/O. Kept where the catalog's servers are synced with the pool.
+        self.runnable: set[str] = set()
 
     def __contains__(self, server_id: str) -> bool:
         return server_id in self._connections
 
     def get(self, server_id: str) -> UpstreamConnection | None:
         return self._connections.get(server_id)
+
+    def state_without_connection(self, server_id: str) -> str:
+        return state_without_connection(server_id in self.runnable)
 
     def require(self, server_id: str) -> UpstreamConnection:
         connection = self._connections.get(server_id)
@@ -76,12 +91,14 @@ class UpstreamPool:
             max_tools=self._max_tools_per_server,
         )
         self._connections[spec.id] = connection
+        self.runnable.add(spec.id)
         connection.start()
         return connection
 
     async def remove(self, server_id: str) -> None:
-        """Stop a server's connection and forget it."""
+        """Stop a server's connection (if it has one here) and forget it."""
         connection = self._connections.pop(server_id, None)
+        self.runnable.discard(server_id)
         if connection is not None:
             await connection.stop()
         self.egress.forget(server_id)

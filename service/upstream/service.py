@@ -29,11 +29,9 @@ from service.settings import Settings
 from service.upstream.config import ServerSpec, load_servers_file
 from service.upstream.connection import UpstreamConnection
 from service.upstream.demo import demo_servers
-from service.upstream.pool import UpstreamPool
+from service.upstream.pool import LIVE_TRANSPORTS, UpstreamPool, state_without_connection
 
 logger = logging.getLogger(__name__)
-
-LIVE_TRANSPORTS = ("stdio", "http")
 
 
 def configured_servers(settings: Settings) -> list[ServerSpec]:
@@ -45,8 +43,9 @@ def configured_servers(settings: Settings) -> list[ServerSpec]:
     return []
 
 
-async def stored_specs(resources: Resources, configured: list[ServerSpec]) -> list[ServerSpec]:
-    """Servers added over the API (kept in the catalog); servers that left the servers file are removed."""
+async def stored_specs(resources: Resources, configured: list[ServerSpec], pool: UpstreamPool) -> list[ServerSpec]:
+    """Servers added over the API (kept in the catalog); servers that left the servers file are removed. One whose
+    stored configuration is not valid is not started, and is `stopped` in the pool's eyes (not `catalog`)."""
     wanted = {spec.id for spec in configured}
     async with resources.session() as session:
         rows = (await session.scalars(select(Server).where(Server.transport.in_(LIVE_TRANSPORTS)))).all()
@@ -60,6 +59,7 @@ async def stored_specs(resources: Resources, configured: list[ServerSpec]) -> li
                 specs.append(ServerSpec.model_validate(row.config))
             except ValidationError as exc:
                 logger.error("server %s: stored configuration is not valid (%s); not started", row.id, exc)
+                pool.runnable.add(row.id)
         elif source in ("file", "demo"):
             logger.info("server %s is no longer configured: removing it and its tools from the catalog", row.id)
             await remove_server(resources, row.id)
@@ -91,7 +91,7 @@ def server_view(
         view["last_sync_report"] = connection.last_report
     else:
         view["health"] = None
-        view["state"] = "catalog" if view["transport"] == "catalog" else "stopped"
+        view["state"] = state_without_connection(view["transport"] in LIVE_TRANSPORTS)
         view["last_sync_report"] = None
     return view
 

@@ -27,6 +27,7 @@ from datetime import datetime
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from service.db.models import StatsCursor, utcnow
+from service.errors import counted
 from service.resources import Resources
 from service.settings import LearningSettings
 from service.usage.adapter_training import refresh_maps
@@ -261,7 +262,7 @@ async def _refresh_loop(resources: Resources, state: LearningState) -> None:
         state.wake.clear()
         consumed = await refresh_stats(resources)
         if consumed:
-            logger.debug("usage statistics: %d executions consumed", consumed)
+            logger.debug("usage statistics: %s consumed", counted(consumed, "execution"))
 
 
 async def start_learning(resources: Resources) -> None:
@@ -271,7 +272,7 @@ async def start_learning(resources: Resources) -> None:
     state.snapshot = await _load_snapshot(resources)
     scopes = state.snapshot.scopes
     tools = len({tool for scoped in scopes.values() for tool in scoped})
-    logger.info("usage statistics: %d tools with history in %d scopes", tools, len(scopes))
+    logger.info("usage statistics: %s with history in %s", counted(tools, "tool"), counted(len(scopes), "scope"))
     if resources.settings.learning.enabled:
         resources.boosts = lambda caller_id, scope, names: boosts_for(resources, caller_id, scope, names)
         resources.usage = UsageVectors()

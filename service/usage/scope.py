@@ -100,16 +100,20 @@ def build_scope(
     of_caller: str | None,
     default_days: int | None = DEFAULT_DAYS,
 ) -> Scope:
-    """The rows this reader may aggregate over."""
+    """The rows this reader may aggregate over; a window whose `until` is not after its `since` is a 422."""
+    since_given = since is not None
     if since is None and default_days is not None:
         since = datetime.now(UTC) - timedelta(days=default_days)
     if not caller.is_admin:
         if of_caller is not None and of_caller != caller.id:
             raise PermissionDenied("Only admins may read other callers' analytics", caller=of_caller)
         of_caller = caller.id
-    return Scope(
-        _window_bound("since", since), _window_bound("until", until), of_caller, visible_names(resources, caller)
-    )
+    start, end = _window_bound("since", since), _window_bound("until", until)
+    if start is not None and end is not None and end <= start:  # an empty window: every figure would be 0
+        start_said = "`since`" if since_given else f"`since` (by default {default_days} days ago, {start:%Y-%m-%d})"
+        reason = f"until ({end.isoformat()}) is not after {start_said}"
+        raise InvalidRequest(f"The window is empty: {reason}", errors=[{"pointer": "/query/until", "reason": reason}])
+    return Scope(start, end, of_caller, visible_names(resources, caller))
 
 
 def _window_bound(name: str, moment: datetime | None) -> datetime | None:

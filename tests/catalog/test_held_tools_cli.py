@@ -66,7 +66,7 @@ async def test_a_held_tool_is_approved_through_the_running_service(
             capsys.readouterr()
             assert await anyio.to_thread.run_sync(main, ["tools", "held"]) == 0
             out = capsys.readouterr().out
-            assert out.startswith("calc__add  held since 20") and out.endswith("1 tools held\n"), out
+            assert out.startswith("calc__add  held since 20") and out.endswith("1 tool held\n"), out
             assert await anyio.to_thread.run_sync(main, ["tools", "approve", "calc__nothing"]) == 1
             assert "No tool named 'calc__nothing'" in capsys.readouterr().err
             assert await anyio.to_thread.run_sync(main, ["tools", "approve", "calc__add"]) == 0

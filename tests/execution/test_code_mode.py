@@ -329,7 +329,7 @@ async def test_a_run_past_the_queue_is_refused_at_once(world: dict[str, Any]) ->
     assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
     problem = refused.json()
     assert problem["limit"] == "code_mode.max_queued"
-    assert problem["detail"].startswith("Code mode is busy: 4 scripts run and 1 wait their turn")
+    assert problem["detail"].startswith("Code mode is busy: 4 scripts run and 1 waits its turn")
     assert [b["result"] for b in bodies] == [{"result": "slept 1.5"}] * 5, bodies
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from indexer.embedding import HashingEmbedder
 from service.cli import main
+from service.db.models import Server
 from service.main import create_app
 from service.mcp import render
 from service.search.availability import SearchHit, rank_by_availability
@@ -130,7 +132,7 @@ async def test_toolscout_search_marks_the_results_that_cannot_be_called_now(
         monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", api_url)
         assert await asyncio.to_thread(main, ["search", "print a page"]) == 0
         printed = capsys.readouterr().out
-    first = printed.splitlines()[1]  # under "1 tools in ... ms"
+    first = printed.splitlines()[1]  # under "1 tool in ... ms"
     assert first.startswith(" 1. paper__print_page  (") and first.endswith(")  [unavailable: catalog]"), printed
 
 
@@ -176,3 +178,23 @@ async def test_a_caller_learns_no_more_than_get_servers_shows_it(tmp_path: Path)
         (server, False, state) for server, state in states.items()
     }
     assert "vault" not in json.dumps(results) and "payroll" not in json.dumps(results)
+
+
+@pytest.mark.upstream
+async def test_a_stored_server_that_does_not_run_here_is_stopped_in_its_results_as_in_get_servers(
+    tmp_path: Path,
+) -> None:
+    api_stdio: dict[str, Any] = {"allow_api_stdio": True, "api_stdio_commands": [sys.executable]}
+    async with running(tmp_path, **api_stdio) as (app, client):
+        added = await client.post("/servers", json={"id": "later", **local_server()})
+        assert added.status_code == 201, added.text
+        async with app.state.resources.session() as session:
+            row = await session.get(Server, "later")
+            assert row is not None
+            row.config = {**row.config, "timeout_seconds": "soon"}  # a stored configuration this version refuses
+            await session.commit()
+    async with running(tmp_path, **api_stdio) as (app, client):  # the restart does not start it
+        shown = (await client.get("/servers/later")).json()
+        found = await search(client, "echo the text back", "later")
+    assert (shown["state"], shown["health"]) == ("stopped", None) and shown["tools"] > 0
+    assert found and {(r["available"], r["unavailable_reason"]) for r in found} == {(False, "stopped")}

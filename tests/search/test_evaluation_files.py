@@ -222,8 +222,8 @@ def test_figures_follow_the_format_with_mixed_categories_empty_relevant_and_an_i
     rows = [line[:24].rstrip() for line in printed.out.splitlines()[2:]]
     assert rows == ["all", "  (no category)", '  ["a"]', "  all", "  c\\x1b[2J"]  # the categories indented, escaped
     err = printed.err
-    assert "gone (1 ids, named by 1 queries, which lose that recall)" in err
-    assert "1 queries have an empty `relevant` and are not scored: 4" in err
+    assert "gone (1 id, named by 1 query, which loses that recall)" in err
+    assert "1 query has an empty `relevant` and is not scored: 4" in err
 
 
 def test_a_catalog_of_json_lines_under_another_suffix_or_from_a_pipe_is_read_as_json_lines(tmp_path: Path) -> None:
@@ -278,4 +278,5 @@ def test_a_relevant_tool_the_registration_refuses_is_named_with_why_and_its_quer
         {"id": "alerts", "tool": "alerts", "reason": "input_schema must be a JSON object, not a string"}]
     assert result["queries_with_rejected_relevant"] == 1
     err = capsys.readouterr().err
-    assert "relevant tools the registration refused, named by 1 queries (the first 20):\n  alerts (alerts): " in err
+    assert err.startswith("rejected 1 tool:\n  alerts (/1/inputSchema): "), err  # was "1 tools"
+    assert "relevant tools the registration refused, named by 1 query (the first 20):\n  alerts (alerts): " in err

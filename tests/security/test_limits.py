@@ -55,6 +55,20 @@ async def test_a_big_batch_is_422_naming_the_limit(tmp_path: Path) -> None:
         assert body["limit"] == "execution.batch_max_calls"
 
 
+async def test_a_limit_of_one_is_said_in_the_singular(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path, permissions=None, execution={"batch_max_calls": 1}, policy={"max_tools_per_registration": 1}
+    )
+    async with running(settings) as (_app, http):
+        batch = assert_problem(await http.post("/execute/batch", json={"calls": [{"name": "a__b"}] * 2}), 422)
+        tools = [{"server": "s", "name": f"t{i}"} for i in range(2)]
+        registration = assert_problem(await http.post("/tools", json={"tools": tools}), 413)
+    assert batch["detail"] == "A batch holds at most 1 call, not 2"
+    assert batch["errors"] == [{"pointer": "/body/calls", "reason": "at most 1 call"}]
+    assert registration["detail"].startswith("A registration holds at most 1 tool, not 2 ")
+    assert registration["errors"] == [{"pointer": "/body/tools", "reason": "at most 1 tool"}]
+
+
 async def test_too_many_tools_in_one_registration_is_413_naming_the_limit(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, permissions=None, policy={"max_tools_per_registration": 5})
     async with running(settings) as (app, http):
@@ -105,6 +119,25 @@ async def test_an_analytics_window_without_a_utc_time_is_422(tmp_path: Path) -> 
         answer = await http.get("/analytics/tools", params={"since": "0001-01-01T00:00:00+05:00"})
         body = assert_problem(answer, 422, "invalid-request")
         assert body["errors"][0]["pointer"] == "/query/since"
+
+
+async def test_an_analytics_window_that_ends_before_it_starts_is_422(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, permissions=None)
+    async with running(settings) as (_app, http):
+        backwards = {"since": "2026-12-05T00:00:00Z", "until": "2026-12-01T00:00:00Z"}
+        answers = [await http.get(f"/analytics/{route}", params=backwards) for route in ("tools", "timeseries")]
+        empty = await http.get("/analytics/callers", params={"since": "2026-12-01T00:00:00Z", "until": "2026-12-01"})
+        before_default = await http.get("/analytics/conversion", params={"until": "2020-01-01T00:00:00Z"})
+        fine = await http.get("/analytics/tools", params={"since": "2026-12-01T00:00:00Z", "until": "2026-12-02"})
+    for answer in [*answers, empty, before_default]:
+        body = assert_problem(answer, 422, "invalid-request")
+        assert body["detail"].startswith("The window is empty: until (20"), body
+        assert body["errors"][0]["pointer"] == "/query/until"
+    assert assert_problem(answers[0], 422)["errors"][0]["reason"] == (
+        "until (2026-12-01T00:00:00+00:00) is not after `since`"
+    )
+    assert "`since` (by default 30 days ago, " in assert_problem(before_default, 422)["detail"]
+    assert fine.status_code == 200 and fine.json() == {"tools": []}
 
 
 async def test_one_key_holds_a_bounded_number_of_event_streams(tmp_path: Path) -> None:

@@ -136,7 +136,7 @@ async def test_a_poisoned_upstream_tool_is_held_until_an_admin_approves_it(tmp_p
         [server] = [s for s in servers if s["id"] == "util"]
         assert server == (await http.get("/servers/util", headers=bearer(admin))).json() | {"health": server["health"]}
         assert [t["name"] for t in server["held_tools"]] == ["util__add"] and server["tools"] == 1
-        assert "1 listed tools held for an admin's review; first: util__add" in server["health"]["last_error"]
+        assert "1 listed tool held for an admin's review; first: util__add" in server["health"]["last_error"]
         dev_view = (await http.get("/servers/util", headers=bearer(dev))).json()
         assert "held_tools" not in dev_view and dev_view["tools"] == 1
 

@@ -36,7 +36,7 @@
       const shown = tools.filter((t) => !needle || t.name.toLowerCase().includes(needle) || (t.description || "").toLowerCase().includes(needle));
       const groups = new Map();
       for (const t of shown) (groups.get(t.server) || groups.set(t.server, []).get(t.server)).push(t);
-      TS.fill(list, h("p", { class: "muted", id: "tool-count" }, shown.length + " of " + tools.length + " tools"),
+      TS.fill(list, h("p", { class: "muted", id: "tool-count" }, shown.length + " of " + fmt.count(tools.length, "tool")),
         [...groups.entries()].map(([server, group]) => h("details", { class: "server-tools", open: needle || groups.size < 4, "data-server": server },
           h("summary", {}, server, " ", h("span", { class: "muted" }, "(" + group.length + ")")),
           h("ul", { class: "tools" }, group.map((t) => h("li", {},

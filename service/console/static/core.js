@@ -78,6 +78,8 @@ window.TS = (function () {
     time: (iso) => (iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", "Z") : "–"),
     day: (iso) => (iso ? iso.slice(0, 10) : "–"),  // a UTC day, not its midnight as a time
     json: (v) => JSON.stringify(v, null, 2),
+    // "1 tool", "2 tools" (service/errors.py counted, for the console)
+    count: (n, noun, plural) => fmt.int(n) + " " + (Number(n) === 1 ? noun : plural || noun + "s"),
   };
 
   function table(columns, rows, opts) {

@@ -64,7 +64,7 @@
         tile("searches without result", fmt.int(empty), "tile-empty")),
       card("Calls per " + bucket + " (failures in red, UTC)", charts.columns(points, { id: "calls-chart", label: "calls per " + bucket, unit: "calls", partLabel: "failed" })),
       card("p95 latency per tool", ranked.length ? charts.hbars(ranked.map((t) => ({
-        label: t.tool, value: t.latency_ms.p95, text: fmt.ms(t.latency_ms.p95) + " · " + fmt.int(t.calls) + " calls", bad: t.success_rate !== null && t.success_rate < 0.9,
+        label: t.tool, value: t.latency_ms.p95, text: fmt.ms(t.latency_ms.p95) + " · " + fmt.count(t.calls, "call"), bad: t.success_rate !== null && t.success_rate < 0.9,
       })), { id: "latency-chart", label: "p95 latency per tool" }) : h("p", { class: "muted" }, "No calls in this window.")),
       h("div", { class: "two" },
         card("Search funnel", funnel(fun)),

@@ -68,7 +68,7 @@
         const r = await post("/search", { query: query.value, k: Number(k.value) || 5, explain: true });
         const scale = Math.max(0.01, ...r.results.flatMap((x) => Object.values((x.explain || {}).signals || {}).map(Math.abs)));
         TS.fill(out,
-          h("p", { class: "muted", id: "search-meta" }, r.results.length + " tools in " + fmt.ms(r.latency_ms) + " · search ", h("code", {}, r.search_id)),
+          h("p", { class: "muted", id: "search-meta" }, fmt.count(r.results.length, "tool") + " in " + fmt.ms(r.latency_ms) + " · search ", h("code", {}, r.search_id)),
           r.parts && r.parts.length ? h("div", { class: "parts", id: "parts" }, "Request split into ", String(r.parts.length), " parts: ",
             r.parts.map((p) => h("span", { class: "badge part" }, p))) : null,
           r.results.length ? h("ol", { class: "results" }, r.results.map((x, i) => resultView(x, i + 1, scale, r, (t, s) => renderCall(panel, t, s))))

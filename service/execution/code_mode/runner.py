@@ -32,7 +32,9 @@ from service.errors import (
     ToolscoutError,
     Unavailable,
     body_pointer,
+    counted,
     unexpected_error,
+    verb,
 )
 from service.execution.executor import ExecutionResult, status_of
 from service.execution.results import RUN_RESULT_TOOL, measure
@@ -133,16 +135,18 @@ class CodeMode:
             )
         budget = min(timeout_seconds or settings.timeout_seconds, settings.timeout_seconds)
         run = ScriptRun(str(uuid.uuid4()), caller, await self._approvals(caller, approval_ids))
-        if self.in_flight[caller.id] >= settings.max_per_caller:
+        if (held := self.in_flight[caller.id]) >= settings.max_per_caller:
             raise RateLimited(
-                f"{self.in_flight[caller.id]} scripts of this caller run or wait already (code_mode.max_per_caller); "
+                f"{counted(held, 'script')} of this caller {verb(held, 'runs or waits', 'run or wait')} already "
+                "(code_mode.max_per_caller); "
                 "try again when one has ended",
                 retry_after=1.0,
                 limit="code_mode.max_per_caller",
             )
         if self.slots.locked() and self.waiting >= settings.max_queued:
             raise Unavailable(
-                f"Code mode is busy: {self.running} scripts run and {self.waiting} wait their turn "
+                f"Code mode is busy: {counted(self.running, 'script')} {verb(self.running, 'runs', 'run')} and "
+                f"{self.waiting} {verb(self.waiting, 'waits its', 'wait their')} turn "
                 f"(code_mode.max_concurrent, code_mode.max_queued); try again later",
                 limit="code_mode.max_queued",
             )
@@ -232,9 +236,8 @@ class CodeMode:
         run.calls.append(record)
         if len(run.calls) > limit:
             record.status = "refused"
-            run.halt(
-                script_error("call_limit", f"the script made more than {limit} calls", record.line, call=record.index)
-            )
+            made = f"the script made more than {counted(limit, 'call')}"
+            run.halt(script_error("call_limit", made, record.line, call=record.index))
             return
         arguments = message.get("arguments")
         task = asyncio.create_task(self._call(run, sandbox, record, arguments if isinstance(arguments, dict) else {}))
@@ -329,7 +332,8 @@ class CodeMode:
         limiter = resolver.limiter
         wait = await limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
-            raise RateLimited(f"Rate limit of {limiter.rate * 60:g} requests per minute exceeded", retry_after=wait)
+            rate = counted(limiter.rate * 60, "request")
+            raise RateLimited(f"Rate limit of {rate} per minute exceeded", retry_after=wait)
 
     async def _cancel_calls(self, run: ScriptRun) -> None:
         tasks = list(run.tasks)
