@@ -138,8 +138,7 @@ class CodeMode:
         if (held := self.in_flight[caller.id]) >= settings.max_per_caller:
             raise RateLimited(
                 f"{counted(held, 'script')} of this caller {verb(held, 'runs or waits', 'run or wait')} already "
-                "(code_mode.max_per_caller); "
-                "try again when one has ended",
+                "(code_mode.max_per_caller); try again when one has ended",
                 retry_after=1.0,
                 limit="code_mode.max_per_caller",
             )
@@ -327,8 +326,7 @@ class CodeMode:
     async def _charge(self, caller: Caller) -> None:
         """One rate-limit token per call, from the caller's bucket, as a request to /execute takes; none once the
         caller's key is revoked (a script runs for up to code_mode.timeout_seconds)."""
-        resolver = key_resolver(self.resources)
-        await resolver.require_active(caller)
+        await (resolver := key_resolver(self.resources)).require_active(caller)
         limiter = resolver.limiter
         wait = await limiter.acquire_async(caller.key_id or caller.id)
         if wait > 0:
