@@ -241,14 +241,7 @@ class UpstreamConnection(ToolCalls):
         async with client:
             leave_results_to_the_executor(client)
             self.health.pid = self._child.pid if self.spec.transport == "stdio" else None
-            self.health.protocol_version = client.protocol_version
-            info = client.server_info
-            self.health.server_name = info.name if info else None
-            self.health.server_version = info.version if info else None
-            self.server_info = {
-                **(info.model_dump(exclude_none=True) if info else {}),
-                "instructions": client.instructions or "",
-            }
+            self.server_info = self.health.introduced(client.protocol_version, client.server_info, client.instructions)
             tools = await self._list_tools(client)
             self._client = client
             self.health.connected_at = utcnow()
