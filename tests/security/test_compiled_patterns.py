@@ -13,24 +13,25 @@ from tests.security.scripted_servers import scripted_entry
 
 TOOLS, PROPERTIES = 3, 40
 
-# Tools t0..t2, each with 40 string properties of a pattern of their own (`^a{0,N}$`), answering "ok".
+# Tools t0..t(argv[1]-1), each with argv[2] string properties of a pattern of their own (`^a{0,N}$`), answering "ok".
 PATTERNED_TOOLS = """
+tools, properties = int(sys.argv[1]), int(sys.argv[2])
 def schema(tool):
-    first = 1 + tool * %(properties)d
-    properties = {"p%%d" %% n: {"type": "string", "pattern": "^a{0,%%d}$" %% (first + n)} for n in range(%(properties)d)}
-    return {"type": "object", "properties": properties}
+    first = 1 + tool * properties
+    return {"type": "object", "properties": {
+        "p%d" % n: {"type": "string", "pattern": "^a{0,%d}$" % (first + n)} for n in range(properties)}}
 def handle(method, mid, msg):
     if method == "tools/list":
-        tools = [{"name": "t%%d" %% t, "description": "Patterned", "inputSchema": schema(t)} for t in range(%(tools)d)]
-        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
+        listed = [{"name": "t%d" % t, "description": "Patterned", "inputSchema": schema(t)} for t in range(tools)]
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": listed}})
     elif method == "tools/call":
         send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": "ok"}]}})
 serve("patterned", handle)
-""" % {"tools": TOOLS, "properties": PROPERTIES}
+"""
 
 
 async def test_calls_of_many_patterned_tools_keep_a_bounded_number_of_compiled_patterns(tmp_path: Path) -> None:
-    servers = {"patterned": scripted_entry(tmp_path, "patterned", PATTERNED_TOOLS)}
+    servers = {"patterned": scripted_entry(tmp_path, "patterned", PATTERNED_TOOLS, str(TOOLS), str(PROPERTIES))}
     execution = {"servers_file": servers_file(tmp_path, servers), "startup_wait_seconds": 60}
     _regex.cache_clear()
     async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (_, http):
