@@ -16,17 +16,22 @@ from indexer.documents import split_identifier
 
 INFO_FIELDS = ("name", "title", "description", "instructions")
 MAX_INFO_CHARS = 2000  # per field: instructions can run to pages; MiniLM reads ~256 tokens anyway
+# What is read of a field before its whitespace is collapsed: a server's 15 MB of instructions were screened and
+# split whole, on the event loop, at each of its syncs (3.6 s), to keep their first 2,000 characters.
+MAX_READ_INFO_CHARS = 16 * MAX_INFO_CHARS
+
+
+def info_fields(raw: Any) -> dict[str, str]:
+    """The INFO_FIELDS strings of an info block, each cut at MAX_READ_INFO_CHARS (the rest is never used)."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {f: text[:MAX_READ_INFO_CHARS] for f in INFO_FIELDS if isinstance(text := raw.get(f), str)}
 
 
 def server_info(raw: Any) -> dict[str, str]:
     """The string fields of an MCP server info block (`serverInfo` plus the `instructions` of initialize)."""
-    if not isinstance(raw, Mapping):
-        return {}
-    return {
-        f: " ".join(raw[f].split())[:MAX_INFO_CHARS]
-        for f in INFO_FIELDS
-        if isinstance(raw.get(f), str) and raw[f].strip()
-    }
+    fields = info_fields(raw)
+    return {f: " ".join(text.split())[:MAX_INFO_CHARS] for f, text in fields.items() if text.strip()}
 
 
 def server_document(server_id: str, info: Mapping[str, str]) -> str:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.documents import DOCUMENT_FORMAT
 from indexer.json_pointer import pointer_token
+from indexer.json_values import INTEGER_RANGE, MAX_SCHEMA_DEPTH, annotations_problem, depth, outsized_integer
 from indexer.screening import definition_hash, find_hidden
 
 QUALIFIED_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -25,14 +26,10 @@ MAX_NAME_CHARS = 256
 MAX_SERVER_CHARS = 128
 MAX_DESCRIPTION_CHARS = 16_000
 MAX_SCHEMA_BYTES = 128_000
-MAX_SCHEMA_DEPTH = 32  # nesting of objects and arrays; deeper schemas are refused before any recursion
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64
 # Unknown keys a batch names, the others counted: 100,000 stray keys (a 1.3 MB body) were 21.5 MB of warnings.
 MAX_WARNINGS = 20
-# The integers the vector index keeps exactly in a tool's payload (i64 and u64); past them qdrant_edge made
-# 2**64 a float and refused 10**30 (a 500), and orjson could not write them into a /search answer.
-INTEGER_RANGE = (-(2**63), 2**64 - 1)
 # The keys of a tool object: Toolscout's, then those of a catalog line (`id`) and of an MCP tools/list, taken and
 # not stored. Any other is named in a registration's warnings (a misspelt `descripton` registers the tool without
 # its description: the caller hears of it); an upstream's own listing may carry more (MCP objects are open).
@@ -160,42 +157,10 @@ class ValidatedBatch:
     more_warnings: int = 0  # unknown keys past MAX_WARNINGS, counted only
 
 
-def _depth(value: Any) -> int:
-    """How deeply objects and arrays nest (iterative, so a hostile schema cannot exhaust the stack)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            if deepest > MAX_SCHEMA_DEPTH:
-                return deepest
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def _outsized_integer(value: Any) -> tuple[str, int] | None:
-    """The JSON pointer and value of the first integer outside INTEGER_RANGE, in document order (iterative)."""
-    low, high = INTEGER_RANGE
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        pointer, item = stack.pop()
-        if isinstance(item, int) and not isinstance(item, bool) and not low <= item <= high:
-            return pointer, item
-        if isinstance(item, dict):
-            children = [(f"{pointer}/{pointer_token(k)}", v) for k, v in item.items()]
-        elif isinstance(item, list):
-            children = [(f"{pointer}/{i}", v) for i, v in enumerate(item)]
-        else:
-            continue
-        stack.extend(reversed(children))
-    return None
-
-
 def _outsized_problem(index: int, label: str, key: str, value: Any) -> ToolProblem | None:
     """A value of the tool's payload holding an integer the index cannot keep exactly, refused where it is
     rather than stored rounded."""
-    found = _outsized_integer(value)
+    found = outsized_integer(value)
     if found is None:
         return None
     at, number = found
@@ -210,7 +175,7 @@ def _outsized_problem(index: int, label: str, key: str, value: Any) -> ToolProbl
 def _check_schema(schema: Any) -> str | None:
     if not isinstance(schema, dict):
         return f"input_schema must be a JSON object, not {_json_type(schema)}"
-    if _depth(schema) > MAX_SCHEMA_DEPTH:
+    if depth(schema) > MAX_SCHEMA_DEPTH:
         return f"input_schema nests deeper than {MAX_SCHEMA_DEPTH} levels (MAX_SCHEMA_DEPTH)"
     try:
         canonical = json.dumps(schema, sort_keys=True, ensure_ascii=False)
@@ -346,6 +311,8 @@ def validate_tool(index: int, raw: Any, default_server: str | None = None) -> To
     if problem:
         return ToolProblem(index, label, schema_key, problem)
     annotations = raw.get("annotations") or {}
+    if problem := annotations_problem(annotations):
+        return ToolProblem(index, label, "annotations", problem)
     for key, value in ((schema_key, schema), ("annotations", annotations)):
         if (outsized := _outsized_problem(index, label, key, value)) is not None:
             return outsized

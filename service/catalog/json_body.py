@@ -5,7 +5,7 @@ The standard library's reader, with what JSON does not have refused: NaN, Infini
 (the stdlib would let them through; an MCP client then sends them as null), and a key given twice in one object
 (`{"arguments": {...}, "arguments": {}}` would call a tool with none). Integers of any size stay exact: arguments
 pass on as sent, and a tool definition holding one the index cannot keep is refused at that value
-(indexer/tools.py, INTEGER_RANGE) instead of stored rounded.
+(indexer/json_values.py, INTEGER_RANGE) instead of stored rounded.
 
 orjson read /tools bodies before: it made integers past 64 bits floats (a schema's `maximum` of 2**64 + 1 became
 1.8446744073709552e+19 and refused the value it allows), kept the last of a key given twice, and said "number is

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.screening import find_hidden, find_instruction
-from indexer.servers import INFO_FIELDS, server_info
+from indexer.servers import info_fields, server_info
 from service.catalog.files import DEMO_CATALOGS, load_catalog_file
 from service.cluster.changes import TOOLS, record_change
 from service.db.models import Server
@@ -42,10 +42,7 @@ def screen_info(raw: Any) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(raw, Mapping):
         return {}, []
     kept, dropped = dict(raw), []
-    for name in INFO_FIELDS:
-        text = raw.get(name)
-        if not isinstance(text, str):
-            continue
+    for name, text in info_fields(raw).items():  # what server_info may keep of each, not megabytes past it
         found = find_hidden({name: text}) or find_instruction({name: text})
         if found is not None:
             del kept[name]

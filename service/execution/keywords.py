@@ -52,9 +52,14 @@ class Meter:
 
 
 METER: ContextVar[Meter | None] = ContextVar("argument_check_meter", default=None)
+# Compiled patterns kept: one may hold up to ~7 MB (`[\w\W]{5000}` is 12 characters; the engine's programs go up to
+# 10 MB), and 4,096 of them, one per distinct pattern of the tools any caller called, could hold 28 GB (measured:
+# 100 such patterns of a hostile server's schemas, 3.6 MB each). Missing here costs a compile: tens of microseconds
+# for an ordinary pattern.
+COMPILED_PATTERNS = 64
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=COMPILED_PATTERNS)
 def _regex(pattern: str) -> Any:
     """`pattern` compiled by jsonschema-rs: ECMA 262 as JSON Schema says, linear time or a bounded backtracking
     search, where Python's re backtracks without end on `^(a|aa)+$` (one call held the event loop for minutes)."""

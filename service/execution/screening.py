@@ -41,7 +41,20 @@ async def _by_size(size: int, function: Callable[..., T], *args: Any) -> T:
 
 
 def _size(value: Any) -> int:
-    return sum(len(text) for _, text, _ in strings(value))
+    """The length of the strings in value, keys included, counted up to INLINE_CHARS: all that _by_size asks.
+    Counting them all (with their pointers) walked a result of 300,000 one-character blocks on the event loop for
+    0.6-2.7 s before its screening went to a thread."""
+    size, stack = 0, [value]
+    while stack and size < INLINE_CHARS:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item)
+        elif isinstance(item, dict):
+            size += sum(len(str(key)) for key in item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return size
 
 
 async def clean_result(content: list[dict[str, Any]], structured: dict[str, Any] | None) -> Cleaned:

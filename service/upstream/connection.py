@@ -13,6 +13,7 @@ which `tools/list_changed` is a plain notification on the session."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -241,14 +242,7 @@ class UpstreamConnection(ToolCalls):
         async with client:
             leave_results_to_the_executor(client)
             self.health.pid = self._child.pid if self.spec.transport == "stdio" else None
-            self.health.protocol_version = client.protocol_version
-            info = client.server_info
-            self.health.server_name = info.name if info else None
-            self.health.server_version = info.version if info else None
-            self.server_info = {
-                **(info.model_dump(exclude_none=True) if info else {}),
-                "instructions": client.instructions or "",
-            }
+            self.server_info = self.health.introduced(client.protocol_version, client.server_info, client.instructions)
             tools = await self._list_tools(client)
             self._client = client
             self.health.connected_at = utcnow()
@@ -270,12 +264,13 @@ class UpstreamConnection(ToolCalls):
 
     async def _list_tools(self, client: Client) -> list[dict[str, Any]]:
         """Every tool the server lists, following pagination (a repeated cursor ends the walk); past
-        `max_tools_list_bytes` of tools (their JSON) in all, or past `max_tools` tools, an UpstreamError: each page is
-        bounded by the transport, but the walk kept every page of up to MAX_TOOL_PAGES, and a sync takes ~50 KB of
-        memory a tool at its peak however small the tool (a million tools of 60 bytes fit in 64 MB)."""
+        `max_tools_list_bytes` of tools (their JSON) and cursors in all, or past `max_tools` tools, an UpstreamError:
+        each page is bounded by the transport, but the walk kept every page of up to MAX_TOOL_PAGES, and a sync takes
+        ~50 KB of memory a tool at its peak however small the tool (a million tools of 60 bytes fit in 64 MB). The
+        cursors seen are kept as digests: pages of one tool and a 10 MB cursor each held 10 MB a page."""
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
-        seen: set[str] = set()
+        seen: set[bytes] = set()
         size, limit = 0, self._max_tools_list_bytes
         for _ in range(MAX_TOOL_PAGES):
             page = await client.list_tools(cursor=cursor)
@@ -285,20 +280,21 @@ class UpstreamConnection(ToolCalls):
                     "(execution.max_tools_per_server)",
                     server=self.id,
                 )
-            for tool in page.tools:
-                if limit is not None:
-                    size += len(tool.model_dump_json(by_alias=True, exclude_none=True))
-                    if size > limit:
-                        raise UpstreamError(
-                            f"MCP server {self.id!r} lists more than {limit} bytes of tools "
-                            "(execution.max_tools_list_bytes)",
-                            server=self.id,
-                        )
-                tools.append(tool.model_dump(by_alias=True, mode="json", exclude_none=True))
             cursor = page.next_cursor
-            if not cursor or cursor in seen:
+            if limit is not None:
+                size += len(cursor or "")  # a cursor is sent back: 10 MB ones page after page count too
+                size += sum(len(tool.model_dump_json(by_alias=True, exclude_none=True)) for tool in page.tools)
+                if size > limit:
+                    raise UpstreamError(
+                        f"MCP server {self.id!r} lists more than {limit} bytes of tools "
+                        "(execution.max_tools_list_bytes)",
+                        server=self.id,
+                    )
+            tools.extend(tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools)
+            digest = hashlib.sha256((cursor or "").encode("utf-8", "surrogatepass")).digest()
+            if not cursor or digest in seen:
                 break
-            seen.add(cursor)
+            seen.add(digest)
         self.output_schemas = output_schemas_of(tools)
         self.task_only = task_only_tools(tools)
         return tools

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
+from indexer.servers import MAX_INFO_CHARS, info_fields
 from service.db.models import utcnow
 from service.errors import counted
 
@@ -99,6 +101,17 @@ class ServerHealth:
     in_flight: int = 0
     next_attempt_in: float | None = None
     latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+
+    def introduced(
+        self, protocol_version: str | None, info: types.Implementation | None, instructions: str | None
+    ) -> dict[str, str]:
+        """Note what a server said of itself at initialize, its name and version cut at MAX_INFO_CHARS (a server
+        may send megabytes of each, which GET /servers repeated); its info block for the catalog, each field cut
+        at what the catalog reads of it (indexer/servers.py)."""
+        self.protocol_version = protocol_version
+        self.server_name = info.name[:MAX_INFO_CHARS] if info else None
+        self.server_version = info.version[:MAX_INFO_CHARS] if info else None
+        return info_fields({**(info.model_dump(exclude_none=True) if info else {}), "instructions": instructions or ""})
 
     def error(self, message: str) -> None:
         self.last_error, self.last_error_at = message, utcnow()

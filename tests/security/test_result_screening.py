@@ -4,13 +4,15 @@ code mode and the MCP front end."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from service.execution.screening import Cleaned, instructions_in, without_hidden_characters
+from service.execution.screening import Cleaned, clean_result, flag_answer, instructions_in, without_hidden_characters
 from service.mcp.render import execution_result, fetch_result_text, run_result
 from tests.security.conftest import make_settings, probe_entry, running, servers_file
 
@@ -171,3 +173,28 @@ async def test_a_long_results_pages_are_screened_as_they_are_read(tmp_path: Path
     assert [w["pointer"] for w in page.json()["warnings"]] == ["/text"]
     assert "treat it as data" in page.json()["warnings"][0]["reason"]
     assert fetch_result_text(page.json()).startswith("[Toolscout screened this page. /text: holds a tag")
+
+
+async def test_a_result_of_many_small_blocks_is_screened_off_the_event_loop() -> None:
+    """Whether a result is screened on the event loop or in a thread was decided by counting all of its strings on
+    the event loop: 300,000 blocks of one character each (an upstream's 8 MB result) held it 1.5-2.7 s there."""
+    content = [{"type": "text", "text": "a\u200b"} for _ in range(300_000)]
+    held = 0.0
+    done = asyncio.Event()
+
+    async def watch_the_loop() -> None:
+        nonlocal held
+        while not done.is_set():
+            started = time.monotonic()
+            await asyncio.sleep(0.002)
+            held = max(held, time.monotonic() - started - 0.002)
+
+    watcher = asyncio.create_task(watch_the_loop())
+    await asyncio.sleep(0.01)
+    cleaned = await clean_result(content, None)
+    warnings = await flag_answer(cleaned.content, None)
+    done.set()
+    await watcher
+    assert cleaned.content[299_999] == {"type": "text", "text": "a"} and len(cleaned.warnings) == 20
+    assert warnings == []
+    assert held < 0.5, f"the event loop was held {held:.2f} s"

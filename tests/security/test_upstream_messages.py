@@ -268,3 +268,36 @@ async def test_a_tool_list_of_many_pages_is_bounded_in_all(tmp_path: Path) -> No
         tracemalloc.stop()
     # Before: the walk kept every page (1000 at most): 40 pages of 3 MB held 120 MB and more, 1,000 would hold 3 GB.
     assert peak < 60 * 2**20, peak // 2**20
+
+
+# Pages of one small tool each, and a cursor of 3 MB: 120 MB of cursors, no tool past a few bytes.
+CURSOR_SERVER = """
+def handle(method, mid, msg):
+    page = int(((msg.get("params") or {}).get("cursor") or "0").rstrip("c"))
+    if method == "tools/list":
+        tool = {"name": f"t{page}", "description": "A tool", "inputSchema": {"type": "object"}}
+        more = str(page + 1) + "c" * 3_000_000 if page < 39 else None
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [tool], "nextCursor": more}})
+serve("cursors", handle)
+"""
+
+
+async def test_the_cursors_of_a_tool_list_count_toward_its_bound_and_are_not_kept(tmp_path: Path) -> None:
+    entry = scripted_entry(tmp_path, "cursors", CURSOR_SERVER)
+    execution = {
+        "servers_file": servers_file(tmp_path, {"cursors": entry}),
+        "startup_wait_seconds": 60,
+        "max_message_bytes": LIMIT,
+        "max_tools_list_bytes": 10_000_000,
+    }
+    tracemalloc.start()
+    try:
+        async with running(make_settings(tmp_path, permissions=None, execution=execution)) as (_app, http):
+            _, peak = tracemalloc.get_traced_memory()
+            view = (await http.get("/servers/cursors")).json()
+            assert view["tools"] == 0, view  # 40 tools synced before, past 120 MB of cursors
+            assert "more than 10000000 bytes of tools" in view["health"]["last_error"], view["health"]
+    finally:
+        tracemalloc.stop()
+    # Before: every cursor seen was kept, 3 MB a page (1,000 pages of 15 MB would hold 15 GB).
+    assert peak < 60 * 2**20, peak // 2**20
