@@ -1,0 +1,48 @@
+"""A request's text as the search reads it: one normalisation at the entry, so the dense fields, BM25, the name
+match, the intent split and the verbs all see the same words however the caller wrote them. Pure."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Curly and low quotes that NFKC keeps: the framing's "I'd like to" and a quoted name read them as ASCII.
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
+                         "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"'})
+# Invisible characters (zero-width spaces and joiners, the byte order mark, soft hyphens: Unicode's format
+# category) split a word in two for BM25 and the verbs; pictographs (emoji, their skin tones and variation
+# selectors) carry no request and, ahead of it, hid its framing ("🔍 show me ...").
+_INVISIBLE = frozenset({"Cf", "Co", "Cs"})
+PICTOGRAPHS_FROM = 0x2100  # other symbols (category So) from the letterlike block on; `°` and `©` stay
+_MODIFIERS = re.compile(r"[\ufe00-\ufe0f\U0001f3fb-\U0001f3ff]")
+_FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$", re.MULTILINE)
+_LIST_MARK = re.compile(r"^[ \t]*(?:[-*+•>]|#{1,6})[ \t]+", re.MULTILINE)
+# Emphasis as a pair of marks around words (`**bold**`, `*this*`), never a product's `5 * 3` nor `A* search`.
+_EMPHASIS = re.compile(r"(?<![\w*])(\*{1,3})(?=[^\s*])([^\n]*?[^\s*])\1(?![\w*])")
+_SPACES = re.compile(r"[^\S\n]+")
+_LINE_EDGES = re.compile(r" ?\n[\n ]*")
+_WRAPPING_QUOTES = re.compile(r"""^(["'])(.+)\1$""", re.DOTALL)
+
+
+def _kept(char: str) -> bool:
+    if char.isascii():
+        return True
+    category = unicodedata.category(char)
+    return category not in _INVISIBLE and not (category == "So" and ord(char) >= PICTOGRAPHS_FROM)
+
+
+def normalize_query(text: str) -> str:
+    """The request in NFKC (full-width letters, non-breaking spaces and decomposed accents as their plain forms),
+    with ASCII quotes, without invisible characters, pictographs or markdown (code fences, list marks, headings,
+    bold, backticks), each line's spaces collapsed and the text stripped; a request wrapped whole in quotes is
+    unwrapped (`"get_current_time"` names the tool). Empty when nothing else was there."""
+    if text.isascii() and text.isprintable() and "`" not in text and "*" not in text:
+        plain = text  # the common case: only spaces, list marks and quotes to look at
+    else:
+        plain = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+        if not plain.isascii():
+            plain = "".join(filter(_kept, _MODIFIERS.sub("", plain)))
+    plain = _EMPHASIS.sub(r"\2", _LIST_MARK.sub("", _FENCE.sub("", plain))).replace("`", "")
+    plain = _LINE_EDGES.sub("\n", _SPACES.sub(" ", plain)).strip()
+    unwrapped = _WRAPPING_QUOTES.match(plain)
+    return unwrapped.group(2).strip() if unwrapped else plain
