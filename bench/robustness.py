@@ -194,6 +194,8 @@ async def _name_forms(resources: Resources, ids: dict[str, str], count: int, rng
     directory = resources.retriever.directory
     registered = sorted(directory.names())
     tools = rng.sample(registered, min(count, len(registered)))
+    if not tools:
+        return {}
     table: dict[str, dict[str, float]] = {}
     listed = {q: directory.listed_name(q) or q for q in tools}
     base = {q: (await _ranked(resources, ids, listed[q]))[:1] for q in tools}

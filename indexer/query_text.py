@@ -21,6 +21,14 @@ _LIST_MARK = re.compile(r"^[ \t]*(?:[-*+•>]|#{1,6})[ \t]+", re.MULTILINE)
 _EMPHASIS = re.compile(r"(?<![\w*])(\*{1,3})(?=[^\s*])([^\n]*?[^\s*])\1(?![\w*])")
 _SPACES = re.compile(r"[^\S\n]+")
 _LINE_EDGES = re.compile(r" ?\n[\n ]*")
+# A greeting before the request and thanks after it name no task, and the dense fields read every word.
+_GREETING = re.compile(r"^(?:(?:hi|hello|hey|greetings)(?: there)?[!,.]+|(?:hi|hello|hey) there)\s+", re.IGNORECASE)
+_THANKS = re.compile(
+    r"\s*[,;-]?\s*\b(?:thanks|thank you|thx|ty|cheers|tia)(?: (?:so|very) much| a lot| in advance)?"
+    r"(?: for (?:your|the|all your) (?:help|assistance|time))?[\s!.:)]*$",
+    re.IGNORECASE,
+)
+_REPEATED_MARKS = re.compile(r"([!?.])[!?]+|([!?])\.+")  # "??", "?!!", "!!!", "?..": the first mark
 _WRAPPING_QUOTES = re.compile(r"""^(["'])(.+)\1$""", re.DOTALL)
 
 
@@ -34,7 +42,8 @@ def _kept(char: str) -> bool:
 def normalize_query(text: str) -> str:
     """The request in NFKC (full-width letters, non-breaking spaces and decomposed accents as their plain forms),
     with ASCII quotes, without invisible characters, pictographs or markdown (code fences, list marks, headings,
-    bold, backticks), each line's spaces collapsed and the text stripped; a request wrapped whole in quotes is
+    bold, backticks), each line's spaces collapsed, repeated marks as one (`?!!`: `?`), without a greeting before it
+    or thanks after it, stripped; a request wrapped whole in quotes is
     unwrapped (`"get_current_time"` names the tool). Empty when nothing else was there."""
     if text.isascii() and text.isprintable() and "`" not in text and "*" not in text:
         plain = text  # the common case: only spaces, list marks and quotes to look at
@@ -44,5 +53,8 @@ def normalize_query(text: str) -> str:
             plain = "".join(filter(_kept, _MODIFIERS.sub("", plain)))
     plain = _EMPHASIS.sub(r"\2", _LIST_MARK.sub("", _FENCE.sub("", plain))).replace("`", "")
     plain = _LINE_EDGES.sub("\n", _SPACES.sub(" ", plain)).strip()
+    plain = _REPEATED_MARKS.sub(lambda m: m.group(1) or m.group(2), plain)
+    polite = _THANKS.sub("", _GREETING.sub("", plain))
+    plain = polite if polite.strip(" ,.!?") else plain  # "Thanks!" alone stays a request
     unwrapped = _WRAPPING_QUOTES.match(plain)
     return unwrapped.group(2).strip() if unwrapped else plain
