@@ -8,13 +8,15 @@ the first result and the request's R@5 stay those of the clean request, and the 
 Then each tool's name written another way (`Get-Current-Time`, `getCurrentTime`, in backticks, in a sentence):
 how often the tool is still first, as it is for its name as listed.
 
-Usage: python bench/robustness.py [--sample 300] [--names 100] [--sets real,metatool,sealtools]"""
+Usage: python bench/robustness.py [--sample 300] [--names 100] [--sets real,metatool,sealtools] (the dev sets from
+$TOOLSCOUT_EVAL_DIR, default ../shared/eval)"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import random
 import re
 import tempfile
@@ -33,7 +35,7 @@ from service.search.service import start_search, warm_search
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL = ROOT.parent / "shared" / "eval"
+EVAL = Path(os.environ.get("TOOLSCOUT_EVAL_DIR", ROOT.parent / "shared" / "eval"))
 REAL = ROOT / "tests" / "fixtures" / "retrieval" / "real_catalog_queries.jsonl"
 K = 10
 
