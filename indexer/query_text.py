@@ -19,6 +19,10 @@ _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$", re.MULTILINE)
 _LIST_MARK = re.compile(r"^[ \t]*(?:[-*+•>]|#{1,6})[ \t]+", re.MULTILINE)
 # Emphasis as a pair of marks around words (`**bold**`, `*this*`), never a product's `5 * 3` nor `A* search`.
 _EMPHASIS = re.compile(r"(?<![\w*])(\*{1,3})(?=[^\s*])([^\n]*?[^\s*])\1(?![\w*])")
+# A line break inside a sentence (after no end mark, before a lower-case word) is a hard wrap, not a new task: the
+# intent split read each wrapped line as a part. A list of tasks keeps its breaks when its lines are marked,
+# numbered or capitalised; an unmarked lower-case list reads as one sentence.
+_SOFT_BREAK = re.compile(r"(?<=[^\s.!?:;])[^\S\n]*\n[^\S\n]*(?=[a-z(])")
 _SPACES = re.compile(r"[^\S\n]+")
 _LINE_EDGES = re.compile(r" ?\n[\n ]*")
 # A greeting before the request and thanks after it name no task, and the dense fields read every word.
@@ -42,7 +46,7 @@ def _kept(char: str) -> bool:
 def normalize_query(text: str) -> str:
     """The request in NFKC (full-width letters, non-breaking spaces and decomposed accents as their plain forms),
     with ASCII quotes, without invisible characters, pictographs or markdown (code fences, list marks, headings,
-    bold, backticks), each line's spaces collapsed, repeated marks as one (`?!!`: `?`), without a greeting before it
+    bold, backticks), a hard-wrapped line joined to the one before, each line's spaces collapsed, repeated marks as one (`?!!`: `?`), without a greeting before it
     or thanks after it, stripped; a request wrapped whole in quotes is
     unwrapped (`"get_current_time"` names the tool). Empty when nothing else was there."""
     if text.isascii() and text.isprintable() and "`" not in text and "*" not in text:
@@ -51,7 +55,7 @@ def normalize_query(text: str) -> str:
         plain = unicodedata.normalize("NFKC", text).translate(_QUOTES)
         if not plain.isascii():
             plain = "".join(filter(_kept, _MODIFIERS.sub("", plain)))
-    plain = _EMPHASIS.sub(r"\2", _LIST_MARK.sub("", _FENCE.sub("", plain))).replace("`", "")
+    plain = _EMPHASIS.sub(r"\2", _LIST_MARK.sub("", _SOFT_BREAK.sub(" ", _FENCE.sub("", plain)))).replace("`", "")
     plain = _LINE_EDGES.sub("\n", _SPACES.sub(" ", plain)).strip()
     plain = _REPEATED_MARKS.sub(lambda m: m.group(1) or m.group(2), plain)
     polite = _THANKS.sub("", _GREETING.sub("", plain))

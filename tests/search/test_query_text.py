@@ -24,6 +24,8 @@ from indexer.query_text import normalize_query
         ("use `get_current_time`", "use get_current_time"),
         ("\u201cget_current_time\u201d", "get_current_time"),  # a request quoted whole
         ("what time is it??!", "what time is it?"),
+        ("open a pull request from my\n  feature branch", "open a pull request from my feature branch"),
+        ("- search flights\n- book a hotel", "search flights\nbook a hotel"),
         ("Hey, could you commit it? Thanks!", "could you commit it?"),
         ("Hi there! what time is it. Thank you for your help.", "what time is it."),
     ],
@@ -35,7 +37,8 @@ def test_a_request_reads_as_its_plain_text(written: str, read: str) -> None:
 @pytest.mark.parametrize(
     "kept",
     ["5 * 3 and 5*3", "the A* search algorithm", "__init__ of a class", "hello world program", "Thanks!",
-     "list 30.5°C readings", "line one\nline two", "the thx file"],
+     "list 30.5°C readings", "find a flight.\nbook a hotel",
+     "Steps:\nbook a hotel", "search flights\nBook a hotel", "1. search flights\n2. book a hotel", "the thx file"],
 )
 def test_what_is_part_of_a_request_stays(kept: str) -> None:
     assert normalize_query(kept) == kept
