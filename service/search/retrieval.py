@@ -19,6 +19,7 @@ from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
 from indexer.names import READ_VERBS, asks, name_verb, query_stems, spelling_tier, wanted_verbs
+from indexer.query_text import normalize_query
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool, active
 from service.observability import Stage, stage
@@ -206,8 +207,8 @@ class Retriever:
         explain: bool = False,
         scope: str | None = None,
     ) -> SearchOutcome:
-        """Top k tools for a request, inside the filter."""
-        started = time.perf_counter()
+        """Top k tools for a request, inside the filter (its text read as `normalize_query` writes it)."""
+        started, query = time.perf_counter(), normalize_query(query)
         settings = self.resources.settings.search
         if where.matches_nothing:
             return SearchOutcome([], 0.0)

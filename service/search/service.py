@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 
 from indexer.index.base import SearchFilter
+from indexer.query_text import normalize_query
 from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
@@ -119,6 +120,9 @@ async def search_tools(
             errors=[{"pointer": body_pointer("query"), "reason": f"at most {settings.max_query_chars} characters"}],
             limit="search.max_query_chars",
         )
+    if not normalize_query(query):  # invisible characters, emoji or markdown only: the search reads nothing
+        reason = "must hold words, not only invisible characters, symbols or markdown"
+        raise InvalidRequest(f"query {reason}", errors=[{"pointer": body_pointer("query"), "reason": reason}])
     chosen = SearchFilter(
         servers=_filter_values("servers", servers, settings), tags=_filter_values("tags", tags, settings)
     )

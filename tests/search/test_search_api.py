@@ -93,6 +93,24 @@ async def test_k_defaults_to_five_and_is_bounded(client: httpx.AsyncClient) -> N
     ]
 
 
+async def test_a_query_of_only_invisible_characters_emoji_or_markdown_is_a_422(client: httpx.AsyncClient) -> None:
+    await _seed(client)
+    for query in ("\u200b\ufeff", "🙏 👍🏽", "```\n```"):
+        response = await client.post("/search", json={"query": query})
+        assert response.status_code == 422, query
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["errors"] == [
+            {"pointer": "/body/query", "reason": "must hold words, not only invisible characters, symbols or markdown"}
+        ]
+
+
+async def test_a_name_in_backticks_quotes_or_full_width_letters_is_found_first(client: httpx.AsyncClient) -> None:
+    await _seed(client)
+    for query in ("`book_flight`", "**Book-Flight**", "\u201cbookFlight\u201d", "ｂｏｏｋ＿ｆｌｉｇｈｔ"):
+        results = (await client.post("/search", json={"query": query})).json()["results"]
+        assert results[0]["name"] == "travel__book_flight", query
+
+
 async def test_a_field_the_body_does_not_define_is_a_422_naming_it(client: httpx.AsyncClient) -> None:
     """Not ignored: `top_k` would silently get the default k, a misspelt `arguments` a call with none."""
     await _seed(client)

@@ -1,0 +1,65 @@
+"""A request's text as the search reads it: one normalisation at the entry, so the dense fields, BM25, the name
+match, the intent split and the verbs all see the same words however the caller wrote them. Pure."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Curly and low quotes that NFKC keeps: the framing's "I'd like to" and a quoted name read them as ASCII.
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
+                         "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"'})
+# Invisible characters (zero-width spaces and joiners, the byte order mark, soft hyphens: Unicode's format
+# category) split a word in two for BM25 and the verbs; pictographs (emoji, their skin tones and variation
+# selectors) carry no request and, ahead of it, hid its framing ("🔍 show me ...").
+_INVISIBLE = frozenset({"Cf", "Co", "Cs"})
+PICTOGRAPHS_FROM = 0x2100  # other symbols (category So) from the letterlike block on; `°` and `©` stay
+_MODIFIERS = re.compile(r"[\ufe00-\ufe0f\U0001f3fb-\U0001f3ff]")
+_FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$", re.MULTILINE)
+_LIST_MARK = re.compile(r"^[ \t]*(?:[-*+•>]|#{1,6})[ \t]+", re.MULTILINE)
+# Emphasis as a pair of marks around words (`**bold**`, `*this*`), never a product's `5 * 3` nor `A* search`.
+# (A pair within 200 characters: an 8,000-character line of marks is read in 14 ms, not scanned quadratically.)
+_EMPHASIS = re.compile(r"(?<![\w*])(\*{1,3})(?=[^\s*])([^\n]{0,200}?[^\s*])\1(?![\w*])")
+# A line break inside a sentence (after no end mark, before a lower-case word) is a hard wrap, not a new task: the
+# intent split read each wrapped line as a part. A list of tasks keeps its breaks when its lines are marked,
+# numbered or capitalised; an unmarked lower-case list reads as one sentence.
+_SOFT_BREAK = re.compile(r"(?<=[^\s.!?:;])[^\S\n]*\n[^\S\n]*(?=[a-z(])")
+_SPACES = re.compile(r"[^\S\n]+")
+_LINE_EDGES = re.compile(r" ?\n[\n ]*")
+# A greeting before the request and thanks after it name no task, and the dense fields read every word.
+_GREETING = re.compile(r"^(?:(?:hi|hello|hey|greetings)(?: there)?[!,.]+|(?:hi|hello|hey) there)\s+", re.IGNORECASE)
+_THANKS = re.compile(
+    r"\s*[,;-]?\s*\b(?:thanks|thank you|thx|ty|cheers|tia)(?: (?:so|very) much| a lot| in advance)?"
+    r"(?: for (?:your|the|all your) (?:help|assistance|time))?[\s!.:)]*$",
+    re.IGNORECASE,
+)
+_REPEATED_MARKS = re.compile(r"([!?.])[!?]+|([!?])\.+")  # "??", "?!!", "!!!", "?..": the first mark
+_WRAPPING_QUOTES = re.compile(r"""^(["'])(.+)\1$""", re.DOTALL)
+
+
+def _kept(char: str) -> bool:
+    if char.isascii():
+        return True
+    category = unicodedata.category(char)
+    return category not in _INVISIBLE and not (category == "So" and ord(char) >= PICTOGRAPHS_FROM)
+
+
+def normalize_query(text: str) -> str:
+    """The request in NFKC (full-width letters, non-breaking spaces and decomposed accents as their plain forms),
+    with ASCII quotes, without invisible characters, pictographs or markdown (code fences, list marks, headings,
+    bold, backticks), a hard-wrapped line joined to the one before, each line's spaces collapsed, repeated marks as
+    one (`?!!`: `?`), without a greeting before it or thanks after it, stripped; a request wrapped whole in quotes
+    is unwrapped (`"get_current_time"` names the tool). Empty when nothing else was there."""
+    if text.isascii() and text.isprintable() and "`" not in text and "*" not in text:
+        plain = text  # the common case: only spaces, list marks and quotes to look at
+    else:
+        plain = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+        if not plain.isascii():
+            plain = "".join(filter(_kept, _MODIFIERS.sub("", plain)))
+    plain = _EMPHASIS.sub(r"\2", _LIST_MARK.sub("", _SOFT_BREAK.sub(" ", _FENCE.sub("", plain)))).replace("`", "")
+    plain = _LINE_EDGES.sub("\n", _SPACES.sub(" ", plain)).strip()
+    plain = _REPEATED_MARKS.sub(lambda m: m.group(1) or m.group(2), plain)
+    polite = _THANKS.sub("", _GREETING.sub("", plain))
+    plain = polite if polite.strip(" ,.!?") else plain  # "Thanks!" alone stays a request
+    unwrapped = _WRAPPING_QUOTES.match(plain)
+    return unwrapped.group(2).strip() if unwrapped else plain

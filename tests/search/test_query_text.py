@@ -1,0 +1,50 @@
+"""The one normalisation of a request's text (indexer/query_text.py): what each way of writing it reads as."""
+
+from __future__ import annotations
+
+import pytest
+
+from indexer.query_text import normalize_query
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("  \n show  me\t the log \n\n", "show me the log"),
+        ("ＧＥＴ ｔｉｍｅ", "GET time"),  # full-width letters
+        ("cafe\u0301", "caf\u00e9"),  # NFD accent composed
+        ("a\u00a0b", "a b"),  # non-breaking space
+        ("I\u2019d like \u201ctea\u201d", "I'd like \"tea\""),
+        ("\ufeffsho\u200bw me\u200d", "show me"),  # byte order mark, zero-width space and joiner
+        ("🔍 show me 👍🏽 ✅", "show me"),  # emoji with a skin tone
+        ("**commit** my *staged* changes", "commit my staged changes"),
+        ("- add two numbers", "add two numbers"),
+        ("# Heading\n> quoted", "Heading\nquoted"),
+        ("```text\nadd two numbers\n```", "add two numbers"),
+        ("use `get_current_time`", "use get_current_time"),
+        ("\u201cget_current_time\u201d", "get_current_time"),  # a request quoted whole
+        ("what time is it??!", "what time is it?"),
+        ("open a pull request from my\n  feature branch", "open a pull request from my feature branch"),
+        ("- search flights\n- book a hotel", "search flights\nbook a hotel"),
+        ("Hey, could you commit it? Thanks!", "could you commit it?"),
+        ("Hi there! what time is it. Thank you for your help.", "what time is it."),
+    ],
+)
+def test_a_request_reads_as_its_plain_text(written: str, read: str) -> None:
+    assert normalize_query(written) == read
+
+
+@pytest.mark.parametrize(
+    "kept",
+    ["5 * 3 and 5*3", "the A* search algorithm", "__init__ of a class", "hello world program", "Thanks!",
+     "list 30.5°C readings", "find a flight.\nbook a hotel",
+     "Steps:\nbook a hotel", "search flights\nBook a hotel", "1. search flights\n2. book a hotel", "the thx file"],
+)
+def test_what_is_part_of_a_request_stays(kept: str) -> None:
+    assert normalize_query(kept) == kept
+
+
+@pytest.mark.parametrize("nothing", ["\u200b", "🙏 👍", "```\n```", "- "])
+def test_a_request_of_nothing_else_reads_as_empty(nothing: str) -> None:
+    assert normalize_query(nothing) == ""
+
