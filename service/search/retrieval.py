@@ -66,8 +66,7 @@ class SearchOutcome:
     parts: list[str] = field(default_factory=list)
 
 
-# Names a misspelt one is compared with, whatever the catalog's size (indexer/closest.py).
-CLOSEST_POOL = 500
+CLOSEST_POOL = 500  # names a misspelt one is compared with, whatever the catalog's size (indexer/closest.py)
 
 
 @dataclass
