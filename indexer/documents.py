@@ -15,7 +15,7 @@ MAX_PARAM_DEPTH = 4
 MAX_FIELD_CHARS = 4000
 # Raised whenever build_document changes what is indexed: it is part of every content hash, so an index built
 # from older documents is re-embedded by the next reconcile or registration instead of being kept.
-DOCUMENT_FORMAT = 2
+DOCUMENT_FORMAT = 3  # 3: a camel-case word's joined form is a BM25 term too (`GitHub`: git, hub, github)
 # "(e.g., 'America/New_York', 'Europe/London')": quoted example values say what a valid argument looks like, not
 # what the tool does, and a request that names one ("the time in Tokyo") would otherwise pull whichever sibling
 # happens to list it. Unquoted examples ("e.g., DNA, fingerprints") describe the tool's domain and stay.
@@ -39,6 +39,16 @@ def split_identifier(identifier: str) -> str:
         else:
             words.extend(w.lower() for w in _CAMEL_BOUNDARY.split(part) if w)
     return " ".join(words)
+
+
+def joined_words(identifier: str) -> list[str]:
+    """The lower-cased whole of each camel-case word `split_identifier` splits (`GitHub` -> `github`): a request
+    that writes it in one case (`github`, `GITHUB`) has no boundary to split at, and meets the joined form."""
+    return [
+        part.lower()
+        for part in _SEPARATORS.split(identifier)
+        if part != part.lower() and len([w for w in _CAMEL_BOUNDARY.split(part) if w]) > 1
+    ]
 
 
 def normalize_name_key(text: str) -> str:
@@ -92,7 +102,8 @@ def build_document(tool: ToolDefinition) -> ToolDocument:
     server_words = split_identifier(tool.server)
     description = " ".join(tool.description.split())[:MAX_FIELD_CHARS]
     params = "; ".join(_param_lines(tool.input_schema))[:MAX_FIELD_CHARS]
-    lexical = " ".join(p for p in (name_words, description, params, " ".join(tool.tags)) if p)
+    # The name as written, not its words: BM25 splits it the same way and keeps a camel-case word's joined form.
+    lexical = " ".join(p for p in (tool.name, description, params, " ".join(tool.tags)) if p)
     return ToolDocument(
         qualified_name=tool.qualified_name,
         name=name_words,

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import snowballstemmer
 
-from indexer.documents import split_identifier
+from indexer.documents import joined_words, split_identifier
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
@@ -57,7 +57,8 @@ def _cjk_terms(run: str) -> list[str]:
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased, identifier-split, stop-word-free, stemmed terms (CJK runs become uni- and bigrams)."""
+    """Lower-cased, identifier-split (a camel-case word joined as well), stop-word-free, stemmed terms (CJK runs
+    become uni- and bigrams)."""
     terms: list[str] = []
     for raw in _WORD.findall(text):
         terms.extend(_word_terms(raw) if len(raw) <= CACHED_WORD_CHARS else _split_terms(raw))
@@ -65,12 +66,13 @@ def tokenize(text: str) -> list[str]:
 
 
 def _split_terms(raw: str) -> tuple[str, ...]:
-    """The terms of one word of a text."""
+    """The terms of one word of a text: its split words, and a camel-case word's joined form too, so that
+    `GitHub`, `github` and `GITHUB` in a request or a document meet."""
     if _CJK.search(raw):
         return tuple(_cjk_terms(raw))
     return tuple(
         _stem(word) if word.isascii() else word
-        for word in split_identifier(raw).split()
+        for word in (*split_identifier(raw).split(), *joined_words(raw))
         if len(word) >= 2 and word not in STOPWORDS
     )
 

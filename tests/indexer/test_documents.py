@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from indexer.documents import build_document, content_hash, normalize_name_key, split_identifier
+from indexer.documents import build_document, content_hash, joined_words, normalize_name_key, split_identifier
 from indexer.lexical import Bm25Encoder, tokenize
 from indexer.tools import ToolDefinition
 
@@ -77,6 +77,26 @@ def test_content_hash_changes_with_any_indexed_field() -> None:
 def test_tokenize_stems_drops_stop_words_and_handles_cjk() -> None:
     assert tokenize("Searching the papers") == ["search", "paper"]
     assert "天気" in tokenize("東京の天気")
+
+
+def test_a_camel_case_word_keeps_its_joined_form_and_meets_its_word_in_any_case() -> None:
+    assert joined_words("GitHub") == ["github"] and joined_words("getHTTPResponse_v2") == ["gethttpresponse"]
+    assert joined_words("github GITHUB Github get_current_time") == []  # no boundary: nothing to join
+    assert tokenize("GitHub") == ["git", "hub", "github"]
+    assert tokenize("github") == tokenize("GITHUB") == tokenize("Github") == ["github"]
+    # A document's GitHub matches a request's in every case, and a name's words a request's in any convention.
+    document = set(tokenize("Create a new issue in a GitHub repository"))
+    for request in ("create a github issue", "CREATE A GITHUB ISSUE", "Create A Github Issue", "GitHub issue"):
+        assert "github" in document & set(tokenize(request)), request
+    named = set(tokenize("get_current_time"))
+    assert named == {"current", "time"}  # `get` is a stop-word
+    assert named <= set(tokenize("getCurrentTime")) and named == set(tokenize("GET_CURRENT_TIME"))
+
+
+def test_the_lexical_text_keeps_the_name_as_written() -> None:
+    doc = build_document(ToolDefinition(server="s", name="listGitHubRepos", description="Lists repositories"))
+    assert doc.name == "list git hub repos"  # the dense fields read the words
+    assert "listgithubrepo" in tokenize(doc.lexical) and "hub" in tokenize(doc.lexical)
 
 
 def test_query_counts_each_term_once_and_documents_saturate() -> None:

@@ -1,6 +1,7 @@
 """Issue 12: a request ranks the same however it is written (case of a name, separators, Unicode forms, invisible
-characters, emoji, markdown, a greeting and thanks), on the bundled catalogs of real MCP servers with the real model.
-bench/robustness.py measures the rest (a typo, a hard-wrapped line, upper case, a polite wrapper) on both dev sets."""
+characters, emoji, markdown, a greeting and thanks, the case of its words), on the bundled catalogs of real MCP servers
+with the real model. bench/robustness.py measures the rest (a typo, a hard-wrapped line, a polite wrapper) on both dev
+sets."""
 
 from __future__ import annotations
 
@@ -54,6 +55,30 @@ async def test_a_rewritten_request_ranks_as_the_clean_one(demo: Resources, rewri
         clean = CLEAN.get(rewriting, lambda q: q)(case["query"])
         written = REWRITINGS[rewriting](case["query"])
         assert await _ranked(demo, written) == await _ranked(demo, clean), (written, clean)
+
+
+CASINGS: dict[str, Callable[[str], str]] = {"UPPER": str.upper, "lower": str.lower, "Title": str.title}
+
+
+@pytest.mark.parametrize("casing", list(CASINGS))
+async def test_a_request_in_another_case_finds_the_same_first_tool(demo: Resources, casing: str) -> None:
+    for case in CASES:
+        written = CASINGS[casing](case["query"])
+        assert (await _ranked(demo, written))[0][0] == (await _ranked(demo, case["query"]))[0][0], written
+
+
+async def test_github_in_any_case_meets_the_tools_whose_text_says_github(demo: Resources) -> None:
+    """BM25 keeps a camel-case word joined as well as split: a request's `github` or `GITHUB` meets the catalog's
+    GitHub (before, only `GitHub`, split as the catalog's is, had a lexical match: `github` had none)."""
+    assert demo.retriever is not None
+    lexical = {}
+    for written in ("github", "GITHUB", "GitHub"):
+        outcome = await demo.retriever.search(written, 5, SearchFilter(), explain=True)
+        assert all(r.name.startswith("github__") for r in outcome.results), written
+        lexical[written] = {r.name: r.explain["similarity"].get("lexical") for r in outcome.results if r.explain}
+        assert len(lexical[written]) == 5 and all(lexical[written].values()), (written, lexical[written])
+    assert lexical["github"] == lexical["GITHUB"]
+    assert lexical["GitHub"]["github__search_repositories"] > lexical["github"]["github__search_repositories"] > 0
 
 
 NAME_FORMS: dict[str, Callable[[str], str]] = {
