@@ -79,14 +79,22 @@ def closeness(name: str, qualified: str, listed: str) -> tuple[int, float] | Non
     return (2, -overlap) if overlap > 0.5 else None
 
 
+Ranked = tuple[int, bool, float, str]
+
+
+def ranking(name: str, qualified: str, listed: str) -> Ranked | None:
+    """Where the tool `qualified` (listed as `listed`) comes among the names close to `name`, smaller first: its
+    closeness, those of the server `name` starts with first, then by name; None when it is not close."""
+    rank = closeness(name, qualified, listed)
+    if rank is None:
+        return None
+    server, separator, _ = name.lower().partition(SEPARATOR)
+    elsewhere = not (separator and qualified.lower().startswith(server + SEPARATOR))
+    return rank[0], elsewhere, rank[1], qualified
+
+
 def close_names(name: str, candidates: Mapping[str, str], n: int = 5) -> list[str]:
     """The at most n candidates (qualified name -> the name its server listed) close to `name`: the closest first,
     of each closeness those of the server `name` starts with first."""
-    server, separator, _ = name.lower().partition(SEPARATOR)
-    ranked = []
-    for qualified, listed in candidates.items():
-        rank = closeness(name, qualified, listed)
-        if rank is not None:
-            elsewhere = not (separator and qualified.lower().startswith(server + SEPARATOR))
-            ranked.append((rank[0], elsewhere, rank[1], qualified))
+    ranked = [entry for qualified, listed in candidates.items() if (entry := ranking(name, qualified, listed))]
     return [entry[-1] for entry in sorted(ranked)[:n]]

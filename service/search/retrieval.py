@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from indexer.close_index import CloseNameIndex
 from indexer.closest import close_names
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
@@ -66,7 +66,7 @@ class SearchOutcome:
     parts: list[str] = field(default_factory=list)
 
 
-CLOSEST_POOL = 500  # names a misspelt one is compared with, whatever the catalog's size (indexer/closest.py)
+CLOSEST_POOL = 500  # a scope this small is compared whole with a misspelt name (indexer/closest.py)
 
 
 @dataclass
@@ -82,6 +82,7 @@ class NameDirectory:
         self._by_key: dict[str, set[str]] = defaultdict(set)
         self._entries: dict[str, _NameEntry] = {}
         self._original: dict[str, str] = {}
+        self._close = CloseNameIndex()
         self.verbs: dict[str, str] = {}  # qualified name -> the stemmed verb its name leads with
         self._version = 0  # changes with every entry
         self._labels: dict[frozenset[str], tuple[int, frozenset[str], frozenset[str]]] = {}
@@ -108,6 +109,7 @@ class NameDirectory:
         self.verbs[qualified] = name_verb(name, server)
         for key in {normalize_name_key(qualified), normalize_name_key(name)}:
             self._by_key[key].add(qualified)
+        self._close.add(qualified, name)
 
     def remove(self, qualified: str) -> None:
         name = self._original.pop(qualified, None)
@@ -116,6 +118,7 @@ class NameDirectory:
         self._version += 1
         self._entries.pop(qualified, None)
         self.verbs.pop(qualified, None)
+        self._close.discard(qualified)
         for key in {normalize_name_key(qualified), normalize_name_key(name)}:
             self._by_key[key].discard(qualified)
             if not self._by_key[key]:
@@ -142,19 +145,12 @@ class NameDirectory:
         return qualified not in where.denied
 
     def closest(self, name: str, n: int = 5, allowed: frozenset[str] | None = None) -> list[str]:
-        """The registered names close to an unknown one (indexer/closest.py says which are): any spelt the same,
-        else among at most CLOSEST_POOL of them, the name's server's, else those nearest in length (all 100k names
-        of a catalog took seconds a name). A scope of at most CLOSEST_POOL names is the pool, found without walking
-        every name: a dev's 404 took 2.9 ms among 100k tools it may not see, 0.08 ms without them."""
-        names = allowed if allowed is not None and len(allowed) <= CLOSEST_POOL else self._entries
-        pool = [q for q in names if q in self._entries and (allowed is None or q in allowed)]
-        if len(pool) > CLOSEST_POOL:
-            server, separator, tool = name.partition("__")
-            same_server = [q for q in pool if separator and q.startswith(server + separator)]
-            pool = heapq.nsmallest(CLOSEST_POOL, same_server or pool, key=lambda q: abs(len(q) - len(name)))
-            spelt = set().union(*(self._by_key.get(normalize_name_key(k), ()) for k in (name, tool)))
-            pool += sorted(q for q in spelt - set(pool) if allowed is None or q in allowed)
-        return close_names(name, {q: self._original[q] for q in pool}, n)
+        """The registered names close to an unknown one (indexer/closest.py says which are), of `allowed` when
+        given: a scope of at most CLOSEST_POOL names is compared whole, found without walking every name; a broader
+        one, only the few the close-name index offers (indexer/close_index.py)."""
+        if allowed is not None and len(allowed) <= CLOSEST_POOL:
+            return close_names(name, {q: self._original[q] for q in allowed if q in self._entries}, n)
+        return self._close.closest(name, self._by_key, allowed, n)
 
     def names(self) -> list[str]:
         return sorted(self._entries)

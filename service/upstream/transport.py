@@ -35,6 +35,13 @@ from service.catalog.json_body import collector_paused
 from service.security.scrub import REDACTED, Scrubber
 from service.upstream.children import ChildRegistry, wrap_command
 from service.upstream.health import exit_reason, said
+from service.upstream.result_bounds import (
+    MAX_RESULT_BLOCKS,
+    TOO_MANY_BLOCKS,
+    blocks_bounded,
+    bounded_reads,
+    refused_unparsed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +125,8 @@ def unreadable(text: str) -> str:
         )
     if (invalid := re.search(r"Invalid JSON: (.*?) \[type=", text)) is not None:
         return f"it is not JSON the MCP client's parser reads: {said(invalid[1])}"
+    if text.startswith(TOO_MANY_BLOCKS):
+        return text
     if "validation error" in text:
         return "it is not a JSON-RPC response (its result must be an object; its error, a code and a message)"
     return said(" ".join(text.split()))
@@ -194,11 +203,14 @@ async def stdio_transport(
                             continue
                         for secret in hidden:  # verbatim in JSON: the proxy's password is URL-safe ASCII
                             line = line.replace(secret, REDACTED)
+                        if (refusal := refused_unparsed(line)) is not None:
+                            await read_writer.send(refusal)
+                            continue
                         try:
                             # A result of 300,000 small objects (3.3 MB) read in 0.6-1.0 s, 0.2 s with it paused.
                             with collector_paused():
                                 message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                            item: SessionMessage | Exception = SessionMessage(message)
+                            item: SessionMessage | Exception = blocks_bounded(SessionMessage(message))
                         except ValueError as exc:
                             server_log.warning("not a JSON-RPC message on stdout: %.200s", scrub(line))
                             item = await _refused_response(line, exc, on_lost)
@@ -314,11 +326,19 @@ class _CappedBody(httpx2.AsyncByteStream):
         if self._encoding not in ("", "identity"):
             # Asked for identity; a compressed body would be inflated whole, chunk by chunk (a gzip bomb: x1000).
             raise BodyRefused(f"the server sent a body compressed with {self._encoding[:40]!r}, asked for identity")
-        size = 0
+        size, braces, held = 0, 0, list[bytes]()
         async for chunk in self._inner:
             size += len(chunk)
             if self._limit is not None and size > self._limit:
                 raise BodyRefused(f"the server sent a message of more than {self._limit} bytes")
+            if self._limit is None:  # an SSE stream: each event is bounded by result_bounds.bounded_reads
+                yield chunk
+                continue
+            held.append(chunk)  # as the SDK does: a JSON body is one message, read whole
+            braces += chunk.count(b"{")
+        if held and braces > MAX_RESULT_BLOCKS and (refusal := refused_unparsed(b"".join(held))) is not None:
+            raise BodyRefused(unreadable(refusal.message.error.message))  # type: ignore[union-attr]
+        for chunk in held:
             yield chunk
 
     async def aclose(self) -> None:
@@ -347,7 +367,8 @@ async def http_transport(
     """Streamable HTTP over this client (closed with the transport), no message over `max_message_bytes`."""
     async with cap_bodies(http, max_message_bytes):
         async with streamable_http_client(url, http_client=http, max_sse_event_size=max_message_bytes) as streams:
-            yield streams
+            async with bounded_reads(streams) as bounded:
+                yield bounded
 
 
 __all__ = ["ChildProcess", "LineSplitter", "MessageTooLarge", "stdio_transport", "http_transport"]
