@@ -103,6 +103,31 @@ def wanted_verbs(text: str) -> frozenset[str]:
     return WRITE_VERBS | {verb} if verb in REMEMBER_VERBS else frozenset({verb})
 
 
+# Verbs that make or add, and verbs that take away: a request that leads with one of a pair never wants the other
+# first ("remove the relation between Alice and Acme" is delete_relations, not create_relations, which MiniLM and
+# the shared words put nearer; "undo staging of all files" is not git_add). A gateway that runs tools must not put a
+# tool that deletes first for a request to create, nor the reverse.
+MAKE_VERBS = frozenset(
+    _stem(verb)
+    for verb in ("add", "create", "make", "new", "insert", "write", "save", "store", "record", "remember", "memorize",
+                 "memorise", "stage")
+)
+TAKE_VERBS = frozenset(
+    _stem(verb) for verb in ("delete", "remove", "erase", "drop", "destroy", "forget", "undo", "unstage", "clear")
+)
+
+
+def opposed_verbs(text: str) -> frozenset[str]:
+    """The name verbs that undo what a request leads with: the verbs that take away for a request to make or add,
+    and the reverse (empty for any other lead)."""
+    verb = lead_verb(text)
+    if verb in MAKE_VERBS:
+        return TAKE_VERBS
+    if verb in TAKE_VERBS:
+        return MAKE_VERBS
+    return frozenset()
+
+
 QUESTION_WORDS = frozenset({"what", "which", "who", "when", "where", "how", "is", "are", "does", "do"})
 # Name verbs of tools that read rather than act: what a question ("what time is it in Tokyo?") asks a tool to do.
 READ_VERBS = frozenset(

@@ -81,6 +81,9 @@ class SearchSettings(Section):
     # Added, among the same three, to the tools that read (get, list, show, ...) when the request is a question
     # ("what time is it in Tokyo?": get_current_time over convert_time). No change on either dev set offline.
     weight_question_read: float = 0.2
+    # Added, among the same three, to a tool whose name verb undoes the verb the request leads with (delete_* for
+    # "add ...", create_* for "remove ...": indexer/names.py opposed_verbs).
+    weight_opposed_verb: float = -1.2
     # Times the z-score of a tool's server document's similarity to the request (server-aware scoring; 0: off).
     weight_server: float = 0.4
     # Hits per signal and text, the pool each signal is z-scored over: 50 did as well as 100 on both dev sets

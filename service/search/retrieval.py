@@ -18,7 +18,7 @@ from indexer.closest import close_names
 from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
-from indexer.names import READ_VERBS, asks, name_verb, query_stems, spelling_tier, wanted_verbs
+from indexer.names import READ_VERBS, asks, name_verb, opposed_verbs, query_stems, spelling_tier, wanted_verbs
 from indexer.query_text import normalize_query
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool, active
@@ -245,6 +245,7 @@ class Retriever:
         verbs = self.directory.verbs
         for text, text_candidates in zip(texts, per_text, strict=True):  # each part leads with its own verb
             apply_lead_verb(text_candidates, verbs, wanted_verbs(text), settings.weight_lead_verb)
+            apply_lead_verb(text_candidates, verbs, opposed_verbs(text), settings.weight_opposed_verb, "opposed_verb")
             if asks(text):
                 apply_lead_verb(text_candidates, verbs, READ_VERBS, settings.weight_question_read, "question_read")
         candidates = (
@@ -344,7 +345,7 @@ class Retriever:
         fusion always keeps (`_candidates`): lifting them can only push the others further from the top (a negative
         weight lowers them, which brings the others that much closer)."""
         search, learning = self.resources.settings.search, self.resources.settings.learning
-        head_only = (search.weight_lead_verb, search.weight_question_read)
+        head_only = (search.weight_lead_verb, search.weight_question_read, search.weight_opposed_verb)
         bound = max(0.0, search.weight_name_verb) + sum(max(0.0, -w) for w in head_only)
         if learning.enabled:
             bound += learning.max_popularity_boost + learning.max_caller_boost

@@ -16,6 +16,7 @@ from indexer.names import (
     asks,
     lead_verb,
     name_verb,
+    opposed_verbs,
     query_stems,
     spelling_tier,
     without_framing,
@@ -143,6 +144,25 @@ def test_a_question_asks_the_siblings_that_read() -> None:
     apply_lead_verb(candidates, verbs, READ_VERBS, 0.2, "question_read")
     assert candidates["time__get_current_time"].signals == {"question_read": 0.2}
     assert candidates["time__get_current_time"].score > candidates["time__convert_time"].score
+
+
+def test_a_request_to_take_away_never_has_the_sibling_that_adds_first_nor_the_reverse() -> None:
+    assert opposed_verbs("remove the relation between Alice and Acme") == opposed_verbs("Please delete Bob")
+    assert "creat" in opposed_verbs("remove the relation") and "add" in opposed_verbs("undo staging of all files")
+    assert "delet" in opposed_verbs("create an issue") and "remov" in opposed_verbs("Remember that Bob likes tea")
+    assert opposed_verbs("what time is it?") == opposed_verbs("commit my changes") == frozenset()
+    candidates = {
+        "memory__create_relations": Candidate("memory__create_relations", 2.0),
+        "memory__delete_relations": Candidate("memory__delete_relations", 1.9),
+        "memory__delete_entities": Candidate("memory__delete_entities", 1.5),
+        "memory__add_observations": Candidate("memory__add_observations", 1.0),  # 4th: not at the head
+    }
+    verbs = {"memory__create_relations": "creat", "memory__delete_relations": "delet",
+             "memory__delete_entities": "delet", "memory__add_observations": "add"}
+    apply_lead_verb(candidates, verbs, opposed_verbs("remove the relation between Alice and Acme"), -1.2, "opposed")
+    assert candidates["memory__create_relations"].signals == {"opposed": -1.2}
+    assert max(candidates.values(), key=lambda c: c.score).name == "memory__delete_relations"
+    assert candidates["memory__add_observations"].signals == {}
 
 
 def test_the_closest_names_of_a_large_catalog_cost_a_bounded_comparison() -> None:
