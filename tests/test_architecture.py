@@ -25,7 +25,14 @@ CLUSTER_BELOW_MAY_IMPORT = ("service.settings", "service.db", "service.policy.ra
 # ... and these apply other replicas' changes through the domains; only main.py wires them in.
 CLUSTER_ABOVE_DOMAINS = ("follower", "servers", "runtime")
 # The web console reads analytics (usage) and who the caller is (policy) and serves them through deps.
-CONSOLE_MAY_IMPORT = ("service.console", "service.usage", "service.policy", "service.deps", "service.db")
+CONSOLE_MAY_IMPORT = (
+    "service.console",
+    "service.usage",
+    "service.policy",
+    "service.deps",
+    "service.db",
+    "service.security",  # the edge guards, under every domain (the strict JSON body of its sign-in)
+)
 # The /metrics route and the console are assembled by main.py only.
 ONLY_MAIN_IMPORTS = ("service.observability.routes", "service.console")
 

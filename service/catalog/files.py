@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from indexer.tools import MAX_NAME_CHARS, ToolProblem, normalize_server_id, qualify, validate_tool
-from service.catalog.json_body import strict_json
 from service.catalog.repair import copy_strings, repair_tool
 from service.errors import BadRequest
+from service.security.json_body import strict_json
 
 DEMO_CATALOGS = Path(__file__).resolve().parents[1] / "demo" / "catalogs"
 DEFAULT_JSONL_SERVER = "catalog"

@@ -9,10 +9,10 @@ from pydantic import BaseModel, Field
 
 from service.catalog import lookup, removal
 from service.catalog import service as catalog
-from service.catalog.json_body import StrictJsonBodyRoute
 from service.catalog.review import admin_view, approve_tool
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
 from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied, body_pointer, counted
+from service.security.json_body import StrictJsonBodyRoute
 from service.security.request_body import RequestBody
 
 router = APIRouter(tags=["tools"], route_class=StrictJsonBodyRoute)

@@ -26,12 +26,13 @@ from service.policy.console_sessions import (
 )
 from service.policy.keys import presented_key
 from service.policy.service import is_approver
+from service.security.json_body import StrictJsonBodyRoute
 
 API = COOKIE_PATH
 # The REST routes the console's pages call (their first path segment).
 REST_PREFIXES = frozenset({"search", "execute", "tools", "servers", "approvals", "keys", "analytics"})
 
-router = APIRouter(prefix=API, tags=["console"])
+router = APIRouter(prefix=API, tags=["console"], route_class=StrictJsonBodyRoute)
 
 
 class SignInRequest(BaseModel):

@@ -28,6 +28,7 @@ from service.db.models import StoredResult, as_utc, utcnow
 from service.errors import NotFound
 from service.policy.service import visible_names
 from service.resources import Resources
+from service.usage.signal import scope_key
 
 if TYPE_CHECKING:
     from tiktoken import Encoding
@@ -307,13 +308,22 @@ class ResultStore:
         self.resources = resources
         self._offsets: OrderedDict[str, array[int]] = OrderedDict()
 
-    async def save(self, caller: str, tool: str, text: str, total_tokens: int) -> str:
+    async def save_run(self, caller: Caller, text: str, total_tokens: int, tools: list[str]) -> str:
+        """Store a script's return value, with the roles it ran with and the tools whose answers it holds."""
+        return await self.save(caller.id, RUN_RESULT_TOOL, text, total_tokens, run=(scope_key(caller.roles), tools))
+
+    async def save(
+        self, caller: str, tool: str, text: str, total_tokens: int, run: tuple[str, list[str]] | None = None
+    ) -> str:
         """Store a full result; returns its id."""
         result_id = str(uuid.uuid4())
         quota = self.resources.settings.execution.max_stored_results_per_caller
+        row = StoredResult(id=result_id, caller=caller, tool=tool, total_tokens=total_tokens)
+        if run is not None:
+            row.scope, row.tools = run[0], json.dumps(sorted(set(run[1])))
         async with self.resources.session() as session:
-            text = await _by_size(_storable, text)
-            session.add(StoredResult(id=result_id, caller=caller, tool=tool, text=text, total_tokens=total_tokens))
+            row.text = await _by_size(_storable, text)
+            session.add(row)
             await session.flush()
             # One caller keeps at most `quota` (its oldest leave first): a script returned a MB a run, 600 runs a
             # minute under the default rate limit, every one kept for result_ttl_hours.
@@ -341,7 +351,7 @@ class ResultStore:
         if (
             row is None
             or (row.caller != caller.id and not caller.is_admin)
-            or not self._may_read(caller, row.tool)
+            or not self._may_read(caller, row)
             or as_utc(row.created_at) < utcnow() - timedelta(hours=self.resources.settings.execution.result_ttl_hours)
         ):
             raise NotFound(f"No stored result {result_id!r}", result_id=result_id)
@@ -359,12 +369,17 @@ class ResultStore:
         text = full[offsets[start] : offsets[end]]
         return ResultPage(result_id, row.tool, offset, limit, total, text, end if end < total else None)
 
-    def _may_read(self, caller: Caller, tool: str) -> bool:
-        # A script's return value is no tool's: its caller's scope applied to each call that made it.
-        if tool == RUN_RESULT_TOOL:
-            return True
+    def _may_read(self, caller: Caller, row: StoredResult) -> bool:
+        # A script's return value holds what its calls answered (and its searches found) in the roles it ran with:
+        # it was readable by any key of its caller id, whatever its roles, and after those tools were taken away.
         visible = visible_names(self.resources, caller)
-        return visible is None or tool in visible
+        if row.tool != RUN_RESULT_TOOL:
+            return visible is None or row.tool in visible
+        if visible is None:
+            return True
+        if row.scope != scope_key(caller.roles):  # None: stored before 0013, its roles unknown
+            return False
+        return all(tool in visible for tool in json.loads(row.tools or "[]"))
 
     async def purge(self, ttl_hours: float) -> int:
         """Delete stored results older than the TTL."""

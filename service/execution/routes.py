@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from service.catalog.json_body import StrictJsonBodyRoute
 from service.deps import CallerDep, GatewayDep, ResourcesDep
 from service.errors import InvalidRequest, RateLimited, body_pointer, counted
 from service.execution.screening import flag_page
 from service.policy.keys import key_resolver
+from service.security.json_body import StrictJsonBodyRoute
 from service.security.request_body import RequestBody, Text
 
 router = APIRouter(tags=["execute"], route_class=StrictJsonBodyRoute)

@@ -11,9 +11,10 @@ from service.db.models import ApiKey
 from service.deps import KeysAdminDep, ResourcesDep, SessionDep
 from service.errors import PermissionDenied
 from service.policy import keys
+from service.security.json_body import StrictJsonBodyRoute
 from service.security.request_body import RequestBody, Text
 
-router = APIRouter(prefix="/keys", tags=["keys"])
+router = APIRouter(prefix="/keys", tags=["keys"], route_class=StrictJsonBodyRoute)
 
 
 class KeyCreateRequest(RequestBody):

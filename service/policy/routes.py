@@ -10,9 +10,10 @@ from pydantic import BaseModel, Field, model_validator
 from service.deps import ApproverDep, CallerDep, ResourcesDep, SessionDep
 from service.policy import approvals
 from service.policy.service import is_approver, visible_names
+from service.security.json_body import StrictJsonBodyRoute
 from service.security.request_body import RequestBody, Text
 
-router = APIRouter(prefix="/approvals", tags=["approvals"])
+router = APIRouter(prefix="/approvals", tags=["approvals"], route_class=StrictJsonBodyRoute)
 
 
 class GrantRequest(RequestBody):

@@ -13,9 +13,10 @@ from pydantic_core import to_jsonable_python
 from service.deps import CallerDep, ResourcesDep
 from service.search.retrieval import SearchOutcome
 from service.search.service import log_search, result_view, search_tools
+from service.security.json_body import StrictJsonBodyRoute
 from service.security.request_body import RequestBody, Text
 
-router = APIRouter(tags=["search"])
+router = APIRouter(tags=["search"], route_class=StrictJsonBodyRoute)
 
 
 class SearchRequest(RequestBody):

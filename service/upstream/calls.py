@@ -21,8 +21,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, PARSE_ERROR, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
-from service.catalog.json_body import collector_paused
 from service.errors import UpstreamError, UpstreamTimeout
+from service.security.json_body import collector_paused
 from service.upstream.config import ServerSpec
 from service.upstream.health import ServerHealth, describe, said
 from service.upstream.transport import unreadable

@@ -18,7 +18,7 @@ import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
-from service.catalog.json_body import collector_paused
+from service.security.json_body import collector_paused
 
 MAX_RESULT_BLOCKS = 10_000
 TOO_MANY_BLOCKS = f"it holds more than {MAX_RESULT_BLOCKS} content blocks (Toolscout's limit of one result)"

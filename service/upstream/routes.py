@@ -11,11 +11,12 @@ from service.deps import CallerDep, GatewayDep, ResourcesDep, ServersAdminDep
 from service.errors import InvalidRequest, NotFound, body_pointer
 from service.policy.callers import Caller
 from service.policy.service import policy_state, visible_names
+from service.security.json_body import StrictJsonBodyRoute
 from service.upstream.config import parse_server_entry, server_entries
 from service.upstream.registration import check_api_server
 from service.upstream.service import add_server, delete_server, get_server, list_servers, refresh_server
 
-router = APIRouter(tags=["servers"])
+router = APIRouter(tags=["servers"], route_class=StrictJsonBodyRoute)
 
 
 class ServerCreateRequest(BaseModel):

@@ -31,7 +31,7 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
-from service.catalog.json_body import collector_paused
+from service.security.json_body import collector_paused
 from service.security.scrub import REDACTED, Scrubber
 from service.upstream.children import ChildRegistry, wrap_command
 from service.upstream.health import exit_reason, said

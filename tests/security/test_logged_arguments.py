@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from service.catalog.json_body import strict_json
+from service.security.json_body import strict_json
 from service.db.models import Execution
 from service.execution.redaction import MAX_VALUES, _leaves, redact_arguments
 from service.execution.runtime import get_gateway

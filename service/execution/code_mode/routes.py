@@ -8,9 +8,10 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from service.deps import CallerDep, CodeModeDep
+from service.security.json_body import StrictJsonBodyRoute
 from service.security.request_body import RequestBody, Text
 
-router = APIRouter(tags=["code mode"])
+router = APIRouter(tags=["code mode"], route_class=StrictJsonBodyRoute)
 
 
 class RunRequest(RequestBody):

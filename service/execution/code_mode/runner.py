@@ -37,7 +37,7 @@ from service.errors import (
     verb,
 )
 from service.execution.executor import ExecutionResult, status_of
-from service.execution.results import RUN_RESULT_TOOL, measure
+from service.execution.results import measure
 from service.execution.runtime import get_gateway
 from service.policy.approvals import arguments_digest
 from service.policy.callers import Caller
@@ -381,9 +381,8 @@ class CodeMode:
         cut = await measure(text, self.resources.settings.execution.result_token_budget)
         if not cut.truncated:
             return value
-        result_id = await get_gateway(self.resources).results.save(
-            run.caller.id, RUN_RESULT_TOOL, text, cut.total_tokens
-        )
+        answered = [r.name for r in run.calls if r.kind == "tool" and r.status in ("ok", "tool_error")]
+        result_id = await get_gateway(self.resources).results.save_run(run.caller, text, cut.total_tokens, answered)
         return {
             "truncated": True,
             "text": cut.head,

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from service.catalog.json_body import read_json
+from service.security.json_body import read_json
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,8 @@
-"""JSON request bodies, read by one strict parser: POST /tools, /execute, /execute/batch, catalog files and the
-messages of a code-mode script's engine alike.
+"""JSON request bodies, read by one strict parser: every route's body (each router that takes one sets
+`route_class=StrictJsonBodyRoute`), catalog files and the messages of a code-mode script's engine alike. FastAPI's
+own reader kept the last of a key given twice on the other routes: `{"script": "return 1", "script": "..."}` ran
+the second program on /run while a proxy or a log reading the first saw the first
+(tests/security/test_strict_bodies.py).
 
 The standard library's reader, with what JSON does not have refused: NaN, Infinity and numbers past the floats
 (the stdlib would let them through; an MCP client then sends them as null), and a key given twice in one object

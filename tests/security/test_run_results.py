@@ -1,0 +1,76 @@
+"""Who reads the rest of a script's return value cut to the result budget (`GET /results/{id}` of a `run_script`).
+
+A tool's stored result is read only by its caller while it may still use the tool. A script's was read by any key
+of its caller id, whatever that key's roles (a caller may hold keys of different roles), and after the tools whose
+answers it holds were taken away: the check let every `run_script` result through. Now it keeps the roles it ran
+with and the tools that answered it, and its reader must hold the same roles and may still use every one of them."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+
+from tests.security.conftest import assert_problem, bearer, cli_key, make_settings, probe_entry, running, servers_file
+
+PERMISSIONS = """
+roles:
+  ops:
+    allow: ["server:probe"]
+  dev:
+    allow: ["server:nothing"]
+"""
+SCRIPT = "return await tools.probe__echo({text: 'vault-token-7731 ', times: 6000})"
+
+
+async def read(http: httpx.AsyncClient, result_id: str, key: str) -> httpx.Response:
+    return await http.get(f"/results/{result_id}", params={"offset": 10}, headers=bearer(key))
+
+
+async def test_a_script_result_is_read_only_in_its_roles_while_its_tools_may_still_be_used(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path,
+        PERMISSIONS,
+        execution={"servers_file": servers_file(tmp_path, {"probe": probe_entry()}), "startup_wait_seconds": 60},
+    )
+    async with running(settings) as (app, http):
+        await cli_key(app, "root", ["admin"])
+        ops = await cli_key(app, "alice", ["ops"])
+        dev = await cli_key(app, "alice", ["dev"])  # the same caller id, a key of other roles
+
+        ran = await http.post("/run", json={"script": SCRIPT}, headers=bearer(ops))
+        assert ran.status_code == 200, ran.text
+        cut = ran.json()["result"]
+        assert cut["truncated"] is True and [c["status"] for c in ran.json()["calls"]] == ["ok"]
+        called = await http.post(
+            "/execute",
+            json={"name": "probe__echo", "arguments": {"text": "vault-token-7731 ", "times": 6000}},
+            headers=bearer(ops),
+        )
+        stored = called.json()["result_id"]
+        assert called.json()["truncated"] is True and stored
+
+        own = await read(http, cut["result_id"], ops)
+        assert own.status_code == 200 and "vault-token-7731" in own.json()["text"], own.text
+        # The dev key of the same caller may not use probe: neither result is there for it (the run's was, 200).
+        for result_id in (stored, cut["result_id"]):
+            body = assert_problem(await read(http, result_id, dev), 404, "not-found")
+            assert body["detail"] == f"No stored result {result_id!r}"
+
+        # A script that answered itself (no tool) stays readable by its own roles only.
+        words = await http.post("/run", json={"script": "return 'word '.repeat(50000)"}, headers=bearer(dev))
+        own_words = words.json()["result"]["result_id"]
+        assert (await read(http, own_words, dev)).status_code == 200
+        assert_problem(await read(http, own_words, ops), 404, "not-found")
+
+        # probe is taken away from ops: both its results go, the script's too (it stayed readable, 200).
+        path = settings.policy.permissions_file
+        assert path is not None
+        path.write_text(PERMISSIONS.replace('"server:probe"', '"server:other"'))
+        os.utime(path, (time.time() + 10, time.time() + 10))
+        await anyio.sleep(2.2)  # the permissions file is looked at every 2 s
+        for result_id in (stored, cut["result_id"]):
+            assert_problem(await read(http, result_id, ops), 404, "not-found")
