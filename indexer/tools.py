@@ -36,6 +36,7 @@ MAX_WARNINGS = 20
 TOOL_KEYS = ("server", "name", "description", "input_schema", "inputSchema", "annotations", "tags")
 OTHER_TOOL_KEYS = ("id", "title", "outputSchema", "icons", "_meta", "execution")
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
+_RUNS_OF_UNDERSCORES = re.compile(r"__+")
 
 
 class ToolDefinition(BaseModel):
@@ -111,7 +112,9 @@ def qualify(server: str, name: str) -> str:
     two tools: `math.gcd` and `math_gcd` of one server (both in public catalogs) were one qualified name, and the
     second was refused (or, read from a dataset file, renamed so that its exact name no longer found it); every
     all-Chinese name was `x`."""
-    slug = _slug(name)
+    # A tool's part never holds the separator: server `a`'s tool `b__c` would be `a__b__c`, server `a__b`'s tool `c`
+    # (the first to register kept the name, and an allow pattern `a__b__*` granted an upstream's look-alike).
+    slug = _RUNS_OF_UNDERSCORES.sub("_", _slug(name))
     candidate = f"{normalize_server_id(server)}{SEPARATOR}{slug}"
     if QUALIFIED_NAME_RE.match(candidate) and candidate == f"{server}{SEPARATOR}{name}":
         return candidate

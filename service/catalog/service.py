@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from indexer.documents import content_hash
 from indexer.pipeline import DenseVectors, SyncReport, index_tools
-from indexer.tools import ToolDefinition, ToolProblem, ValidatedBatch, normalize_server_id, validate_batch
+from indexer.tools import SEPARATOR, ToolDefinition, ToolProblem, ValidatedBatch, normalize_server_id, validate_batch
 from service.catalog.events import publish_tools_changed, shown_tools
 from service.catalog.holds import Review, judged, trust
 from service.catalog.server_info import screened, store_info
@@ -258,7 +258,7 @@ def _record_tools(resources: Resources, session: AsyncSession, tools: list[ToolD
     for tool in tools:
         by_server.setdefault(tool.server, set()).add(tool.qualified_name)
     for name in extra:
-        by_server.setdefault(name.split("__", 1)[0], set()).add(name)
+        by_server.setdefault(name.rpartition(SEPARATOR)[0], set()).add(name)  # a tool's part holds no separator
     for server, names in sorted(by_server.items()):
         record_change(session, TOOLS, names, server=server, origin=cluster_state(resources).replica_id)
 

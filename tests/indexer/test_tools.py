@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from indexer.tools import QUALIFIED_NAME_RE, qualify, validate_batch
+from service.policy.permissions import parse_permissions
 
 
 def test_qualified_name_joins_server_and_tool() -> None:
@@ -62,6 +63,20 @@ def test_colliding_qualified_names_first_wins_second_is_a_conflict() -> None:
     assert [(t.server, t.name) for t in batch.tools] == [("a b", "x")]
     (problem,) = batch.problems
     assert problem.kind == "conflict" and "a_b__x" in problem.reason
+
+
+def test_a_tool_name_holding_the_separator_never_takes_another_servers_qualified_name() -> None:
+    """Server `a` listing `b__c` was `a__b__c`, the name of server `a__b`'s tool `c`: the first to register kept it,
+    and an allow pattern `a__b__*` admitted the other server's tool."""
+    assert qualify("a__b", "c") == "a__b__c"
+    assert qualify("a", "b__c").startswith("a__b_c-") and qualify("a", "b___c") != qualify("a", "b__c")
+    batch = validate_batch([{"server": "a", "name": "b__c"}, {"server": "a__b", "name": "c"}])
+    assert not batch.problems and [t.qualified_name.rpartition("__")[0] for t in batch.tools] == ["a", "a__b"]
+    assert PERMISSIONS_A_B.permits({"dev"}, "a__b__c", "a__b", "c")
+    assert not PERMISSIONS_A_B.permits({"dev"}, qualify("a", "b__c"), "a", "b__c")
+
+
+PERMISSIONS_A_B = parse_permissions({"roles": {"dev": {"allow": ["a__b__*"]}}})
 
 
 def test_empty_schema_is_accepted_and_mcp_spelling_too() -> None:
