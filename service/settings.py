@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.cluster.settings import ClusterSettings
@@ -17,6 +17,18 @@ from service.usage.learning_settings import LearningSettings
 from service.usage.log_settings import LogSettings
 
 Port = Annotated[int, Field(ge=1, le=65535)]  # a TCP port a setting names (0: one the clients cannot know)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")  # what both logging and uvicorn take
+
+
+def log_level(value: str) -> str:
+    """A log level in any case (`debug`, `INFO`), else the levels there are: `TOOLSCOUT_LOG_LEVEL=verbose` was a
+    traceback of the logging module's at `toolscout serve`."""
+    if value.lower() not in LOG_LEVELS:
+        raise ValueError(f"not a log level: expected one of {', '.join(LOG_LEVELS)}")
+    return value.upper()
+
+
+LogLevel = Annotated[str, AfterValidator(log_level)]
 
 
 class Section(BaseModel):
@@ -303,7 +315,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".toolscout")
     host: str = "127.0.0.1"
     port: Port = 8765
-    log_level: str = Field(
+    log_level: LogLevel = Field(
         default="INFO",
         description="Log level of `toolscout serve` (`toolscout --log-level` overrides it; other commands: WARNING)",
     )

@@ -39,6 +39,12 @@ def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPat
             '["10.0.0.1", "nginx"]',
             "TOOLSCOUT_POLICY__TRUSTED_PROXIES: 'nginx' is not an IP address, a network (10.0.0.0/8) or *",
         ),
+        (
+            "TOOLSCOUT_LOG_LEVEL",
+            "verbose",
+            "TOOLSCOUT_LOG_LEVEL: not a log level: expected one of debug, info, warning, error, critical "
+            "(given: 'verbose')",
+        ),
     ],
 )
 def test_a_misspelt_or_invalid_setting_stops_the_command_with_its_variable_named(
@@ -216,3 +222,21 @@ def test_a_list_setting_holding_a_url_with_a_password_never_prints_the_password(
     assert main(["search", "anything"]) == 2
     err = capsys.readouterr().err
     assert "(given: 'https://admin:***@app.example')" in err and "hunter2" not in err
+
+
+def test_a_log_level_option_that_is_no_level_is_a_usage_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["--log-level", "verbose", "keys", "list"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert err == (
+        "toolscout: error: argument --log-level: not a log level: expected one of debug, info, warning, error, "
+        "critical, got 'verbose' (see `toolscout --help`)\n"
+    )
+
+
+def test_a_log_level_is_taken_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLSCOUT_LOG_LEVEL", "debug")
+    assert Settings().log_level == "DEBUG"

@@ -41,7 +41,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line, or (given the arguments) only what the command they name needs."""
     parser = _Parser(prog="toolscout", description="Semantic tool retrieval for LLM agents.")
     parser.add_argument(
-        _LOG_LEVEL, default=None, help="logging level (default WARNING; for `serve`, TOOLSCOUT_LOG_LEVEL: INFO)"
+        _LOG_LEVEL,
+        default=None,
+        type=_log_level,
+        help="logging level: debug, info, warning, error or critical (default warning; for `serve`, "
+        "TOOLSCOUT_LOG_LEVEL: info)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     command = None if argv is None else _command_of(argv)
@@ -49,6 +53,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         importlib.import_module(name).register(subparsers)
     _describe(parser)
     return parser
+
+
+def _log_level(value: str) -> str:
+    from service.settings import log_level
+
+    try:
+        return log_level(value)
+    except ValueError as exc:  # `--log-level verbose` was the logging module's traceback
+        raise argparse.ArgumentTypeError(f"{exc}, got {value!r}") from None
 
 
 def _command_of(argv: list[str]) -> str | None:
