@@ -22,7 +22,12 @@ def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY", "true", "TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY: no such setting"),
+        (
+            "TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY",
+            "true",
+            "TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY: no such setting (did you mean TOOLSCOUT_POLICY__OPEN_WITHOUT_KEYS?)",
+        ),
+        ("TOOLSCOUT_SEARCH__ZZZ", "1", "TOOLSCOUT_SEARCH__ZZZ: no such setting\n"),
         (
             "TOOLSCOUT_POLCY__OPEN_WITHOUT_KEYS",
             "true",

@@ -183,11 +183,21 @@ def settings_problems(error: ValidationError) -> str:
             continue
         variable = "TOOLSCOUT_" + "__".join(str(part) for part in problem["loc"]).upper()
         if problem["type"] == "extra_forbidden":
-            lines.append(f"  {variable}: no such setting")
+            lines.append(f"  {variable}: no such setting{_closest_setting(problem['loc'])}")
         else:
             given = without_password(problem["input"]) if isinstance(problem["input"], str) else problem["input"]
             lines.append(f"  {variable}: {problem['msg'].removeprefix('Value error, ')} (given: {given!r})")
     return "\n".join(lines)
+
+
+def _closest_setting(loc: tuple[int | str, ...]) -> str:
+    """` (did you mean TOOLSCOUT_POLICY__OPEN_WITHOUT_KEYS?)` for the setting of the section nearest a misspelt one."""
+    from service.settings import Settings
+
+    section = Settings.model_fields.get(str(loc[0])) if len(loc) == 2 else None
+    names = list(getattr(section.annotation, "model_fields", {})) if section is not None else []
+    close = difflib.get_close_matches(str(loc[-1]).lower(), names, n=1)
+    return f" (did you mean TOOLSCOUT_{str(loc[0]).upper()}__{close[0].upper()}?)" if close else ""
 
 
 if __name__ == "__main__":
