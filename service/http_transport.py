@@ -30,6 +30,22 @@ TOO_LARGE = (
 )
 
 
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A server's socket, bound (not yet listening) before its start-up: a port another process holds used to be
+    found after the migrations, the model load and the demo servers' start, seconds later (`toolscout serve`), or
+    was uvicorn's log line of an errno (`toolscout mcp --transport http`)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart reuses the port
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    # Not inheritable (uvicorn's own binding makes it so, for workers it forks): the upstream servers started later
+    # would each hold the API's listening socket, able to accept its connections, keys and all.
+    return sock
+
+
 def nodelay_transport() -> httpx.HTTPTransport:
     """A sync transport with Nagle's algorithm off."""
     return httpx.HTTPTransport(socket_options=NODELAY)

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import logging
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from service.catalog.files import load_catalog_file
 from service.cli.settings_values import port_number
 from service.cli.terminal import printable
 from service.errors import IndexUnavailable, ToolscoutError, counted, verb
-from service.http_transport import nodelay_transport
+from service.http_transport import bound_socket, nodelay_transport
 from service.settings import Settings
 
 
@@ -58,7 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: {printable(problem)} (TOOLSCOUT_EXECUTION__SERVERS_FILE)", file=sys.stderr)
         return 2
     try:
-        sock = _bound_socket(host, port)
+        sock = bound_socket(host, port)
     except OSError as exc:
         print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc} ({_PORT_HINT})", file=sys.stderr)
         return 3
@@ -117,21 +116,6 @@ def _servers_file_problem(settings: Settings) -> str | None:
 
 
 _PORT_HINT = "is another `toolscout serve` running? --port or TOOLSCOUT_PORT chooses another port"
-
-
-def _bound_socket(host: str, port: int) -> socket.socket:
-    """The service's socket, bound (not yet listening) before the start-up: a port another process holds used to
-    be found after the migrations, the model load and the demo servers' start, seconds later."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart reuses the port
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    # Not inheritable (uvicorn's own binding makes it so, for workers it forks): the upstream servers started later
-    # would each hold the API's listening socket, able to accept its connections, keys and all.
-    return sock
 
 
 class ExplainedStartFailure:

@@ -9,6 +9,7 @@ import anyio
 
 from service.cli.settings_values import port_number
 from service.errors import ToolscoutError
+from service.http_transport import bound_socket
 from service.mcp import MODES
 from service.security.openmode import is_loopback
 from service.settings import Settings
@@ -60,11 +61,20 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+        try:
+            sock = bound_socket(host, port)
+        except OSError as exc:  # was uvicorn's log line of an errno, after the front end had started
+            print(
+                f"error: cannot listen on {host}:{port}: {exc.strerror or exc} (--port or "
+                "TOOLSCOUT_FRONTEND__HTTP_PORT chooses another port)",
+                file=sys.stderr,
+            )
+            return 3
         api_url = settings.frontend.api_url
 
         def announce(url: str) -> None:
             # Printed once the socket accepts connections: whoever waits for this line may connect at once.
             print(f"Toolscout MCP front end ({args.mode}) on {url} -> {api_url}", file=sys.stderr, flush=True)
 
-        anyio.run(serve_http, frontend, host, port, args.path, announce)
+        anyio.run(serve_http, frontend, host, port, args.path, announce, sock)
     return 0
