@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from indexer.json_pointer import pointer_token
 from service.observability.tracing import current_ids
+from service.security.route_errors import http_detail
 
 logger = logging.getLogger(__name__)
 
@@ -301,13 +302,18 @@ def install_error_handlers(app: FastAPI) -> None:
             reason = unreadable_body(exc.__cause__)
             error = InvalidRequest(f"Invalid request: /body: {reason}", errors=[{"pointer": "/body", "reason": reason}])
             return problem_response(error, request)
-        error = ToolscoutError(str(exc.detail))
+        error = ToolscoutError(http_detail(request.method, echoed_path(request.url.path), exc))
         error.status = exc.status_code
         error.slug = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}.get(
             exc.status_code, "http-error"
         )
-        error.title = {404: "Not found", 413: "Request over a configured limit"}.get(exc.status_code, "HTTP error")
-        return problem_response(error, request)
+        error.title = {404: "Not found", 405: "Method not allowed", 413: "Request over a configured limit"}.get(
+            exc.status_code, "HTTP error"
+        )
+        response = problem_response(error, request)
+        if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]  # RFC 9110: a 405 says which methods the route takes
+        return response
 
     app.add_exception_handler(ToolscoutError, on_toolscout_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
