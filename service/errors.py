@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from indexer.json_pointer import pointer_token
 from service.observability.tracing import current_ids
-from service.security.route_errors import http_detail
+from service.security.route_errors import extra_field_reason, http_detail
 
 logger = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ def _json_position(doc: Any, pos: Any) -> str:
     return f" at line {line}, column {pos - line_start + 1}"
 
 
-def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+def _validation_errors(exc: RequestValidationError, route: object = None) -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors()[:MAX_REPORTED_ERRORS]:
         loc = [str(part) for part in err.get("loc", ())]
@@ -265,7 +265,10 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
             errors.append({"pointer": "/body", "reason": NOT_JSON})  # a body of another (or no) content type
         else:
             pointer = echoed_path(json_pointer(err.get("loc", ())))
-            errors.append({"pointer": pointer, "reason": err.get("msg", "invalid")})
+            reason = err.get("msg", "invalid")
+            if err.get("type") == "extra_forbidden":
+                reason = extra_field_reason(route, tuple(err.get("loc", ())), reason)
+            errors.append({"pointer": pointer, "reason": reason})
     return errors
 
 
@@ -287,7 +290,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        errors, more = _validation_errors(exc), len(exc.errors()) > MAX_REPORTED_ERRORS
+        errors = _validation_errors(exc, request.scope.get("route"))
+        more = len(exc.errors()) > MAX_REPORTED_ERRORS
         detail = "; ".join(f"{e['pointer']}: {e['reason']}" for e in errors) or "invalid request"
         detail += f" (the first {len(errors)} errors; there are more)" if more else ""
         extra = {"more_errors": True} if more else {}

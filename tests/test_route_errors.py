@@ -33,3 +33,22 @@ async def test_the_docs_ui_while_off_says_which_setting_serves_it(client: httpx.
 async def test_a_missing_tool_keeps_its_own_404(client: httpx.AsyncClient) -> None:
     response = await client.get("/tools/nothing__here")
     assert response.status_code == 404 and response.json()["detail"].startswith("No tool named 'nothing__here'")
+
+
+async def test_a_body_field_the_route_does_not_define_names_its_fields_and_the_nearest(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post("/search", json={"query": "time", "server": ["time"]})
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {
+            "pointer": "/body/server",
+            "reason": "Extra inputs are not permitted (its fields: query, k, servers, tags, explain; did you mean "
+            "servers?)",
+        }
+    ]
+    response = await client.post("/execute/batch", json={"calls": [{"name": "x", "argumentz": {}}]})
+    reason = response.json()["errors"][0]["reason"]
+    assert response.json()["errors"][0]["pointer"] == "/body/calls/0/argumentz"
+    assert reason.startswith("Extra inputs are not permitted (its fields: name, arguments,")
+    assert reason.endswith("; did you mean arguments?)")

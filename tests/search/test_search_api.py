@@ -119,7 +119,10 @@ async def test_a_field_the_body_does_not_define_is_a_422_naming_it(client: httpx
     for response, pointer in ((search, "/body/top_k"), (call, "/body/args")):
         assert response.status_code == 422
         assert response.headers["content-type"].startswith("application/problem+json")
-        assert response.json()["errors"] == [{"pointer": pointer, "reason": "Extra inputs are not permitted"}]
+        [error] = response.json()["errors"]
+        assert error["pointer"] == pointer and error["reason"].startswith("Extra inputs are not permitted (its fields: ")
+    assert search.json()["errors"][0]["reason"].endswith(" (its fields: query, k, servers, tags, explain)")
+    assert call.json()["errors"][0]["reason"].endswith("; did you mean arguments?)")
 
 
 async def test_long_non_english_queries_work(client: httpx.AsyncClient) -> None:
