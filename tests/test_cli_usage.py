@@ -4,7 +4,11 @@ option of `toolscout search`."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +76,39 @@ def test_the_http_front_end_on_a_port_another_process_holds_says_so_in_one_line(
         f"error: cannot listen on 127.0.0.1:{port}: Address already in use (--port or TOOLSCOUT_FRONTEND__HTTP_PORT "
         "chooses another port)\n"
     )
+
+
+def test_serve_with_a_permissions_file_it_cannot_use_says_why_before_it_starts_anything(tmp_path: Path) -> None:
+    """It was a traceback of some 130 lines, after the migrations, the index and the model had opened."""
+    misspelt = tmp_path / "permissions.yaml"
+    misspelt.write_text('roles:\n  default:\n    alow: ["server:time"]\n')
+    said = []
+    for path in (misspelt, tmp_path / "missing.yaml"):
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            "TOOLSCOUT_DATA_DIR": str(tmp_path / "data"),
+            "TOOLSCOUT_POLICY__PERMISSIONS_FILE": str(path),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "service.cli", "serve", "--port", "9"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        said.append((done.returncode, done.stderr))
+    assert said == [
+        (
+            2,
+            f"error: {misspelt}: role 'default' may only have the keys allow and deny (given: alow) "
+            "(TOOLSCOUT_POLICY__PERMISSIONS_FILE)\n",
+        ),
+        (
+            2,
+            f"error: cannot read permissions file {tmp_path / 'missing.yaml'}: [Errno 2] No such file or directory: "
+            f"'{tmp_path / 'missing.yaml'}' (TOOLSCOUT_POLICY__PERMISSIONS_FILE)\n",
+        ),
+    ]
+    assert not (tmp_path / "data").exists()

@@ -56,6 +56,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if (problem := _servers_file_problem(settings)) is not None:
         print(f"error: {printable(problem)} (TOOLSCOUT_EXECUTION__SERVERS_FILE)", file=sys.stderr)
         return 2
+    if (problem := _permissions_file_problem(settings)) is not None:
+        print(f"error: {printable(problem)} (TOOLSCOUT_POLICY__PERMISSIONS_FILE)", file=sys.stderr)
+        return 2
     try:
         sock = bound_socket(host, port)
     except OSError as exc:
@@ -112,6 +115,18 @@ def _servers_file_problem(settings: Settings) -> str | None:
         load_servers_file(settings.execution.servers_file)
     except ToolscoutError as exc:
         return exc.detail
+    return None
+
+
+def _permissions_file_problem(settings: Settings) -> str | None:
+    """Why the permissions file cannot be used, before anything starts: the policy's start found it a 130-line
+    traceback after the migrations, the index and the model."""
+    from service.policy.permissions import PermissionsFileError, load_permissions
+
+    try:
+        load_permissions(settings.policy.permissions_file)
+    except PermissionsFileError as exc:
+        return str(exc)
     return None
 
 
