@@ -265,7 +265,7 @@ def _validation_errors(exc: RequestValidationError, route: object = None) -> lis
             errors.append({"pointer": "/body", "reason": NOT_JSON})  # a body of another (or no) content type
         else:
             pointer = echoed_path(json_pointer(err.get("loc", ())))
-            reason = err.get("msg", "invalid")
+            reason = err.get("msg", "invalid").removeprefix("Value error, ")  # pydantic's class of a check's own words
             if err.get("type") == "extra_forbidden":
                 reason = extra_field_reason(route, tuple(err.get("loc", ())), reason)
             errors.append({"pointer": pointer, "reason": reason})

@@ -89,7 +89,7 @@ async def test_k_defaults_to_five_and_is_bounded(client: httpx.AsyncClient) -> N
     blank = await client.post("/search", json={"query": "   "})
     assert blank.status_code == 422
     assert blank.json()["errors"] == [
-        {"pointer": "/body/query", "reason": "Value error, must not be blank (only whitespace)"}
+        {"pointer": "/body/query", "reason": "must not be blank (only whitespace)"}
     ]
 
 
