@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from service.cli import main
+from tests.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
@@ -112,3 +115,37 @@ def test_serve_with_a_permissions_file_it_cannot_use_says_why_before_it_starts_a
         ),
     ]
     assert not (tmp_path / "data").exists()
+
+
+def test_a_database_that_cannot_be_reached_is_one_line_naming_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """It was sqlalchemy's traceback of some 50 lines (`keys list`), 181 at `serve`."""
+    port = free_port()  # nothing listens there
+    url = f"postgresql+psycopg://postgres:s3cret@127.0.0.1:{port}/toolscout"
+    monkeypatch.setenv("TOOLSCOUT_DB__URL", url)
+    assert main(["keys", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: cannot connect to the database postgresql+psycopg://postgres:***@127.0.0.1:{port}/toolscout: "
+        f'connection failed: connection to server at "127.0.0.1", port {port} failed: Connection refused'
+    )
+    assert err.endswith(" (TOOLSCOUT_DB__URL)\n") and err.count("\n") == 1 and "s3cret" not in err
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TOOLSCOUT_DATA_DIR": str(tmp_path / "data"),
+        "TOOLSCOUT_DB__URL": url,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(free_port())],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert (
+        f"ERROR:    cannot connect to the database postgresql+psycopg://postgres:***@127.0.0.1:{port}/" in done.stderr
+    )

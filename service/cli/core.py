@@ -142,6 +142,7 @@ class ExplainedStartFailure:
     EXPLAINED = {
         "service.security.openmode.StartupRefused: ": "",
         "indexer.index.base.IndexBackendError: ": ". Is another `toolscout serve` using {data_dir}?",
+        "service.db.engine.DatabaseUnreachable: ": " (TOOLSCOUT_DB__URL)",
         **{
             f"{error}: ": " (TOOLSCOUT_DATA_DIR, {data_dir}, must be a folder this user may write)"
             for error in ("NotADirectoryError", "PermissionError", "FileExistsError", "FileNotFoundError")
