@@ -149,3 +149,30 @@ def test_a_database_that_cannot_be_reached_is_one_line_naming_it(
     assert (
         f"ERROR:    cannot connect to the database postgresql+psycopg://postgres:***@127.0.0.1:{port}/" in done.stderr
     )
+
+
+async def test_a_qdrant_server_that_does_not_answer_names_its_url_not_the_data_folder() -> None:
+    """Its start said "Is another `toolscout serve` using .toolscout?", the embedded index's hint."""
+    from tests.test_cli_errors import _failed_start
+
+    trace = "Traceback ...\nindexer.index.base.IndexBackendError: qdrant index: collection_exists failed: [Errno 111] "
+    assert await _failed_start(trace + "Connection refused\n") == [
+        {
+            "type": "lifespan.startup.failed",
+            "message": "qdrant index: collection_exists failed: [Errno 111] Connection refused (TOOLSCOUT_INDEX__URL: "
+            "is the Qdrant server running?)",
+        }
+    ]
+
+
+def test_a_local_search_on_a_database_that_cannot_be_reached_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    port = free_port()
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # no service: the CLI works locally
+    monkeypatch.setenv("TOOLSCOUT_DB__URL", f"postgresql+psycopg://postgres@127.0.0.1:{port}/toolscout")
+    assert main(["search", "what time is it"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot connect to the database postgresql+psycopg://postgres@127.0.0.1:{port}/")
+    assert err.endswith(" (TOOLSCOUT_DB__URL)\n") and err.count("\n") == 1

@@ -16,8 +16,9 @@ import httpx
 
 from service.catalog.files import load_catalog_file
 from service.cli.settings_values import port_number
+from service.cli.start_files import permissions_file_problem, servers_file_problem
 from service.cli.terminal import printable
-from service.errors import IndexUnavailable, ToolscoutError, counted, verb
+from service.errors import DatabaseUnavailable, IndexUnavailable, ToolscoutError, counted, verb
 from service.http_transport import bound_socket, nodelay_transport
 from service.settings import Settings
 
@@ -53,10 +54,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = args.host or settings.host, args.port or settings.port
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
-    if (problem := _servers_file_problem(settings)) is not None:
+    if (problem := servers_file_problem(settings)) is not None:
         print(f"error: {printable(problem)} (TOOLSCOUT_EXECUTION__SERVERS_FILE)", file=sys.stderr)
         return 2
-    if (problem := _permissions_file_problem(settings)) is not None:
+    if (problem := permissions_file_problem(settings)) is not None:
         print(f"error: {printable(problem)} (TOOLSCOUT_POLICY__PERMISSIONS_FILE)", file=sys.stderr)
         return 2
     try:
@@ -104,32 +105,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0 if server.started else 3  # uvicorn.run's exit status when the start-up failed
 
 
-def _servers_file_problem(settings: Settings) -> str | None:
-    """Why the servers file cannot be read, before anything starts: the gateway's start found it a traceback later,
-    after the migrations, the index and the model."""
-    if settings.execution.servers_file is None:
-        return None
-    from service.upstream.config import load_servers_file
-
-    try:
-        load_servers_file(settings.execution.servers_file)
-    except ToolscoutError as exc:
-        return exc.detail
-    return None
-
-
-def _permissions_file_problem(settings: Settings) -> str | None:
-    """Why the permissions file cannot be used, before anything starts: the policy's start found it a 130-line
-    traceback after the migrations, the index and the model."""
-    from service.policy.permissions import PermissionsFileError, load_permissions
-
-    try:
-        load_permissions(settings.policy.permissions_file)
-    except PermissionsFileError as exc:
-        return str(exc)
-    return None
-
-
 _PORT_HINT = "is another `toolscout serve` running? --port or TOOLSCOUT_PORT chooses another port"
 
 
@@ -141,6 +116,7 @@ class ExplainedStartFailure:
     # The last line of the failure's traceback -> what to add to its message ({data_dir}: the data folder).
     EXPLAINED = {
         "service.security.openmode.StartupRefused: ": "",
+        "indexer.index.base.IndexBackendError: qdrant": " (TOOLSCOUT_INDEX__URL: is the Qdrant server running?)",
         "indexer.index.base.IndexBackendError: ": ". Is another `toolscout serve` using {data_dir}?",
         "service.db.engine.DatabaseUnreachable: ": " (TOOLSCOUT_DB__URL)",
         **{
@@ -160,7 +136,7 @@ class ExplainedStartFailure:
             last = (message.get("message") or "").strip().splitlines()[-1:]
             prefix = next((p for p in self.EXPLAINED if last and last[0].startswith(p)), None)
             if message["type"] == "lifespan.startup.failed" and prefix is not None:
-                explained = last[0].removeprefix(prefix) + self.EXPLAINED[prefix].format(data_dir=self.data_dir)
+                explained = last[0].split(": ", 1)[1] + self.EXPLAINED[prefix].format(data_dir=self.data_dir)
                 message = {**message, "message": explained}
             await send(message)
 
@@ -245,6 +221,7 @@ async def _direct(fn: Any) -> Any:
     """Run fn(resources) against the local data folder with the service's own start-up and shutdown."""
     from indexer.index.base import IndexBackendError
     from service.catalog.reconcile import reconcile_index
+    from service.db.engine import DatabaseUnreachable
     from service.resources import build_resources, close_resources, start_resources
     from service.search.service import start_search
 
@@ -252,8 +229,12 @@ async def _direct(fn: Any) -> Any:
     resources = build_resources(settings)
     try:
         await start_resources(resources)
+    except DatabaseUnreachable as exc:
+        raise DatabaseUnavailable(f"{exc} (TOOLSCOUT_DB__URL)") from None
     except IndexBackendError as exc:
         await close_resources(resources)
+        if settings.index.backend != "edge":
+            raise IndexUnavailable(f"{exc} (TOOLSCOUT_INDEX__URL: is the Qdrant server running?)") from exc
         # The embedded index has one owner: most often a `toolscout serve` this command did not reach.
         raise IndexUnavailable(
             f"{exc}. Is a `toolscout serve` using {settings.data_dir.resolve()}? The CLI reaches a running service "
