@@ -31,6 +31,17 @@ def log_level(value: str) -> str:
 LogLevel = Annotated[str, AfterValidator(log_level)]
 
 
+def http_url(value: str) -> str:
+    """An http(s) URL with a host: `127.0.0.1:8765` without its scheme was every CLI command's "does not answer"."""
+    scheme, _, rest = value.partition("://")
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ValueError("expected an http:// or https:// URL, such as http://127.0.0.1:8765")
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(http_url)]
+
+
 class Section(BaseModel):
     """A section of the settings: a key it does not define is an error (TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY, a typo,
     would otherwise leave the service on its default without a word)."""
@@ -251,7 +262,7 @@ class ConsoleSettings(Section):
 class FrontendSettings(Section):
     """The MCP front end: which REST API it calls and how."""
 
-    api_url: str = "http://127.0.0.1:8765"
+    api_url: HttpUrl = "http://127.0.0.1:8765"
     api_key: str | None = None
     profiles_file: Path | None = None
     dynamic_max_active: int = 64

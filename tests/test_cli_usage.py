@@ -45,6 +45,11 @@ ROOT = Path(__file__).resolve().parents[1]
             ["analytics", "tools", "--days", "3", "extra"],
             "toolscout analytics tools: error: unrecognized arguments: extra (see `toolscout analytics tools --help`)",
         ),
+        (
+            ["mcp", "--api-url", "localhost:8765"],
+            "toolscout mcp: error: argument --api-url: expected an http:// or https:// URL, such as "
+            "http://127.0.0.1:8765, got 'localhost:8765' (see `toolscout mcp --help`)",
+        ),
         (["keys", "list", "--json", "--al"], None),  # an abbreviation argparse takes: no error
     ],
 )

@@ -45,6 +45,12 @@ def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPat
             "TOOLSCOUT_POLICY__TRUSTED_PROXIES: 'nginx' is not an IP address, a network (10.0.0.0/8) or *",
         ),
         (
+            "TOOLSCOUT_FRONTEND__API_URL",
+            "127.0.0.1:8765",
+            "TOOLSCOUT_FRONTEND__API_URL: expected an http:// or https:// URL, such as http://127.0.0.1:8765 "
+            "(given: '127.0.0.1:8765')",
+        ),
+        (
             "TOOLSCOUT_LOG_LEVEL",
             "verbose",
             "TOOLSCOUT_LOG_LEVEL: not a log level: expected one of debug, info, warning, error, critical "
@@ -137,8 +143,10 @@ EXPECTED_URL = "expected sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HO
         ("nonsense://x", f"'nonsense' is not a database Toolscout runs on ({EXPECTED_URL}) (given: 'nonsense://x')"),
         ("nonsense", f"not a database URL ({EXPECTED_URL}) (given: 'nonsense')"),
         # The password of a URL is never printed.
-        ("mysql://app:s3cret@db/x", f"'mysql' is not a database Toolscout runs on ({EXPECTED_URL}) (given: "
-         "'mysql://app:***@db/x')"),
+        (
+            "mysql://app:s3cret@db/x",
+            f"'mysql' is not a database Toolscout runs on ({EXPECTED_URL}) (given: 'mysql://app:***@db/x')",
+        ),
     ],
 )
 def test_a_database_url_the_service_cannot_open_stops_it_naming_the_setting(

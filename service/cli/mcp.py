@@ -25,11 +25,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     mcp.add_argument("--mode", choices=MODES, default="lazy", help="what tools/list shows (default lazy)")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default stdio")
     mcp.add_argument("--profile", default=None, help="a named scope of the profiles file")
-    mcp.add_argument("--api-url", default=None, help="the REST API (default: settings frontend.api_url)")
+    mcp.add_argument("--api-url", type=api_url, default=None, help="the REST API (default: settings frontend.api_url)")
     mcp.add_argument("--host", default=None, help="HTTP host (default: settings frontend.http_host)")
     mcp.add_argument("--port", type=port_number, default=None, help="HTTP port (default: settings frontend.http_port)")
     mcp.add_argument("--path", default=None, help="HTTP path (default: settings frontend.http_path, /mcp)")
     mcp.set_defaults(func=cmd_mcp)
+
+
+def api_url(value: str) -> str:
+    from service.settings import http_url
+
+    try:
+        return http_url(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, got {value!r}") from None
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
