@@ -45,6 +45,16 @@ def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPat
             "TOOLSCOUT_POLICY__TRUSTED_PROXIES: 'nginx' is not an IP address, a network (10.0.0.0/8) or *",
         ),
         (
+            "TOOLSCOUT_POLICY__RATE_LIMIT_BURST",
+            "0",
+            "TOOLSCOUT_POLICY__RATE_LIMIT_BURST: Input should be greater than or equal to 1 (given: '0')",
+        ),
+        (
+            "TOOLSCOUT_EXECUTION__TIMEOUT_SECONDS",
+            "-1",
+            "TOOLSCOUT_EXECUTION__TIMEOUT_SECONDS: Input should be greater than 0 (given: '-1')",
+        ),
+        (
             "TOOLSCOUT_FRONTEND__API_URL",
             "127.0.0.1:8765",
             "TOOLSCOUT_FRONTEND__API_URL: expected an http:// or https:// URL, such as http://127.0.0.1:8765 "
