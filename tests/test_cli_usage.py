@@ -181,3 +181,17 @@ def test_a_local_search_on_a_database_that_cannot_be_reached_is_one_line(
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot connect to the database postgresql+psycopg://postgres@127.0.0.1:{port}/")
     assert err.endswith(" (TOOLSCOUT_DB__URL)\n") and err.count("\n") == 1
+
+
+def test_indexing_a_folder_says_it_is_a_folder(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`toolscout index /some/folder` said "no such file" of a folder that is there."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")
+    assert main(["index", str(tmp_path)]) == 1
+    assert main(["index", str(tmp_path / "missing.jsonl")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {tmp_path}: a folder, not a catalog file",
+        f"error: {tmp_path / 'missing.jsonl'}: no such file",
+    ]
