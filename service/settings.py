@@ -28,7 +28,7 @@ def log_level(value: str) -> str:
     return value.upper()
 
 
-LogLevel = Annotated[str, AfterValidator(log_level)]
+LogLevel = Annotated[str, AfterValidator(log_level)]  # an alias: the field of that name would hide the check
 
 
 def http_url(value: str) -> str:
@@ -39,7 +39,11 @@ def http_url(value: str) -> str:
     return value
 
 
-HttpUrl = Annotated[str, AfterValidator(http_url)]
+def url_path(value: str) -> str:
+    """A path the front end serves at (`/mcp`): `mcp` was Starlette's assertion, a traceback, at the start."""
+    if not value.startswith("/"):
+        raise ValueError(f"a path starts with /, such as /{value.lstrip('/') or 'mcp'}")
+    return value
 
 
 class Section(BaseModel):
@@ -265,7 +269,7 @@ class ConsoleSettings(Section):
 class FrontendSettings(Section):
     """The MCP front end: which REST API it calls and how."""
 
-    api_url: HttpUrl = "http://127.0.0.1:8765"
+    api_url: Annotated[str, AfterValidator(http_url)] = "http://127.0.0.1:8765"
     api_key: str | None = None
     profiles_file: Path | None = None
     dynamic_max_active: int = 64
@@ -277,7 +281,7 @@ class FrontendSettings(Section):
     events_retry_seconds: float = 2.0  # first wait before reconnecting to GET /events (doubles up to 60 s)
     http_host: str = "127.0.0.1"  # `toolscout mcp --transport http` listens here
     http_port: Port = 8766
-    http_path: str = "/mcp"
+    http_path: Annotated[str, AfterValidator(url_path)] = "/mcp"
     # When set, `toolscout mcp --transport http` requires `Authorization: Bearer <this key>` on every request.
     http_api_key: str | None = None
     # Sessions (and 2026 listen streams, at most 1,024 in all) per client address and in all; past either bound a new

@@ -50,6 +50,11 @@ ROOT = Path(__file__).resolve().parents[1]
             "toolscout mcp: error: argument --api-url: expected an http:// or https:// URL, such as "
             "http://127.0.0.1:8765, got 'localhost:8765' (see `toolscout mcp --help`)",
         ),
+        (
+            ["mcp", "--transport", "http", "--path", "mcp"],
+            "toolscout mcp: error: argument --path: a path starts with /, such as /mcp, got 'mcp' (see `toolscout mcp "
+            "--help`)",
+        ),
         (["keys", "list", "--json", "--al"], None),  # an abbreviation argparse takes: no error
     ],
 )

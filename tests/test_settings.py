@@ -55,6 +55,11 @@ def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPat
             "TOOLSCOUT_EXECUTION__TIMEOUT_SECONDS: Input should be greater than 0 (given: '-1')",
         ),
         (
+            "TOOLSCOUT_FRONTEND__HTTP_PATH",
+            "mcp",
+            "TOOLSCOUT_FRONTEND__HTTP_PATH: a path starts with /, such as /mcp (given: 'mcp')",
+        ),
+        (
             "TOOLSCOUT_FRONTEND__API_URL",
             "127.0.0.1:8765",
             "TOOLSCOUT_FRONTEND__API_URL: expected an http:// or https:// URL, such as http://127.0.0.1:8765 "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 import anyio
 
@@ -12,7 +13,7 @@ from service.errors import ToolscoutError
 from service.http_transport import bound_socket
 from service.mcp import MODES
 from service.security.openmode import is_loopback
-from service.settings import Settings
+from service.settings import Settings, http_url, url_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -28,15 +29,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     mcp.add_argument("--api-url", type=api_url, default=None, help="the REST API (default: settings frontend.api_url)")
     mcp.add_argument("--host", default=None, help="HTTP host (default: settings frontend.http_host)")
     mcp.add_argument("--port", type=port_number, default=None, help="HTTP port (default: settings frontend.http_port)")
-    mcp.add_argument("--path", default=None, help="HTTP path (default: settings frontend.http_path, /mcp)")
+    mcp.add_argument("--path", type=path, default=None, help="HTTP path (default: settings frontend.http_path, /mcp)")
     mcp.set_defaults(func=cmd_mcp)
 
 
 def api_url(value: str) -> str:
-    from service.settings import http_url
+    return _checked(http_url, value)
 
+
+def path(value: str) -> str:
+    return _checked(url_path, value)
+
+
+def _checked(check: Callable[[str], str], value: str) -> str:
     try:
-        return http_url(value)
+        return check(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{exc}, got {value!r}") from None
 
