@@ -8,6 +8,7 @@ ACK (about 40 ms a call on Linux)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import socket
 from collections.abc import Callable
@@ -44,6 +45,16 @@ def bound_socket(host: str, port: int) -> socket.socket:
     # Not inheritable (uvicorn's own binding makes it so, for workers it forks): the upstream servers started later
     # would each hold the API's listening socket, able to accept its connections, keys and all.
     return sock
+
+
+def listen_hint(exc: OSError, server: str, host_variable: str, port_variable: str) -> str:
+    """What to change when `bound_socket` failed: a port in use and a host that is no address of this machine
+    were both "is another `toolscout serve` running?"."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"is another {server} running? --port or {port_variable} chooses another port"
+    if exc.errno == errno.EACCES:
+        return f"a port below 1024 needs privileges: --port or {port_variable} chooses another port"
+    return f"--host or {host_variable} chooses the address to listen on (127.0.0.1: this machine only)"
 
 
 def nodelay_transport() -> httpx.HTTPTransport:

@@ -86,8 +86,21 @@ def test_the_http_front_end_on_a_port_another_process_holds_says_so_in_one_line(
         port = held.getsockname()[1]
         assert main(["mcp", "--transport", "http", "--port", str(port)]) == 3
     assert capsys.readouterr().err == (
-        f"error: cannot listen on 127.0.0.1:{port}: Address already in use (--port or TOOLSCOUT_FRONTEND__HTTP_PORT "
-        "chooses another port)\n"
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use (is another front end running? --port or "
+        "TOOLSCOUT_FRONTEND__HTTP_PORT chooses another port)\n"
+    )
+
+
+def test_serve_on_an_address_that_is_not_this_machines_names_the_host_setting(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """It was told "is another `toolscout serve` running? --port or TOOLSCOUT_PORT chooses another port"."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    port = free_port()
+    assert main(["serve", "--host", "192.0.2.1", "--port", str(port)]) == 3  # TEST-NET-1: no address of this host
+    assert capsys.readouterr().err == (
+        f"error: cannot listen on 192.0.2.1:{port}: Cannot assign requested address (--host or TOOLSCOUT_HOST "
+        "chooses the address to listen on (127.0.0.1: this machine only))\n"
     )
 
 

@@ -19,7 +19,7 @@ from service.cli.settings_values import port_number
 from service.cli.start_files import permissions_file_problem, servers_file_problem
 from service.cli.terminal import printable
 from service.errors import DatabaseUnavailable, IndexUnavailable, ToolscoutError, counted, verb
-from service.http_transport import bound_socket, nodelay_transport
+from service.http_transport import bound_socket, listen_hint, nodelay_transport
 from service.settings import Settings
 
 
@@ -63,7 +63,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         sock = bound_socket(host, port)
     except OSError as exc:
-        print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc} ({_PORT_HINT})", file=sys.stderr)
+        hint = listen_hint(exc, "`toolscout serve`", "TOOLSCOUT_HOST", "TOOLSCOUT_PORT")
+        print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc} ({hint})", file=sys.stderr)
         return 3
     import uvicorn  # the app's modules take seconds to import: after the port is known to be free
 
@@ -103,9 +104,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         request_lines.stop()
     return 0 if server.started else 3  # uvicorn.run's exit status when the start-up failed
-
-
-_PORT_HINT = "is another `toolscout serve` running? --port or TOOLSCOUT_PORT chooses another port"
 
 
 class ExplainedStartFailure:

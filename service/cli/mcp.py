@@ -10,7 +10,7 @@ import anyio
 
 from service.cli.settings_values import port_number
 from service.errors import ToolscoutError
-from service.http_transport import bound_socket
+from service.http_transport import bound_socket, listen_hint
 from service.mcp import MODES
 from service.security.openmode import is_loopback
 from service.settings import Settings, http_url, url_path
@@ -80,11 +80,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         try:
             sock = bound_socket(host, port)
         except OSError as exc:  # was uvicorn's log line of an errno, after the front end had started
-            print(
-                f"error: cannot listen on {host}:{port}: {exc.strerror or exc} (--port or "
-                "TOOLSCOUT_FRONTEND__HTTP_PORT chooses another port)",
-                file=sys.stderr,
-            )
+            hint = listen_hint(exc, "front end", "TOOLSCOUT_FRONTEND__HTTP_HOST", "TOOLSCOUT_FRONTEND__HTTP_PORT")
+            print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc} ({hint})", file=sys.stderr)
             return 3
         api_url = settings.frontend.api_url
 
