@@ -213,3 +213,26 @@ def test_indexing_a_folder_says_it_is_a_folder(
         f"error: {tmp_path}: a folder, not a catalog file",
         f"error: {tmp_path / 'missing.jsonl'}: no such file",
     ]
+
+
+def test_a_key_of_a_role_the_permissions_file_does_not_have_is_noted(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`--role develper` made a key that may use the default role's tools only, without a word."""
+    permissions = tmp_path / "permissions.yaml"
+    permissions.write_text('roles:\n  default:\n    allow: ["server:time"]\n  developer:\n    allow: ["server:git"]\n')
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_POLICY__PERMISSIONS_FILE", str(permissions))
+    notes = []
+    for role in ("develper", "developer", "admin", "approver"):
+        assert main(["keys", "create", "--caller", f"c-{role}", "--role", role, "--json"]) == 0
+        notes.append([line for line in capsys.readouterr().err.splitlines() if line.startswith("note: the perm")])
+    assert notes == [
+        [
+            f"note: the permissions file {permissions} has no role 'develper' (its roles: default, developer): the key "
+            "may use what `default` allows, no more"
+        ],
+        [],
+        [],
+        [],
+    ]
