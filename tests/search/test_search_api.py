@@ -120,7 +120,8 @@ async def test_a_field_the_body_does_not_define_is_a_422_naming_it(client: httpx
         assert response.status_code == 422
         assert response.headers["content-type"].startswith("application/problem+json")
         [error] = response.json()["errors"]
-        assert error["pointer"] == pointer and error["reason"].startswith("Extra inputs are not permitted (its fields: ")
+        assert error["pointer"] == pointer
+        assert error["reason"].startswith("Extra inputs are not permitted (its fields: ")
     assert search.json()["errors"][0]["reason"].endswith(" (its fields: query, k, servers, tags, explain)")
     assert call.json()["errors"][0]["reason"].endswith("; did you mean arguments?)")
 
