@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from indexer.json_pointer import pointer_token
 from service.observability.tracing import current_ids
+from service.security.route_errors import extra_field_reason, http_detail
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +252,7 @@ def _json_position(doc: Any, pos: Any) -> str:
     return f" at line {line}, column {pos - line_start + 1}"
 
 
-def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+def _validation_errors(exc: RequestValidationError, route: object = None) -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors()[:MAX_REPORTED_ERRORS]:
         loc = [str(part) for part in err.get("loc", ())]
@@ -264,7 +265,10 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
             errors.append({"pointer": "/body", "reason": NOT_JSON})  # a body of another (or no) content type
         else:
             pointer = echoed_path(json_pointer(err.get("loc", ())))
-            errors.append({"pointer": pointer, "reason": err.get("msg", "invalid")})
+            reason = err.get("msg", "invalid").removeprefix("Value error, ")  # pydantic's class of a check's own words
+            if err.get("type") == "extra_forbidden":
+                reason = extra_field_reason(route, tuple(err.get("loc", ())), reason)
+            errors.append({"pointer": pointer, "reason": reason})
     return errors
 
 
@@ -286,7 +290,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        errors, more = _validation_errors(exc), len(exc.errors()) > MAX_REPORTED_ERRORS
+        errors = _validation_errors(exc, request.scope.get("route"))
+        more = len(exc.errors()) > MAX_REPORTED_ERRORS
         detail = "; ".join(f"{e['pointer']}: {e['reason']}" for e in errors) or "invalid request"
         detail += f" (the first {len(errors)} errors; there are more)" if more else ""
         extra = {"more_errors": True} if more else {}
@@ -301,13 +306,18 @@ def install_error_handlers(app: FastAPI) -> None:
             reason = unreadable_body(exc.__cause__)
             error = InvalidRequest(f"Invalid request: /body: {reason}", errors=[{"pointer": "/body", "reason": reason}])
             return problem_response(error, request)
-        error = ToolscoutError(str(exc.detail))
+        error = ToolscoutError(http_detail(request.method, echoed_path(request.url.path), exc))
         error.status = exc.status_code
         error.slug = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}.get(
             exc.status_code, "http-error"
         )
-        error.title = {404: "Not found", 413: "Request over a configured limit"}.get(exc.status_code, "HTTP error")
-        return problem_response(error, request)
+        error.title = {404: "Not found", 405: "Method not allowed", 413: "Request over a configured limit"}.get(
+            exc.status_code, "HTTP error"
+        )
+        response = problem_response(error, request)
+        if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]  # RFC 9110: a 405 says which methods the route takes
+        return response
 
     app.add_exception_handler(ToolscoutError, on_toolscout_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -8,6 +8,7 @@ ACK (about 40 ms a call on Linux)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import socket
 from collections.abc import Callable
@@ -28,6 +29,32 @@ TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/problem+json\r\n"
     b"content-length: %d\r\nconnection: close\r\n\r\n%s"
 )
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A server's socket, bound (not yet listening) before its start-up: a port another process holds used to be
+    found after the migrations, the model load and the demo servers' start, seconds later (`toolscout serve`), or
+    was uvicorn's log line of an errno (`toolscout mcp --transport http`)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart reuses the port
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    # Not inheritable (uvicorn's own binding makes it so, for workers it forks): the upstream servers started later
+    # would each hold the API's listening socket, able to accept its connections, keys and all.
+    return sock
+
+
+def listen_hint(exc: OSError, server: str, host_variable: str, port_variable: str) -> str:
+    """What to change when `bound_socket` failed: a port in use and a host that is no address of this machine
+    were both "is another `toolscout serve` running?"."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"is another {server} running? --port or {port_variable} chooses another port"
+    if exc.errno == errno.EACCES:
+        return f"a port below 1024 needs privileges: --port or {port_variable} chooses another port"
+    return f"--host or {host_variable} chooses the address to listen on (127.0.0.1: this machine only)"
 
 
 def nodelay_transport() -> httpx.HTTPTransport:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.cluster.settings import ClusterSettings
@@ -17,6 +17,33 @@ from service.usage.learning_settings import LearningSettings
 from service.usage.log_settings import LogSettings
 
 Port = Annotated[int, Field(ge=1, le=65535)]  # a TCP port a setting names (0: one the clients cannot know)
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")  # what both logging and uvicorn take
+
+
+def log_level(value: str) -> str:
+    """A log level in any case (`debug`, `INFO`), else the levels there are: `TOOLSCOUT_LOG_LEVEL=verbose` was a
+    traceback of the logging module's at `toolscout serve`."""
+    if value.lower() not in LOG_LEVELS:
+        raise ValueError(f"not a log level: expected one of {', '.join(LOG_LEVELS)}")
+    return value.upper()
+
+
+LogLevel = Annotated[str, AfterValidator(log_level)]  # an alias: the field of that name would hide the check
+
+
+def http_url(value: str) -> str:
+    """An http(s) URL with a host: `127.0.0.1:8765` without its scheme was every CLI command's "does not answer"."""
+    scheme, _, rest = value.partition("://")
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ValueError("expected an http:// or https:// URL, such as http://127.0.0.1:8765")
+    return value
+
+
+def url_path(value: str) -> str:
+    """A path the front end serves at (`/mcp`): `mcp` was Starlette's assertion, a traceback, at the start."""
+    if not value.startswith("/"):
+        raise ValueError(f"a path starts with /, such as /{value.lstrip('/') or 'mcp'}")
+    return value
 
 
 class Section(BaseModel):
@@ -133,9 +160,9 @@ class ExecutionSettings(Section):
 
     servers_file: Path | None = None
     demo_servers: bool = True
-    timeout_seconds: float = 30.0
-    result_token_budget: int = 4000
-    batch_concurrency: int = 8
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    result_token_budget: int = Field(default=4000, ge=1)
+    batch_concurrency: int = Field(default=8, ge=1)
     log_raw_arguments: bool = False
     # "commit": an answered call has its log row committed (group commit, a few ms); "batched": rows are
     # written in the background after the answer (faster, but a crash loses the rows still in memory).
@@ -144,13 +171,13 @@ class ExecutionSettings(Section):
     toolchain_dir: Path | None = None
     # How long start-up waits for the upstream servers' first connection and sync (the rest go on in the
     # background); a clean shutdown waits this long for the calls in flight.
-    startup_wait_seconds: float = 20.0
-    shutdown_grace_seconds: float = 30.0
+    startup_wait_seconds: float = Field(default=20.0, ge=0)
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     # Reconnection after a crash: exponential backoff between these bounds; idle connections are pinged.
     reconnect_initial_seconds: float = 0.5
     reconnect_max_seconds: float = 30.0
     heartbeat_seconds: float = 30.0
-    batch_max_calls: int = 100
+    batch_max_calls: int = Field(default=100, ge=1)
     # Servers added over the API: stdio ones run a command on this machine, so they are refused unless allowed,
     # and then only for the listed executables (names or absolute paths). Servers of the servers file are trusted.
     allow_api_stdio: bool = False
@@ -161,7 +188,7 @@ class ExecutionSettings(Section):
     # Internal hosts (names, addresses, CIDR networks; "*": all) reachable anyway (upstream/urls.py) by:
     upstream_allowed_hosts: list[str] = Field(default_factory=list)  # HTTP upstreams added over the API
     egress_allowed_hosts: list[str] = Field(default_factory=list)  # stdio servers behind the egress proxy
-    result_ttl_hours: float = 24.0
+    result_ttl_hours: float = Field(default=24.0, gt=0)
     # Results cut to the budget that one caller keeps stored at once; saving another deletes its oldest.
     max_stored_results_per_caller: int = Field(default=100, ge=1)
     # One JSON-RPC message from an upstream server (a result, a tools/list page; an SSE event or a JSON body over
@@ -172,22 +199,23 @@ class ExecutionSettings(Section):
     # And at most this many tools: syncing one costs ~50 KB of memory at its peak, however few bytes it has.
     max_tools_per_server: int = Field(default=5_000, ge=1)
     # /execute keeps resolved tools this long (upstream syncs invalidate them at once); 0 turns the cache off.
-    tool_cache_seconds: float = 5.0
+    tool_cache_seconds: float = Field(default=5.0, ge=0)
 
 
 class PolicySettings(Section):
     """API keys, permissions file and rate limits."""
 
     permissions_file: Path | None = None
-    rate_limit_per_minute: float = 600.0  # per API key (or the open local user); 0 turns limits off
-    rate_limit_burst: int = 60
-    approval_ttl_seconds: int = 900
+    # per API key (or the open local user); 0 turns limits off
+    rate_limit_per_minute: float = Field(default=600.0, ge=0)
+    rate_limit_burst: int = Field(default=60, ge=1)
+    approval_ttl_seconds: int = Field(default=900, ge=1)
     # Approvals one caller may have waiting at once: past it a destructive call with new arguments is a 429.
     max_pending_approvals: int = Field(default=20, ge=1)
     # With no API key in the database the service serves one local admin; False refuses every request instead.
     open_without_keys: bool = True
     # How long a resolved key stays cached in the process (a revocation by another process waits this long).
-    key_cache_seconds: float = 5.0
+    key_cache_seconds: float = Field(default=5.0, ge=0)
     # An approver may grant their own call only if this is set (the open local user always may).
     allow_self_approval: bool = False
     # Host header names the REST API answers to, besides the bound address, localhost names and IP literals
@@ -200,18 +228,20 @@ class PolicySettings(Section):
         description="Proxies (addresses, networks such as 10.0.0.0/8, or * for any peer) whose X-Forwarded-For "
         "names the client, for the REST API and the MCP front end over HTTP; empty: the client is the TCP peer",
     )
-    max_body_bytes: int = 20_000_000  # request bodies above this get 413 (registrations: POST /tools)
+    # request bodies above this get 413 (registrations: POST /tools)
+    max_body_bytes: int = Field(default=20_000_000, ge=1)
     # Every other body (calls, searches, scripts): parsing small JSON values costs the event loop ~1 s a MB.
-    max_call_body_bytes: int = 2_000_000
-    max_tools_per_registration: int = 5_000  # tools in one POST /tools (the CLI sends big catalogs in parts)
+    max_call_body_bytes: int = Field(default=2_000_000, ge=1)
+    # tools in one POST /tools (the CLI sends big catalogs in parts)
+    max_tools_per_registration: int = Field(default=5_000, ge=1)
     hold_suspicious_tools: bool = True  # hold tools bearing a poisoning signature; hold_changed_tools: upstream
     hold_changed_tools: bool = True  # tools whose definition changed since their first listing (rug pulls)
     screen_results: bool = True  # invisible characters left out of tool results, text addressed to models flagged
     # Failed authentications per client address: this many in a row are free, then each waits twice as long.
-    auth_failures_free: int = 5
-    auth_failure_max_delay_seconds: float = 300.0
+    auth_failures_free: int = Field(default=5, ge=0)
+    auth_failure_max_delay_seconds: float = Field(default=300.0, ge=0)
     # GET /events streams one key (or the open local user) holds open at once; each front end keeps one.
-    max_event_streams_per_key: int = 16
+    max_event_streams_per_key: int = Field(default=16, ge=1)
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -242,7 +272,7 @@ class ConsoleSettings(Section):
 class FrontendSettings(Section):
     """The MCP front end: which REST API it calls and how."""
 
-    api_url: str = "http://127.0.0.1:8765"
+    api_url: Annotated[str, AfterValidator(http_url)] = "http://127.0.0.1:8765"
     api_key: str | None = None
     profiles_file: Path | None = None
     dynamic_max_active: int = 64
@@ -254,7 +284,7 @@ class FrontendSettings(Section):
     events_retry_seconds: float = 2.0  # first wait before reconnecting to GET /events (doubles up to 60 s)
     http_host: str = "127.0.0.1"  # `toolscout mcp --transport http` listens here
     http_port: Port = 8766
-    http_path: str = "/mcp"
+    http_path: Annotated[str, AfterValidator(url_path)] = "/mcp"
     # When set, `toolscout mcp --transport http` requires `Authorization: Bearer <this key>` on every request.
     http_api_key: str | None = None
     # Sessions (and 2026 listen streams, at most 1,024 in all) per client address and in all; past either bound a new
@@ -268,22 +298,24 @@ class CodeModeSettings(Section):
     """Code mode (POST /run, the run_script meta-tool): budgets of one JavaScript program calling many tools."""
 
     enabled: bool = True
-    timeout_seconds: float = 60.0  # wall clock of one script; a request may ask for less, not more
-    memory_mib: int = 256  # the engine's heap
+    timeout_seconds: float = Field(default=60.0, gt=0)  # wall clock of one script; a request may ask for less, not more
+    memory_mib: int = Field(default=256, ge=1)  # the engine's heap
     # The engine process's address space (RLIMIT_AS): the interpreter and QuickJS (~90 MiB of it at rest, mostly
     # reserved, not resident), the heap above, and the values crossing into Python, which the heap does not count.
     # Below ~100 MiB QuickJS cannot even parse its prelude (its out-of-memory then reads as a SyntaxError).
     process_memory_mib: int = Field(default=1024, ge=256)
-    max_tool_calls: int = 50  # tool calls and searches of one script
-    max_concurrent: int = 4  # scripts running at once; the others wait in turn
-    max_queued: int = 16  # scripts waiting for a turn; past it a run is refused (503) rather than queued
+    max_tool_calls: int = Field(default=50, ge=1)  # tool calls and searches of one script
+    max_concurrent: int = Field(default=4, ge=1)  # scripts running at once; the others wait in turn
+    # scripts waiting for a turn; past it a run is refused (503) rather than queued
+    max_queued: int = Field(default=16, ge=0)
     # Scripts of one caller running or waiting at once; past it its next one is a 429: one caller can neither fill
     # the queue nor hold every slot (at the defaults one stays free for the others).
-    max_per_caller: int = 3
-    max_script_chars: int = 100_000
-    max_value_chars: int = 1_000_000  # JSON of the script's return value and of each call's arguments
-    max_log_lines: int = 100
-    max_log_line_chars: int = 1000
+    max_per_caller: int = Field(default=3, ge=1)
+    max_script_chars: int = Field(default=100_000, ge=1)
+    # JSON of the script's return value and of each call's arguments
+    max_value_chars: int = Field(default=1_000_000, ge=1)
+    max_log_lines: int = Field(default=100, ge=0)
+    max_log_line_chars: int = Field(default=1000, ge=1)
     # The engine process's scheduling niceness (0-19): scripts are CPU a caller spends on the service's machine,
     # and at 0 one caller's three busy loops held every other caller's searches about 4 times as long.
     niceness: int = Field(default=19, ge=0, le=19)
@@ -306,7 +338,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".toolscout")
     host: str = "127.0.0.1"
     port: Port = 8765
-    log_level: str = Field(
+    log_level: LogLevel = Field(
         default="INFO",
         description="Log level of `toolscout serve` (`toolscout --log-level` overrides it; other commands: WARNING)",
     )

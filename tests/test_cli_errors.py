@@ -302,7 +302,7 @@ def test_indexing_a_file_without_tools_says_so(
     [
         (["mcp", "--mode", "bogus"], "toolscout mcp: error: argument --mode: invalid choice: 'bogus'"),
         (["mcp", "--transport", "tcp"], "toolscout mcp: error: argument --transport: invalid choice: 'tcp'"),
-        (["bench", "nope"], "toolscout bench: error: argument bench: invalid choice: 'nope'"),
+        (["bench", "nope"], "toolscout bench: error: no command 'nope' (commands: search, tokens, analytics,"),
         (["mcp", "--port", "99999"], "toolscout mcp: error: argument --port: 99999 is not a port"),
         (["serve", "--port", "http"], "toolscout serve: error: argument --port: not a port number: 'http'"),
     ],

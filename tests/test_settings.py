@@ -22,7 +22,12 @@ def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY", "true", "TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY: no such setting"),
+        (
+            "TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY",
+            "true",
+            "TOOLSCOUT_POLICY__OPEN_WITHOUT_KEY: no such setting (did you mean TOOLSCOUT_POLICY__OPEN_WITHOUT_KEYS?)",
+        ),
+        ("TOOLSCOUT_SEARCH__ZZZ", "1", "TOOLSCOUT_SEARCH__ZZZ: no such setting\n"),
         (
             "TOOLSCOUT_POLCY__OPEN_WITHOUT_KEYS",
             "true",
@@ -38,6 +43,33 @@ def test_a_known_setting_is_read_from_its_variable(monkeypatch: pytest.MonkeyPat
             "TOOLSCOUT_POLICY__TRUSTED_PROXIES",
             '["10.0.0.1", "nginx"]',
             "TOOLSCOUT_POLICY__TRUSTED_PROXIES: 'nginx' is not an IP address, a network (10.0.0.0/8) or *",
+        ),
+        (
+            "TOOLSCOUT_POLICY__RATE_LIMIT_BURST",
+            "0",
+            "TOOLSCOUT_POLICY__RATE_LIMIT_BURST: Input should be greater than or equal to 1 (given: '0')",
+        ),
+        (
+            "TOOLSCOUT_EXECUTION__TIMEOUT_SECONDS",
+            "-1",
+            "TOOLSCOUT_EXECUTION__TIMEOUT_SECONDS: Input should be greater than 0 (given: '-1')",
+        ),
+        (
+            "TOOLSCOUT_FRONTEND__HTTP_PATH",
+            "mcp",
+            "TOOLSCOUT_FRONTEND__HTTP_PATH: a path starts with /, such as /mcp (given: 'mcp')",
+        ),
+        (
+            "TOOLSCOUT_FRONTEND__API_URL",
+            "127.0.0.1:8765",
+            "TOOLSCOUT_FRONTEND__API_URL: expected an http:// or https:// URL, such as http://127.0.0.1:8765 "
+            "(given: '127.0.0.1:8765')",
+        ),
+        (
+            "TOOLSCOUT_LOG_LEVEL",
+            "verbose",
+            "TOOLSCOUT_LOG_LEVEL: not a log level: expected one of debug, info, warning, error, critical "
+            "(given: 'verbose')",
         ),
     ],
 )
@@ -126,8 +158,10 @@ EXPECTED_URL = "expected sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HO
         ("nonsense://x", f"'nonsense' is not a database Toolscout runs on ({EXPECTED_URL}) (given: 'nonsense://x')"),
         ("nonsense", f"not a database URL ({EXPECTED_URL}) (given: 'nonsense')"),
         # The password of a URL is never printed.
-        ("mysql://app:s3cret@db/x", f"'mysql' is not a database Toolscout runs on ({EXPECTED_URL}) (given: "
-         "'mysql://app:***@db/x')"),
+        (
+            "mysql://app:s3cret@db/x",
+            f"'mysql' is not a database Toolscout runs on ({EXPECTED_URL}) (given: 'mysql://app:***@db/x')",
+        ),
     ],
 )
 def test_a_database_url_the_service_cannot_open_stops_it_naming_the_setting(
@@ -216,3 +250,21 @@ def test_a_list_setting_holding_a_url_with_a_password_never_prints_the_password(
     assert main(["search", "anything"]) == 2
     err = capsys.readouterr().err
     assert "(given: 'https://admin:***@app.example')" in err and "hunter2" not in err
+
+
+def test_a_log_level_option_that_is_no_level_is_a_usage_error_not_a_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["--log-level", "verbose", "keys", "list"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    assert err == (
+        "toolscout: error: argument --log-level: not a log level: expected one of debug, info, warning, error, "
+        "critical, got 'verbose' (see `toolscout --help`)\n"
+    )
+
+
+def test_a_log_level_is_taken_in_any_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLSCOUT_LOG_LEVEL", "debug")
+    assert Settings().log_level == "DEBUG"

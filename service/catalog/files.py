@@ -190,7 +190,8 @@ def load_catalog_file(path: Path, server: str | None = None) -> CatalogFile:
     """Read a catalog: JSON Lines in the evaluation format (`.jsonl`, or any file holding more than one JSON
     value, or one tool object), otherwise an MCP tools/list JSON (server from the file name unless given)."""
     if not path.exists() or path.is_dir():  # not is_file(): a pipe (`--catalog <(...)`) is read as well
-        raise BadRequest(f"{path}: no such file", file=str(path))
+        said = "a folder, not a catalog file" if path.is_dir() else "no such file"
+        raise BadRequest(f"{path}: {said}", file=str(path))
     text = _read_text(path)
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         return _from_jsonl(path, text, server)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
@@ -34,14 +35,48 @@ class _Parser(argparse.ArgumentParser):
     """argparse with its refusals on one line (`toolscout mcp --mode x`), not the usage block above them."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"{self.prog}: error: {self._said(message)} (see `{self.prog} --help`)\n")
+
+    def _said(self, message: str) -> str:
+        """argparse names a missing or unknown command by the attribute it sets (`keys_command`): named as a
+        command here, with the commands there are."""
+        for action in self._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                continue
+            commands = list(action.choices)
+            if message == f"the following arguments are required: {action.dest}":
+                return f"a command is required: {', '.join(commands)}"
+            prefix = f"argument {action.dest}: invalid choice: "
+            if message.startswith(prefix):
+                given = message.removeprefix(prefix).split(" (choose from")[0]
+                close = difflib.get_close_matches(given.strip("'"), commands, n=1)
+                hint = f"did you mean {close[0]}? " if close else ""
+                return f"no command {given} ({hint}commands: {', '.join(commands)})"
+        return message
+
+    def unrecognized(self, args: argparse.Namespace, extras: list[str]) -> NoReturn:
+        """Arguments no parser took, said by the command they were given to (argparse said them at `toolscout`,
+        pointing to `toolscout --help`, for `toolscout search --bogus`)."""
+        parser: argparse.ArgumentParser = self
+        while (sub := next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)) and (
+            getattr(args, sub.dest, None) in sub.choices
+        ):
+            parser = sub.choices[getattr(args, sub.dest)]
+        positional = any(not action.option_strings for action in parser._actions)  # `search QUERY`, `index FILE`
+        words = positional and any(not extra.startswith("-") for extra in extras)
+        hint = " (an argument of several words goes in quotes)" if words else ""
+        parser.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
 
 
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> _Parser:
     """The whole command line, or (given the arguments) only what the command they name needs."""
     parser = _Parser(prog="toolscout", description="Semantic tool retrieval for LLM agents.")
     parser.add_argument(
-        _LOG_LEVEL, default=None, help="logging level (default WARNING; for `serve`, TOOLSCOUT_LOG_LEVEL: INFO)"
+        _LOG_LEVEL,
+        default=None,
+        type=_log_level,
+        help="logging level: debug, info, warning, error or critical (default warning; for `serve`, "
+        "TOOLSCOUT_LOG_LEVEL: info)",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     command = None if argv is None else _command_of(argv)
@@ -49,6 +84,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         importlib.import_module(name).register(subparsers)
     _describe(parser)
     return parser
+
+
+def _log_level(value: str) -> str:
+    from service.settings import log_level
+
+    try:
+        return log_level(value)
+    except ValueError as exc:  # `--log-level verbose` was the logging module's traceback
+        raise argparse.ArgumentTypeError(f"{exc}, got {value!r}") from None
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -78,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        assert isinstance(parser, _Parser)
+        parser.unrecognized(args, extras)
     level = (args.log_level or "WARNING").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Alembic 1.17+ logs each of its built-in plugins at INFO as it is imported: seven lines of every start of
@@ -136,11 +183,21 @@ def settings_problems(error: ValidationError) -> str:
             continue
         variable = "TOOLSCOUT_" + "__".join(str(part) for part in problem["loc"]).upper()
         if problem["type"] == "extra_forbidden":
-            lines.append(f"  {variable}: no such setting")
+            lines.append(f"  {variable}: no such setting{_closest_setting(problem['loc'])}")
         else:
             given = without_password(problem["input"]) if isinstance(problem["input"], str) else problem["input"]
             lines.append(f"  {variable}: {problem['msg'].removeprefix('Value error, ')} (given: {given!r})")
     return "\n".join(lines)
+
+
+def _closest_setting(loc: tuple[int | str, ...]) -> str:
+    """` (did you mean TOOLSCOUT_POLICY__OPEN_WITHOUT_KEYS?)` for the setting of the section nearest a misspelt one."""
+    from service.settings import Settings
+
+    section = Settings.model_fields.get(str(loc[0])) if len(loc) == 2 else None
+    names = list(getattr(section.annotation, "model_fields", {})) if section is not None else []
+    close = difflib.get_close_matches(str(loc[-1]).lower(), names, n=1)
+    return f" (did you mean TOOLSCOUT_{str(loc[0]).upper()}__{close[0].upper()}?)" if close else ""
 
 
 if __name__ == "__main__":

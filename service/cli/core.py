@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import logging
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -17,9 +16,10 @@ import httpx
 
 from service.catalog.files import load_catalog_file
 from service.cli.settings_values import port_number
+from service.cli.start_files import permissions_file_problem, servers_file_problem
 from service.cli.terminal import printable
-from service.errors import IndexUnavailable, ToolscoutError, counted, verb
-from service.http_transport import nodelay_transport
+from service.errors import DatabaseUnavailable, IndexUnavailable, ToolscoutError, counted, verb
+from service.http_transport import bound_socket, listen_hint, nodelay_transport
 from service.settings import Settings
 
 
@@ -54,13 +54,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = args.host or settings.host, args.port or settings.port
     # The app checks hosts and open mode against the address it is bound to.
     settings.host, settings.port = host, port
-    if (problem := _servers_file_problem(settings)) is not None:
+    if (problem := servers_file_problem(settings)) is not None:
         print(f"error: {printable(problem)} (TOOLSCOUT_EXECUTION__SERVERS_FILE)", file=sys.stderr)
         return 2
+    if (problem := permissions_file_problem(settings)) is not None:
+        print(f"error: {printable(problem)} (TOOLSCOUT_POLICY__PERMISSIONS_FILE)", file=sys.stderr)
+        return 2
     try:
-        sock = _bound_socket(host, port)
+        sock = bound_socket(host, port)
     except OSError as exc:
-        print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc} ({_PORT_HINT})", file=sys.stderr)
+        hint = listen_hint(exc, "`toolscout serve`", "TOOLSCOUT_HOST", "TOOLSCOUT_PORT")
+        print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc} ({hint})", file=sys.stderr)
         return 3
     import uvicorn  # the app's modules take seconds to import: after the port is known to be free
 
@@ -102,38 +106,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0 if server.started else 3  # uvicorn.run's exit status when the start-up failed
 
 
-def _servers_file_problem(settings: Settings) -> str | None:
-    """Why the servers file cannot be read, before anything starts: the gateway's start found it a traceback later,
-    after the migrations, the index and the model."""
-    if settings.execution.servers_file is None:
-        return None
-    from service.upstream.config import load_servers_file
-
-    try:
-        load_servers_file(settings.execution.servers_file)
-    except ToolscoutError as exc:
-        return exc.detail
-    return None
-
-
-_PORT_HINT = "is another `toolscout serve` running? --port or TOOLSCOUT_PORT chooses another port"
-
-
-def _bound_socket(host: str, port: int) -> socket.socket:
-    """The service's socket, bound (not yet listening) before the start-up: a port another process holds used to
-    be found after the migrations, the model load and the demo servers' start, seconds later."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart reuses the port
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    # Not inheritable (uvicorn's own binding makes it so, for workers it forks): the upstream servers started later
-    # would each hold the API's listening socket, able to accept its connections, keys and all.
-    return sock
-
-
 class ExplainedStartFailure:
     """The app, whose start-up failures that say what to do (open mode refused, the data folder's index held by
     another process, a data folder that cannot be written) uvicorn logs as their message rather than a whole
@@ -142,7 +114,9 @@ class ExplainedStartFailure:
     # The last line of the failure's traceback -> what to add to its message ({data_dir}: the data folder).
     EXPLAINED = {
         "service.security.openmode.StartupRefused: ": "",
+        "indexer.index.base.IndexBackendError: qdrant": " (TOOLSCOUT_INDEX__URL: is the Qdrant server running?)",
         "indexer.index.base.IndexBackendError: ": ". Is another `toolscout serve` using {data_dir}?",
+        "service.db.engine.DatabaseUnreachable: ": " (TOOLSCOUT_DB__URL)",
         **{
             f"{error}: ": " (TOOLSCOUT_DATA_DIR, {data_dir}, must be a folder this user may write)"
             for error in ("NotADirectoryError", "PermissionError", "FileExistsError", "FileNotFoundError")
@@ -160,7 +134,7 @@ class ExplainedStartFailure:
             last = (message.get("message") or "").strip().splitlines()[-1:]
             prefix = next((p for p in self.EXPLAINED if last and last[0].startswith(p)), None)
             if message["type"] == "lifespan.startup.failed" and prefix is not None:
-                explained = last[0].removeprefix(prefix) + self.EXPLAINED[prefix].format(data_dir=self.data_dir)
+                explained = last[0].split(": ", 1)[1] + self.EXPLAINED[prefix].format(data_dir=self.data_dir)
                 message = {**message, "message": explained}
             await send(message)
 
@@ -245,6 +219,7 @@ async def _direct(fn: Any) -> Any:
     """Run fn(resources) against the local data folder with the service's own start-up and shutdown."""
     from indexer.index.base import IndexBackendError
     from service.catalog.reconcile import reconcile_index
+    from service.db.engine import DatabaseUnreachable
     from service.resources import build_resources, close_resources, start_resources
     from service.search.service import start_search
 
@@ -252,8 +227,12 @@ async def _direct(fn: Any) -> Any:
     resources = build_resources(settings)
     try:
         await start_resources(resources)
+    except DatabaseUnreachable as exc:
+        raise DatabaseUnavailable(f"{exc} (TOOLSCOUT_DB__URL)") from None
     except IndexBackendError as exc:
         await close_resources(resources)
+        if settings.index.backend != "edge":
+            raise IndexUnavailable(f"{exc} (TOOLSCOUT_INDEX__URL: is the Qdrant server running?)") from exc
         # The embedded index has one owner: most often a `toolscout serve` this command did not reach.
         raise IndexUnavailable(
             f"{exc}. Is a `toolscout serve` using {settings.data_dir.resolve()}? The CLI reaches a running service "

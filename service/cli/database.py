@@ -10,8 +10,8 @@ import anyio
 from sqlalchemy.engine import make_url
 
 from service.cli.terminal import printable
-from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
-from service.errors import NotFound
+from service.db.engine import DatabaseUnreachable, create_engine_for, create_sessionmaker, upgrade_database
+from service.errors import DatabaseUnavailable, NotFound
 from service.resources import Resources, build_resources
 from service.settings import Settings
 
@@ -43,7 +43,10 @@ async def with_database(settings: Settings, fn: Callable[[Resources], Awaitable[
     if missing is not None:
         raise NotFound(elsewhere(missing))
     resources = build_resources(settings)
-    await anyio.to_thread.run_sync(upgrade_database, settings.database_url, "head", settings.db.timeout_seconds)
+    try:
+        await anyio.to_thread.run_sync(upgrade_database, settings.database_url, "head", settings.db.timeout_seconds)
+    except DatabaseUnreachable as exc:
+        raise DatabaseUnavailable(f"{exc} (TOOLSCOUT_DB__URL)") from None
     resources.engine = create_engine_for(settings.database_url, settings.db.echo, settings.db.timeout_seconds)
     resources.sessionmaker = create_sessionmaker(resources.engine)
     try:

@@ -43,6 +43,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     revoke.set_defaults(func=cmd_revoke)
 
 
+def _unknown_roles(settings: Settings, roles: tuple[str, ...] | list[str]) -> str | None:
+    """A note when the permissions file names none of a new key's roles: `--role develper` made a key whose caller
+    may use the default role's tools only, without a word."""
+    from service.policy.permissions import ADMIN_ROLE, PermissionsFileError, load_permissions
+
+    path = settings.policy.permissions_file
+    try:
+        permissions = load_permissions(path)
+    except PermissionsFileError:
+        return None  # `toolscout serve` says what is wrong with the file
+    known = {*permissions.roles, *permissions.approver_roles, ADMIN_ROLE, "metrics"}
+    unknown = [role for role in roles if role not in known]
+    if path is None or not unknown:
+        return None
+    return (
+        f"note: the permissions file {path} has no role {', '.join(map(repr, unknown))} (its roles: "
+        f"{', '.join(sorted(permissions.roles)) or 'none'}): the key may use what `default` allows, no more"
+    )
+
+
 def cmd_create(args: argparse.Namespace) -> int:
     async def run(resources: Resources) -> auth.CreatedKey:
         async with resources.session() as session:
@@ -57,6 +77,8 @@ def cmd_create(args: argparse.Namespace) -> int:
     except InvalidRequest as exc:
         print(f"error: {exc.detail}", file=sys.stderr)
         return 1
+    if (note := _unknown_roles(settings, created.roles)) is not None:
+        print(note, file=sys.stderr)
     if args.json:
         print(
             json.dumps(

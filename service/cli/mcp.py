@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 import anyio
 
 from service.cli.settings_values import port_number
 from service.errors import ToolscoutError
+from service.http_transport import bound_socket, listen_hint
 from service.mcp import MODES
 from service.security.openmode import is_loopback
-from service.settings import Settings
+from service.settings import Settings, http_url, url_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,11 +26,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     mcp.add_argument("--mode", choices=MODES, default="lazy", help="what tools/list shows (default lazy)")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default stdio")
     mcp.add_argument("--profile", default=None, help="a named scope of the profiles file")
-    mcp.add_argument("--api-url", default=None, help="the REST API (default: settings frontend.api_url)")
+    mcp.add_argument("--api-url", type=api_url, default=None, help="the REST API (default: settings frontend.api_url)")
     mcp.add_argument("--host", default=None, help="HTTP host (default: settings frontend.http_host)")
     mcp.add_argument("--port", type=port_number, default=None, help="HTTP port (default: settings frontend.http_port)")
-    mcp.add_argument("--path", default=None, help="HTTP path (default: settings frontend.http_path, /mcp)")
+    mcp.add_argument("--path", type=path, default=None, help="HTTP path (default: settings frontend.http_path, /mcp)")
     mcp.set_defaults(func=cmd_mcp)
+
+
+def api_url(value: str) -> str:
+    return _checked(http_url, value)
+
+
+def path(value: str) -> str:
+    return _checked(url_path, value)
+
+
+def _checked(check: Callable[[str], str], value: str) -> str:
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, got {value!r}") from None
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -60,11 +77,17 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+        try:
+            sock = bound_socket(host, port)
+        except OSError as exc:  # was uvicorn's log line of an errno, after the front end had started
+            hint = listen_hint(exc, "front end", "TOOLSCOUT_FRONTEND__HTTP_HOST", "TOOLSCOUT_FRONTEND__HTTP_PORT")
+            print(f"error: cannot listen on {host}:{port}: {exc.strerror or exc} ({hint})", file=sys.stderr)
+            return 3
         api_url = settings.frontend.api_url
 
         def announce(url: str) -> None:
             # Printed once the socket accepts connections: whoever waits for this line may connect at once.
             print(f"Toolscout MCP front end ({args.mode}) on {url} -> {api_url}", file=sys.stderr, flush=True)
 
-        anyio.run(serve_http, frontend, host, port, args.path, announce)
+        anyio.run(serve_http, frontend, host, port, args.path, announce, sock)
     return 0

@@ -12,6 +12,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -163,7 +164,13 @@ def upgrade_database(url: str, revision: str = "head", timeout_seconds: float = 
     sync = sync_url(url)
     engine = create_engine(sync, poolclass=NullPool, connect_args=postgres_timeouts(sync, timeout_seconds))
     try:
-        with engine.connect() as connection:
+        try:
+            opened = engine.connect()
+        except OperationalError as exc:  # a wrong host, port, database or password: one line, not a traceback
+            reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
+            where = parsed.render_as_string(hide_password=True)
+            raise DatabaseUnreachable(f"cannot connect to the database {where}: {reason}") from None
+        with opened as connection:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             connection.commit()
             try:
@@ -176,6 +183,10 @@ def upgrade_database(url: str, revision: str = "head", timeout_seconds: float = 
                 connection.commit()
     finally:
         engine.dispose()
+
+
+class DatabaseUnreachable(RuntimeError):
+    """The database of the settings refused or did not answer the migrations' connection."""
 
 
 def downgrade_database(url: str, revision: str = "base") -> None:
@@ -194,4 +205,5 @@ __all__ = [
     "take_turn",
     "upgrade_database",
     "downgrade_database",
+    "DatabaseUnreachable",
 ]

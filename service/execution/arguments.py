@@ -208,12 +208,26 @@ def _reported(validator: Validator | None, instance: Any, what: str) -> tuple[li
         if error.validator == "required" and isinstance(error.instance, dict):
             missing = [p for p in error.validator_value if p not in error.instance and repr(p) in error.message]
             path += missing[:1]
-        reason = error.message
+        reason = error.message + (_unnamed(error) if error.validator == "required" else "")
         if len(reason) > MAX_REASON_CHARS:
             reason = f"{reason[: MAX_REASON_CHARS - 20]}… ({len(reason):,} characters)"
         found.append({"pointer": json_pointer(path), "reason": reason, "keyword": str(error.validator)})
     found.sort(key=lambda e: (e["pointer"], e["reason"]))
     return found[:MAX_REPORTED_ERRORS], len(found) > MAX_REPORTED_ERRORS
+
+
+def _unnamed(error: ValidationError) -> str:
+    """The arguments beside a missing required one that its schema does not name (`tz` for `timezone`): what the
+    caller most likely meant to send, which a schema without `additionalProperties: false` lets through unsaid."""
+    schema, instance = error.schema, error.instance
+    if not isinstance(schema, dict) or not isinstance(instance, dict) or "patternProperties" in schema:
+        return ""
+    named = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    unnamed = [str(key)[:64] for key in instance if key not in named]
+    if not unnamed:
+        return ""
+    shown = ", ".join(repr(key) for key in unnamed[:3]) + (f" and {len(unnamed) - 3} more" if len(unnamed) > 3 else "")
+    return f" (given {shown}, which the schema does not name; its properties: {', '.join(list(named)[:10])})"
 
 
 def _iter_errors(validator: Validator, instance: Any, what: str) -> list[ValidationError]:

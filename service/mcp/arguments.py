@@ -12,8 +12,10 @@ def string_argument(arguments: Mapping[str, Any], key: str, *, required: bool) -
     """The string argument `key` (None when absent and not required)."""
     value = arguments.get(key)
     if value is None or value == "":
-        if required:
-            raise InvalidArguments(f"`{key}` is required", errors=[{"pointer": f"/{key}", "reason": "required"}])
+        if required:  # with the names given instead: `qery` for `query` was only "`query` is required"
+            given = [repr(str(name)[:64]) for name in list(arguments)[:5] if name != key]
+            said = f" (given: {', '.join(given)})" if given else ""
+            raise InvalidArguments(f"`{key}` is required{said}", errors=[{"pointer": f"/{key}", "reason": "required"}])
         return None
     if not isinstance(value, str):
         raise InvalidArguments(f"`{key}` must be a string", errors=[{"pointer": f"/{key}", "reason": "not a string"}])

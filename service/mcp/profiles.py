@@ -84,7 +84,10 @@ def load_profiles(path: Path | None) -> dict[str, Profile]:
             profiles[str(name)] = Profile(name=str(name), **body)
         except ValidationError as exc:
             errors = [
-                {"pointer": prefix + "".join(f"/{pointer_token(p)}" for p in (name, *e["loc"])), "reason": e["msg"]}
+                {
+                    "pointer": prefix + "".join(f"/{pointer_token(p)}" for p in (name, *e["loc"])),
+                    "reason": _said(e["msg"]),
+                }
                 for e in exc.errors()
             ]
             reasons = "; ".join(f"{e['pointer']}: {e['reason']}" for e in errors)
@@ -114,3 +117,8 @@ def select_profile(path: Path | None, name: str | None) -> Profile | None:
         known = ", ".join(sorted(profiles)) or "none"
         raise ProfileError(f"No profile named {name!r} in {path}; known profiles: {known}")
     return profiles[name]
+
+
+def _said(message: str) -> str:
+    """pydantic's words for a profile's list (`servers: git` was "Input should be a valid tuple": YAML has lists)."""
+    return message.replace("a valid tuple", "a list")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -81,9 +82,10 @@ async def serve_http(
     port: int,
     path: str | None = None,
     on_listening: Callable[[str], None] | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve streamable HTTP with uvicorn until interrupted; `on_listening` gets the front end's URL once its socket
-    accepts connections (the lifespan has run by then)."""
+    accepts connections (the lifespan has run by then); `sock`, bound already, is the socket it listens on."""
     import uvicorn
 
     from service.http_transport import listening_server
@@ -99,4 +101,4 @@ async def serve_http(
         if on_listening is not None:
             on_listening(url)
 
-    await listening_server(config, listening).serve()
+    await listening_server(config, listening).serve(sockets=None if sock is None else [sock])

@@ -254,7 +254,9 @@ class KeyResolver:
         if not found:
             self.failures.failed(address)
 
-    async def resolve(self, presented: str | None, address: str = "?") -> Caller:
+    async def resolve(self, presented: str | None, address: str = "?", authorization: str | None = None) -> Caller:
+        """The caller of a presented key; `authorization`, the request's Authorization header, says why a key was
+        not read from it (never quoted: a key sent without `Bearer ` is its whole value)."""
         if presented:
             self.admit(address)
             caller = await self.lookup(presented)
@@ -262,6 +264,11 @@ class KeyResolver:
             if caller is None:
                 raise Unauthorized("The API key is unknown or revoked")
         elif await self.keys_exist():
+            if authorization and authorization.strip():  # `Authorization: tsk_...` or `Basic ...`: read as no key
+                raise Unauthorized(
+                    "An API key is required: the Authorization header is not `Bearer <key>` (write `Bearer ` before "
+                    "the key, or send it as `X-API-Key`)"
+                )
             raise Unauthorized("An API key is required: send `Authorization: Bearer <key>` or `X-API-Key`")
         elif self.open_allowed:
             caller = OPEN_CALLER

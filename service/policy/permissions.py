@@ -233,7 +233,8 @@ def parse_permissions(data: Any, source: str = "<permissions>") -> PermissionSet
             raise PermissionsFileError(f"{source}: role names must be non-empty strings")
         body = body or {}
         if not isinstance(body, dict) or set(body) - _ROLE_KEYS:
-            raise PermissionsFileError(f"{source}: role {name!r} may only have the keys allow and deny")
+            given = f" (given: {', '.join(sorted(map(str, set(body) - _ROLE_KEYS)))})" if isinstance(body, dict) else ""
+            raise PermissionsFileError(f"{source}: role {name!r} may only have the keys allow and deny{given}")
         roles[name] = Rules(
             _patterns(body.get("allow"), f"roles.{name}.allow"),
             _patterns(body.get("deny"), f"roles.{name}.deny", spelling_blind=True),

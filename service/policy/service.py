@@ -255,7 +255,7 @@ async def resolve_caller(request: Request) -> Caller:
     if key is None and (by_session := await session_caller(resources, request)) is not None:
         caller = await resolver.charge(by_session)
     else:
-        caller = await resolver.resolve(key, client_address(request))
+        caller = await resolver.resolve(key, client_address(request), request.headers.get("authorization"))
     if caller.is_open and relayed(request.scope.get("headers", []), client_address(request)):
         # Open mode is for the user of this machine: a reverse proxy in front of the loopback address (sending
         # nginx's default Host, 127.0.0.1:8765) made every client of the proxy this admin.

@@ -256,12 +256,14 @@ def load_servers_file(path: Path) -> list[ServerSpec]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidRequest(f"cannot read servers file {path}: {exc.strerror or exc}") from exc
+    as_yaml = path.suffix.lower() in (".yaml", ".yml")
     try:
-        document = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        document = yaml.safe_load(text) if as_yaml else json.loads(text)
     except (ValueError, yaml.YAMLError) as exc:
-        raise InvalidRequest(
-            f"servers file {path} is not valid {'YAML' if path.suffix != '.json' else 'JSON'}: {_syntax_error(exc)}"
-        ) from exc
+        # A servers.txt was read as JSON and said to be "not valid YAML" with the JSON parser's words.
+        hint = "" if as_yaml or path.suffix.lower() == ".json" else " (a file named .yaml or .yml is read as YAML)"
+        kind = "YAML" if as_yaml else "JSON"
+        raise InvalidRequest(f"servers file {path} is not valid {kind}: {_syntax_error(exc)}{hint}") from exc
     try:
         return parse_servers_document(document)
     except InvalidRequest as exc:

@@ -179,7 +179,7 @@ def test_profiles_file_yaml_and_json(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as invalid:
         load_profiles(path)
     assert invalid.value.detail == (
-        f"{path}: profile 'bad' is invalid: /profiles/bad/servers: Input should be a valid tuple; "
+        f"{path}: profile 'bad' is invalid: /profiles/bad/servers: Input should be a list; "
         "/profiles/bad/default_k: Input should be greater than or equal to 1"
     )
     assert [e["pointer"] for e in invalid.value.extensions["errors"]] == [

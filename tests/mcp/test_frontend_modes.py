@@ -124,6 +124,9 @@ async def test_meta_tool_argument_errors_are_tool_results(
     async with frontend_of(settings, api_transport) as frontend, client_of(frontend) as (client, _):
         missing = await client.call_tool("search_tools", {})
         assert missing.is_error and "`query` is required" in text_of(missing)
+        misspelt = await client.call_tool("search_tools", {"qery": "time", "k": 2})
+        said = "Arguments do not match the tool's input schema: `query` is required (given: 'qery', 'k')"
+        assert text_of(misspelt) == said
         blank = await client.call_tool("search_tools", {"query": " \t"})
         assert text_of(blank) == "Arguments do not match the tool's input schema: `query` must not be blank"
         bad_k = await client.call_tool("search_tools", {"query": "x", "k": 500})

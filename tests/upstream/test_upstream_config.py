@@ -150,6 +150,15 @@ def test_files_json_and_yaml(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidRequest, match="cannot read"):
         load_servers_file(tmp_path / "missing.json")
+    yaml_named_otherwise = tmp_path / "servers.txt"  # read as JSON; it was "not valid YAML" in the JSON parser's words
+    yaml_named_otherwise.write_text("mcpServers:\n  time: {command: python}\n")
+    with pytest.raises(InvalidRequest) as caught:
+        load_servers_file(yaml_named_otherwise)
+    assert caught.value.detail.startswith(f"servers file {yaml_named_otherwise} is not valid JSON: ")
+    assert caught.value.detail.endswith(" (a file named .yaml or .yml is read as YAML)")
+    upper = tmp_path / "SERVERS.YML"
+    upper.write_text("mcpServers:\n  time: {command: python}\n")
+    assert load_servers_file(upper)[0].command == "python"
 
 
 def test_a_servers_file_replaces_the_demo(tmp_path: Path) -> None:

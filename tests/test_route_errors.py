@@ -1,0 +1,54 @@
+"""A route that does not exist, or exists for another method, says what was asked and where the routes are:
+Starlette's bare "Not Found" and "Method Not Allowed" told a newcomer's `curl .../search` (a GET) nothing."""
+
+from __future__ import annotations
+
+import httpx
+
+
+async def test_a_get_of_a_post_route_names_the_method_it_takes(client: httpx.AsyncClient) -> None:
+    response = await client.get("/search")
+    assert response.status_code == 405 and response.headers["content-type"] == "application/problem+json"
+    assert response.headers["allow"] == "POST"
+    body = response.json()
+    assert body["title"] == "Method not allowed" and body["type"].endswith("/method-not-allowed")
+    assert body["detail"] == "GET is not a method of /search: it takes POST"
+
+
+async def test_an_unknown_route_points_to_the_openapi_document(client: httpx.AsyncClient) -> None:
+    response = await client.post("/serch", json={"query": "time"})
+    assert response.status_code == 404
+    assert response.json()["detail"] == "Nothing at /serch: the API's routes are in /openapi.json"
+
+
+async def test_the_docs_ui_while_off_says_which_setting_serves_it(client: httpx.AsyncClient) -> None:
+    for path in ("/docs", "/redoc"):
+        response = await client.get(path)
+        assert response.status_code == 404
+        assert response.json()["detail"].startswith(
+            "Swagger UI (/docs) and ReDoc (/redoc) are off: TOOLSCOUT_DOCS_UI=true serves them"
+        )
+
+
+async def test_a_missing_tool_keeps_its_own_404(client: httpx.AsyncClient) -> None:
+    response = await client.get("/tools/nothing__here")
+    assert response.status_code == 404 and response.json()["detail"].startswith("No tool named 'nothing__here'")
+
+
+async def test_a_body_field_the_route_does_not_define_names_its_fields_and_the_nearest(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post("/search", json={"query": "time", "server": ["time"]})
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {
+            "pointer": "/body/server",
+            "reason": "Extra inputs are not permitted (its fields: query, k, servers, tags, explain; did you mean "
+            "servers?)",
+        }
+    ]
+    response = await client.post("/execute/batch", json={"calls": [{"name": "x", "argumentz": {}}]})
+    reason = response.json()["errors"][0]["reason"]
+    assert response.json()["errors"][0]["pointer"] == "/body/calls/0/argumentz"
+    assert reason.startswith("Extra inputs are not permitted (its fields: name, arguments,")
+    assert reason.endswith("; did you mean arguments?)")
