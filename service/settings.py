@@ -34,16 +34,16 @@ LogLevel = Annotated[str, AfterValidator(log_level)]  # an alias: the field of t
 def http_url(value: str) -> str:
     """An http(s) URL with a host: `127.0.0.1:8765` without its scheme was every CLI command's "does not answer"."""
     scheme, _, rest = value.partition("://")
-    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
-        raise ValueError("expected an http:// or https:// URL, such as http://127.0.0.1:8765")
-    return value
+    if scheme.lower() in ("http", "https") and rest.strip("/"):
+        return value
+    raise ValueError("expected an http:// or https:// URL, such as http://127.0.0.1:8765")
 
 
 def url_path(value: str) -> str:
     """A path the front end serves at (`/mcp`): `mcp` was Starlette's assertion, a traceback, at the start."""
-    if not value.startswith("/"):
-        raise ValueError(f"a path starts with /, such as /{value.lstrip('/') or 'mcp'}")
-    return value
+    if value.startswith("/"):
+        return value
+    raise ValueError(f"a path starts with /, such as /{value.lstrip('/') or 'mcp'}")
 
 
 class Section(BaseModel):
@@ -101,15 +101,12 @@ class SearchSettings(Section):
     weight_lexical: float = 0.35
     # Added to a tool whose name leads with a verb the request uses (git_commit for "commit my changes").
     weight_name_verb: float = 0.2
-    # Added on top when that verb is the one the request (or one part of it) leads with, framing aside: the
-    # sibling that does what was asked ("commit my staged changes": git_commit, not git_diff_staged, whose
-    # description "changes that are staged for commit" is the nearer text). docs/quality-history.md: what it costs.
+    # Added on top, among a text's three best, when that verb is the one the request (or a part) leads with,
+    # framing aside ("commit my staged changes": git_commit, not git_diff_staged). README, How search works.
     weight_lead_verb: float = 1.2
-    # Added, among the same three, to the tools that read (get, list, show, ...) when the request is a question
-    # ("what time is it in Tokyo?": get_current_time over convert_time). No change on either dev set offline.
+    # Added, among the same three, to the tools that read (get, list, ...) when the request is a question.
     weight_question_read: float = 0.2
-    # Added, among the same three, to a tool whose name verb undoes the verb the request leads with (delete_* for
-    # "add ...", create_* for "remove ...": indexer/names.py opposed_verbs).
+    # Added, among the same three, to a tool whose name verb undoes the request's lead (indexer/names.py).
     weight_opposed_verb: float = -1.2
     # Times the z-score of a tool's server document's similarity to the request (server-aware scoring; 0: off).
     weight_server: float = 0.4
