@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from upstream_support import TEST_SERVER, local_server, running
 
+from indexer.tools import qualify
 from tests.processes import free_port, stop_process, wait_for_port
 
 pytestmark = pytest.mark.upstream
@@ -30,26 +31,27 @@ def tool(name: str, **extra: Any) -> dict[str, Any]:
 
 
 async def test_a_server_cannot_take_the_qualified_name_of_another_servers_tool(tmp_path: Path) -> None:
-    # Server `a` tool `b__c` and server `a__b` tool `c` both qualify as `a__b__c`.
+    # Server `a` tool `b__c` and server `a__b` tool `c` both qualified as `a__b__c` (the first to sync kept it): a
+    # tool's part never holds the separator now, so each keeps a name of its own whatever the order of the syncs.
     servers = {
         "a__b": listed(tmp_path, "ab", [tool("c")]),
         "a": listed(tmp_path, "a", [tool("b__c"), tool("other")]),
     }
+    lookalike = qualify("a", "b__c")
     async with running(tmp_path, servers) as (_, client):
-        owner = (await client.get("/tools/a__b__c")).json()
-        assert owner["server"] in ("a", "a__b")
-        intruder = "a" if owner["server"] == "a__b" else "a__b"
-        # Each server syncs again (as on a restart or list_changed): the first owner keeps the name.
-        for server in (intruder, owner["server"], intruder):
+        for server in ("a", "a__b", "a"):  # each server syncs again (as on a restart or list_changed)
             report = (await client.post(f"/servers/{server}/refresh")).json()
             assert report["state"] == "ready", report
-        after = (await client.get("/tools/a__b__c")).json()
-        assert (after["server"], after["tool"]) == (owner["server"], owner["tool"])
+        owner = (await client.get("/tools/a__b__c")).json()
+        assert (owner["server"], owner["tool"]) == ("a__b", "c")
+        assert (await client.get(f"/tools/{lookalike}")).json()["server"] == "a"
         call = (await client.post("/execute", json={"name": "a__b__c", "arguments": {}})).json()
-        assert call["content"][0]["text"] == f"{owner['tool']}:{{}}"
-        intruder_view = (await client.get(f"/servers/{intruder}")).json()
-        assert "a__b__c" in (intruder_view["health"]["last_error"] or ""), intruder_view["health"]
-        assert (await client.get("/tools/a__other")).json()["server"] == "a"  # the rest of the server is kept
+        assert call["content"][0]["text"] == "c:{}"
+        call = (await client.post("/execute", json={"name": lookalike, "arguments": {}})).json()
+        assert call["content"][0]["text"] == "b__c:{}"
+        for server in ("a", "a__b"):
+            assert (await client.get(f"/servers/{server}")).json()["health"]["last_error"] is None
+        assert (await client.get("/tools/a__other")).json()["server"] == "a"
 
 
 async def test_tools_a_server_lists_that_cannot_be_trusted_are_refused_and_the_rest_kept(tmp_path: Path) -> None:
