@@ -174,7 +174,7 @@ def _outsized_problem(index: int, label: str, key: str, value: Any) -> ToolProbl
 
 def _check_schema(schema: Any) -> str | None:
     if not isinstance(schema, dict):
-        return f"input_schema must be a JSON object, not {_json_type(schema)}"
+        return f"input_schema must be a JSON object, not {json_type(schema)}"
     if depth(schema) > MAX_SCHEMA_DEPTH:
         return f"input_schema nests deeper than {MAX_SCHEMA_DEPTH} levels (MAX_SCHEMA_DEPTH)"
     try:
@@ -246,7 +246,7 @@ def _compile_problem(message: str) -> str:
     return first
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     """The JSON name of a value's type, for a reason that says what was sent."""
     names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
     names[dict] = "an object"
@@ -262,7 +262,7 @@ def _mistyped(index: int, label: str, raw: dict[str, Any]) -> ToolProblem | None
     for key, (kind, described) in wanted.items():
         value = raw.get(key)
         if value is not None and not isinstance(value, kind):
-            return ToolProblem(index, label, key, f"{key} must be {described}, not {_json_type(value)}")
+            return ToolProblem(index, label, key, f"{key} must be {described}, not {json_type(value)}")
     return None
 
 
@@ -281,7 +281,7 @@ def note_unknown_keys(batch: ValidatedBatch, index: int, raw: Any) -> None:
 def validate_tool(index: int, raw: Any, default_server: str | None = None) -> ToolDefinition | ToolProblem:
     """Check one raw registration; return the tool or the first problem found."""
     if not isinstance(raw, dict):
-        return ToolProblem(index, "?", "", f"each tool must be a JSON object, not {_json_type(raw)}")
+        return ToolProblem(index, "?", "", f"each tool must be a JSON object, not {json_type(raw)}")
     name = raw.get("name")
     label = name if isinstance(name, str) and name else f"#{index}"
     if (mistyped := _mistyped(index, label, raw)) is not None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.tools import MAX_NAME_CHARS, ToolProblem, normalize_server_id, qualify, validate_tool
+from indexer.tools import MAX_NAME_CHARS, ToolProblem, json_type, normalize_server_id, qualify, validate_tool
 from service.catalog.json_body import strict_json
 from service.catalog.repair import copy_strings, repair_tool
 from service.errors import BadRequest
@@ -88,6 +88,18 @@ def _finite_or_none(text: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _mistyped_fields(item: dict[str, Any]) -> list[str]:
+    """What a line gives in a field of the wrong JSON type, which the tool goes without (before, silently: a
+    `description` of 5 or of a list registered the tool with none, a `name` of 123 took the id)."""
+    fields = (("name", str, "a string", "the id used"), ("description", str, "a string", "left out"),
+              ("annotations", dict, "an object", "left out"))
+    return [
+        f"{key} was {json_type(item[key])}, not {described}: {instead}"
+        for key, kind, described, instead in fields
+        if item.get(key) is not None and not isinstance(item[key], kind)
+    ]
+
+
 def _text(value: Any) -> str | None:
     """A non-blank string field, else None."""
     return value if isinstance(value, str) and value.strip() else None
@@ -117,7 +129,7 @@ def _from_jsonl(path: Path, text: str, server: str | None) -> CatalogFile:
                 "tags": item.get("tags") or [],
             }
         )
-        notes[:0] = [f"read past {overlooked}"] if overlooked else []
+        notes[:0] = ([f"read past {overlooked}"] if overlooked else []) + _mistyped_fields(item)
         _admit(catalog, tool, tool_id, number, notes)
         if notes:
             repairs.append(f"{path.name}:{number}: {_shown(tool['name'])}: {'; '.join(notes)}")

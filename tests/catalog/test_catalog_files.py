@@ -131,3 +131,26 @@ def test_a_catalog_file_that_is_not_json_says_where(tmp_path: Path) -> None:
     assert caught.value.detail == (
         f"{listed}: not valid JSON (Expecting property name enclosed in double quotes: line 2 column 16)"
     )
+
+
+def test_a_dataset_field_of_the_wrong_json_type_is_named_in_the_repairs(tmp_path: Path) -> None:
+    """A `description` of 5 or of a list registered the tool without one, a `name` of 123 took the line's id, an
+    `annotations` list was dropped: all without a word."""
+    path = tmp_path / "catalog.jsonl"
+    lines = [
+        {"id": "n1", "name": 123, "description": "Numbered"},
+        {"id": "d1", "name": "counts", "description": 5},
+        {"id": "d2", "name": "listed", "description": ["Two", "lines"], "annotations": ["x"]},
+        {"id": "ok", "name": "fine", "description": "Fine", "annotations": {"readOnlyHint": True}},
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines))
+    catalog = load_catalog_file(path)
+    assert [(t["name"], t["description"], t["annotations"]) for t in catalog.tools] == [
+        ("n1", "Numbered", {}), ("counts", "", {}), ("listed", "", {}), ("fine", "Fine", {"readOnlyHint": True})
+    ]
+    assert catalog.repairs == [
+        "catalog.jsonl:1: n1: name was a number, not a string: the id used",
+        "catalog.jsonl:2: counts: description was a number, not a string: left out",
+        "catalog.jsonl:3: listed: description was an array, not a string: left out; annotations was an array, not an "
+        "object: left out",
+    ]
