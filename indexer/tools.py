@@ -17,7 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.documents import DOCUMENT_FORMAT
 from indexer.json_pointer import pointer_token
-from indexer.json_values import INTEGER_RANGE, MAX_SCHEMA_DEPTH, annotations_problem, depth, outsized_integer
+from indexer.json_values import (
+    INTEGER_RANGE,
+    MAX_SCHEMA_DEPTH,
+    annotations_problem,
+    depth,
+    json_type,
+    mcp_annotation_problem,
+    outsized_integer,
+)
 from indexer.screening import definition_hash, find_hidden
 
 QUALIFIED_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -246,13 +254,6 @@ def _compile_problem(message: str) -> str:
     return first
 
 
-def json_type(value: Any) -> str:
-    """The JSON name of a value's type, for a reason that says what was sent."""
-    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
-    names[dict] = "an object"
-    return "null" if value is None else names.get(type(value), type(value).__name__)
-
-
 def _mistyped(index: int, label: str, raw: dict[str, Any]) -> ToolProblem | None:
     """The first field of the tool given a value of the wrong JSON type (null counts as left out)."""
     wanted = {
@@ -313,6 +314,8 @@ def validate_tool(index: int, raw: Any, default_server: str | None = None) -> To
     annotations = raw.get("annotations") or {}
     if problem := annotations_problem(annotations):
         return ToolProblem(index, label, "annotations", problem)
+    if mistyped_hint := mcp_annotation_problem(annotations):
+        return ToolProblem(index, label, "annotations", mistyped_hint[1], at=mistyped_hint[0])
     for key, value in ((schema_key, schema), ("annotations", annotations)):
         if (outsized := _outsized_problem(index, label, key, value)) is not None:
             return outsized

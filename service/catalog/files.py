@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.tools import MAX_NAME_CHARS, ToolProblem, json_type, normalize_server_id, qualify, validate_tool
+from indexer.json_values import json_type
+from indexer.tools import MAX_NAME_CHARS, ToolProblem, normalize_server_id, qualify, validate_tool
 from service.catalog.json_body import strict_json
 from service.catalog.repair import copy_strings, repair_tool
 from service.errors import BadRequest
