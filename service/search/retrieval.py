@@ -107,7 +107,7 @@ class NameDirectory:
         self._entries[qualified] = _NameEntry(server, tuple(tags))
         self._original[qualified] = name
         self.verbs[qualified] = name_verb(name, server)
-        for key in {normalize_name_key(qualified), normalize_name_key(name)}:
+        for key in {normalize_name_key(qualified), normalize_name_key(name)} - {""}:  # "___", "🔥": no spelling
             self._by_key[key].add(qualified)
         self._close.add(qualified, name)
 
@@ -119,7 +119,7 @@ class NameDirectory:
         self._entries.pop(qualified, None)
         self.verbs.pop(qualified, None)
         self._close.discard(qualified)
-        for key in {normalize_name_key(qualified), normalize_name_key(name)}:
+        for key in {normalize_name_key(qualified), normalize_name_key(name)} - {""}:  # "___", "🔥": no spelling
             self._by_key[key].discard(qualified)
             if not self._by_key[key]:
                 del self._by_key[key]

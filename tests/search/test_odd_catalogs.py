@@ -54,3 +54,22 @@ async def test_a_name_in_compatibility_forms_or_decomposed_is_first_for_its_spel
             body = (await client.post("/search", json={"query": query, "k": 2, "explain": True})).json()
             first = body["results"][0]
             assert (first["tool"], first["explain"]["exact_name"]) == (name, True), query
+
+
+async def test_a_name_with_nothing_to_spell_is_no_exact_match_for_a_query_of_separators(
+    client: httpx.AsyncClient,
+) -> None:
+    """A name of separators only (`___`) or of emoji (read as nothing, as a request's are) has an empty exact-match
+    key: a query `_` or `-` put both first as exact names. Each is still found by its qualified name."""
+    tools = [
+        {"server": "e", "name": "___", "description": "Underscores"},
+        {"server": "e", "name": "🔥🔥", "description": "Fire"},
+        {"server": "e", "name": "real_tool", "description": "Real"},
+    ]
+    created = (await client.post("/tools", json={"tools": tools})).json()["tools"]
+    for query in ("_", "-", ". _"):
+        body = (await client.post("/search", json={"query": query, "k": 3, "explain": True})).json()
+        assert [r["explain"]["exact_name"] for r in body["results"]] == [False] * 3, query
+    for qualified in created:
+        first = (await client.post("/search", json={"query": qualified, "k": 1})).json()["results"][0]
+        assert first["name"] == qualified
