@@ -36,7 +36,7 @@ class Candidate:
         self.score = score
         self.boosts: dict[str, float] = {}
         self.exact = False
-        self.exact_tier = 0  # among exact names: 0 spelled as the query, 1 letter case differs, 2 separators differ
+        self.exact_tier = 0  # among exact names: 0 spelled as the query, then case, then separators (names.py)
         self.matched_part: str | None = None
         self._signals = {} if signals is None else signals
         self._raw = {} if raw is None else raw

@@ -73,3 +73,17 @@ async def test_a_name_with_nothing_to_spell_is_no_exact_match_for_a_query_of_sep
     for qualified in created:
         first = (await client.post("/search", json={"query": qualified, "k": 1})).json()["results"][0]
         assert first["name"] == qualified
+
+
+async def test_of_two_names_the_search_reads_alike_the_one_spelled_as_the_request_is_first(
+    client: httpx.AsyncClient,
+) -> None:
+    """`ABC` and `ＡＢＣ`, `café` composed and decomposed: two tools each (their qualified names differ). The request
+    is read in NFKC, and `ＡＢＣ` found `ABC` first, as did a decomposed `café` the composed one."""
+    pairs = [("ABC", "ＡＢＣ"), ("café", "cafe\u0301"), ("Ⅻ", "XII")]
+    tools = [{"server": "s", "name": name, "description": "Same thing"} for pair in pairs for name in pair]
+    assert (await client.post("/tools", json={"tools": tools})).json()["errors"] == []
+    for pair in pairs:
+        for name in pair:
+            results = (await client.post("/search", json={"query": name, "k": 2})).json()["results"]
+            assert [r["tool"] for r in results] == [name, next(n for n in pair if n != name)], name
