@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from service.security.json_body import strict_json
 from service.db.models import Execution
 from service.execution.redaction import MAX_VALUES, _leaves, redact_arguments
 from service.execution.runtime import get_gateway
+from service.security.json_body import strict_json
 from tests.security.conftest import assert_problem, make_settings, probe_entry, running, servers_file
 
 SECRET = "hunter2-very-secret-password"
