@@ -30,6 +30,7 @@ from service.policy.console_sessions import client_address, session_caller
 from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
+from service.security.hosts import ANY_ORIGIN_MARK
 from service.security.openmode import open_mode_allowed, refuse_unsafe_start, relayed
 
 logger = logging.getLogger(__name__)
@@ -262,6 +263,12 @@ async def resolve_caller(request: Request) -> Caller:
         raise Unauthorized(
             "Without API keys the service answers this machine's own requests only, and this one came through a "
             "proxy; create a key with `toolscout keys create` and send it"
+        )
+    if caller.is_open and request.scope.get(ANY_ORIGIN_MARK):
+        # With `*` among the CORS origins any site's page could call the open admin and read its answers.
+        raise Unauthorized(
+            "Without API keys the service answers no page of an origin that only `*` in policy.cors_origins "
+            "admits; list the origin by name, or create a key with `toolscout keys create` and send it"
         )
     request.state.caller = caller  # for the request's log line (observability reads it when the request ends)
     await ensure_fresh(resources)

@@ -4,7 +4,9 @@ A browser that resolves `evil.example` to 127.0.0.1 still sends `Host: evil.exam
 not one of the allowed names gets 421 (Misdirected Request). IP-literal hosts are always allowed: DNS
 rebinding needs a name, and a page served from an IP address is cross-origin anyway. A request with an
 `Origin` header (a browser's cross-site request) must come from an allowed origin: a configured CORS origin
-or one whose host is allowed. CORS itself is off unless origins are configured."""
+or one whose host is allowed. CORS itself is off unless origins are configured. An origin admitted only by a `*`
+in the CORS origins is marked on the request (ANY_ORIGIN_MARK): open mode serves no such page (any site of the web
+was the local admin and read the answers; policy/service.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from service.errors import echoed_path
 PROBLEM_JSON = b"application/problem+json"
 LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
+# Set on a request whose Origin only a `*` among the CORS origins admits: a page of any site.
+ANY_ORIGIN_MARK = "toolscout.any_origin"
 
 
 def default_allowed_hosts(bound_host: str, extra: Iterable[str] = ()) -> frozenset[str]:
@@ -90,8 +94,12 @@ class HostOriginMiddleware:
 
     def origin_allowed(self, origin: str) -> bool:
         """Whether a browser page of this origin may call the API."""
+        return "*" in self.cors_origins or self.origin_named(origin)
+
+    def origin_named(self, origin: str) -> bool:
+        """Whether this origin is allowed without a `*`: listed, or of an allowed host."""
         origin = origin.rstrip("/").lower()
-        if origin in self.cors_origins or "*" in self.cors_origins:
+        if origin in self.cors_origins:
             return True
         if origin == "null":
             return False
@@ -124,4 +132,6 @@ class HostOriginMiddleware:
             detail = "Cross-origin requests are refused unless the origin is in policy.cors_origins"
             await send_problem(send, 403, problem_body(403, "forbidden-origin", "Origin not allowed", detail, path))
             return
+        if origin is not None and not self.origin_named(origin.decode("latin-1")):
+            scope = {**scope, ANY_ORIGIN_MARK: True}
         await self.app(scope, receive, send)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from service.db.models import Tool
-from tests.security.conftest import assert_problem, count_rows, make_settings, running
+from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running
 
 TOOL = {"server": "evil", "name": "planted", "description": "A tool a web page tried to register"}
 
@@ -61,3 +61,25 @@ async def test_cors_only_for_configured_origins(tmp_path: Path) -> None:
         assert preflight.headers["access-control-allow-origin"] == "https://console.example"
         other = await http.get("/tools", headers={"Origin": "https://evil.example"})
         assert_problem(other, 403, "forbidden-origin")
+
+
+async def test_a_wildcard_cors_origin_never_makes_a_page_the_open_admin(tmp_path: Path) -> None:
+    # Open mode with `*` among the CORS origins: the preflight passes and a page of any site called /tools as the
+    # admin and read the answer (`access-control-allow-origin: *`), as it would /execute.
+    policy: dict[str, Any] = {"cors_origins": ["*", "https://console.example"]}
+    async with running(make_settings(tmp_path, permissions=None, policy=policy)) as (app, http):
+        evil = {"Origin": "https://evil.example"}
+        body = assert_problem(await http.post("/tools", json={"tools": [TOOL]}, headers=evil), 401, "unauthorized")
+        assert "cors_origins" in body["detail"]
+        assert_problem(await http.get("/tools", headers=evil), 401, "unauthorized")
+        assert_problem(await http.post("/search", json={"query": "weather"}, headers=evil), 401)
+        assert await count_rows(app, Tool) == 0
+        # Origins listed by name, the service's own and requests without an Origin keep the open admin.
+        for origin in ("https://console.example", "http://localhost:8765", None):
+            headers = {"Origin": origin} if origin else {}
+            response = await http.post("/tools", json={"tools": [TOOL]}, headers=headers)
+            assert response.status_code == 200, (origin, response.text)
+        # With a key, `*` serves every page as CORS says: the key, not the origin, is the credential.
+        key = await cli_key(app, "app", ["admin"])
+        response = await http.get("/tools", headers={**evil, **bearer(key)})
+        assert response.status_code == 200 and response.headers["access-control-allow-origin"] == "*"
