@@ -64,6 +64,16 @@ def host_allowed(host: str, allowed: frozenset[str]) -> bool:
     return any(name.startswith(".") and (host.endswith(name) or host == name[1:]) for name in allowed)
 
 
+def cross_site_subresource(headers: dict[bytes, bytes]) -> bool:
+    """Whether a browser sent this for a page of another site without CORS (`<img src>`, `<script src>`): such
+    a request carries no `Origin`, only `Sec-Fetch-Site: cross-site`. No API client sends that, and in open mode
+    every one of them was the local admin: 16 images of /events took every event stream of the open user (its
+    MCP front end's /events got 429), and a few hundred drained its rate limit. A navigation (a link followed to
+    /console) still loads."""
+    site = headers.get(b"sec-fetch-site", b"").lower()
+    return site == b"cross-site" and headers.get(b"sec-fetch-mode", b"").lower() != b"navigate"
+
+
 def problem_body(status: int, slug: str, title: str, detail: str, path: str | None = None) -> bytes:
     """A problem+json body for ASGI middleware (with `instance` when the request's path is given)."""
     body = {"type": f"https://toolscout.dev/problems/{slug}", "title": title, "status": status, "detail": detail}
@@ -128,6 +138,13 @@ class HostOriginMiddleware:
             await send_problem(send, 421, problem_body(421, "misdirected-request", "Misdirected request", detail, path))
             return
         origin = headers.get(b"origin")
+        if origin is None and cross_site_subresource(headers):
+            detail = (
+                "A page of another site loaded this without CORS (an image, a script, a style sheet): "
+                "only the service's own pages, navigations and CORS requests of policy.cors_origins are served"
+            )
+            await send_problem(send, 403, problem_body(403, "forbidden-origin", "Origin not allowed", detail, path))
+            return
         if origin is not None and not self.origin_allowed(origin.decode("latin-1")):
             detail = "Cross-origin requests are refused unless the origin is in policy.cors_origins"
             await send_problem(send, 403, problem_body(403, "forbidden-origin", "Origin not allowed", detail, path))

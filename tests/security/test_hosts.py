@@ -83,3 +83,22 @@ async def test_a_wildcard_cors_origin_never_makes_a_page_the_open_admin(tmp_path
         key = await cli_key(app, "app", ["admin"])
         response = await http.get("/tools", headers={**evil, **bearer(key)})
         assert response.status_code == 200 and response.headers["access-control-allow-origin"] == "*"
+
+
+async def test_a_cross_site_page_loading_the_api_without_cors_is_refused(tmp_path: Path) -> None:
+    # `<img src="http://127.0.0.1:8765/events">` on any site sends no Origin, only Sec-Fetch-*: in open mode each
+    # was the local admin, so a page held every event stream of the open user and drained its rate limit.
+    settings = make_settings(tmp_path, permissions=None, policy={"rate_limit_burst": 3, "rate_limit_per_minute": 1})
+    image = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"}
+    async with running(settings) as (_app, http):
+        for _ in range(6):
+            body = assert_problem(await http.get("/tools", headers=image), 403, "forbidden-origin")
+            assert "another site" in body["detail"]
+        assert_problem(await http.get("/events", headers={**image, "Sec-Fetch-Dest": "script"}), 403)
+        # The local user's budget is whole: its own requests (same-origin pages, scripts, the front end) pass.
+        for site in ("same-origin", None, "none"):
+            headers = {"Sec-Fetch-Site": site} if site else {}
+            assert (await http.get("/tools", headers=headers)).status_code == 200, site
+        # A link followed from another site to the console still opens it.
+        page = await http.get("/console", headers={**image, "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"})
+        assert page.status_code == 200 and "frame-ancestors 'none'" in page.headers["content-security-policy"]
