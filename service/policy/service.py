@@ -137,9 +137,7 @@ def policy_state(resources: Resources) -> PolicyState:
 async def refresh_catalog(resources: Resources) -> int:
     """Reload the snapshot of active tool names and their servers; returns its size."""
     async with resources.session() as session:
-        rows = (
-            await session.execute(select(Tool.qualified_name, Tool.server_id, Tool.name).where(active()))
-        ).all()
+        rows = (await session.execute(select(Tool.qualified_name, Tool.server_id, Tool.name).where(active()))).all()
     listed = {q: name for q, server, name in rows if q != f"{server}{SEPARATOR}{name}"}
     policy_state(resources).set_catalog({q: server for q, server, _ in rows}, listed)
     return len(rows)
@@ -202,9 +200,7 @@ def permission_filter(resources: Resources, caller: Caller, base: SearchFilter) 
         if not any(p.kind == "server" for p in rules.deny):
             tool_only = Rules(tuple(p for p in rules.allow if p.kind == "tool"), rules.deny)
             directory = resources.retriever.directory if resources.retriever is not None else None
-            extra = {
-                name for name in unknown if tool_only.permits(name, "", directory and directory.listed_name(name))
-            }
+            extra = {name for name in unknown if tool_only.permits(name, "", directory and directory.listed_name(name))}
             if extra:
                 allowed = allowed | extra
     if base.allowed is not None:
