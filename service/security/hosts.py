@@ -127,9 +127,16 @@ class HostOriginMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = {key.lower(): value for key, value in scope.get("headers", [])}
+        pairs = scope.get("headers", [])
+        headers = {key.lower(): value for key, value in pairs}
         host = split_host(headers.get(b"host", b"").decode("latin-1"))
         path = scope.get("path", "")
+        if sum(key.lower() == b"host" for key, _ in pairs) > 1:
+            # RFC 9112 3.2: a 400. This check read the last and the routes (Starlette) read the first: with
+            # `Host: evil.example` then `Host: localhost` the console compared an Origin with the first.
+            detail = "A request carries one Host header; this one carries several"
+            await send_problem(send, 400, problem_body(400, "bad-request", "Bad request", detail, path))
+            return
         if not host_allowed(host, self.allowed_hosts):
             detail = (
                 f"Host {host!r} is not served here (allowed: the bound address and localhost names; "

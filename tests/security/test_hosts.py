@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from service.db.models import Tool
 from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running
@@ -102,3 +105,18 @@ async def test_a_cross_site_page_loading_the_api_without_cors_is_refused(tmp_pat
         # A link followed from another site to the console still opens it.
         page = await http.get("/console", headers={**image, "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"})
         assert page.status_code == 200 and "frame-ancestors 'none'" in page.headers["content-security-policy"]
+
+
+async def test_a_request_with_two_host_headers_gets_400(tmp_path: Path) -> None:
+    # The host check read the last Host and the routes the first: the allowed name last, another first passed.
+    async with running(make_settings(tmp_path, permissions=None)) as (app, http):
+        for hosts in (["evil.example", "localhost"], ["localhost", "localhost"]):
+            headers = [*(("Host", host) for host in hosts), ("Content-Type", "application/json")]
+            request = httpx.Request(
+                "POST", "http://localhost/tools", headers=headers, content=json.dumps({"tools": [TOOL]})
+            )
+            assert [v for k, v in request.headers.raw if k.lower() == b"host"] == [h.encode() for h in hosts]
+            body = assert_problem(await http.send(request), 400, "bad-request")
+            assert "one Host header" in body["detail"]
+        assert await count_rows(app, Tool) == 0
+        assert (await http.post("/tools", json={"tools": [TOOL]})).status_code == 200
