@@ -120,3 +120,19 @@ async def test_a_request_with_two_host_headers_gets_400(tmp_path: Path) -> None:
             assert "one Host header" in body["detail"]
         assert await count_rows(app, Tool) == 0
         assert (await http.post("/tools", json={"tools": [TOOL]})).status_code == 200
+
+
+async def test_a_redirect_names_a_path_never_the_requests_host(tmp_path: Path) -> None:
+    # Starlette's trailing-slash redirect wrote the Host and scheme: `Host: 6.6.6.6` (any IP literal passes the
+    # host check) got `Location: http://6.6.6.6/console`, and behind a TLS proxy every redirect left https.
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        for host, path, location in (
+            ("6.6.6.6", "/console/", "/console"),
+            ("localhost:8765", "/tools/?limit=5", "/tools?limit=5"),
+        ):
+            response = await http.get(path, headers={"Host": host})
+            assert response.status_code == 307 and response.headers["location"] == location, response.headers
+            assert response.headers["cache-control"] == "no-store"
+        # `//evil.example` alone would be another host: that one stays absolute, on this host.
+        odd = await http.get("//evil.example/", headers={"Host": "localhost"})
+        assert not odd.headers.get("location", "/x").startswith("//"), odd.headers
