@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from indexer.query_text import plain_characters
 
 if TYPE_CHECKING:
     from indexer.tools import ToolDefinition
 
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _SEPARATORS = re.compile(r"[_\-.\s/:]+")
+_NAME_SEPARATORS = re.compile(r"[\s_\-.]+")
 MAX_PARAM_DEPTH = 4
 MAX_FIELD_CHARS = 4000
 # Raised whenever build_document changes what is indexed: it is part of every content hash, so an index built
 # from older documents is re-embedded by the next reconcile or registration instead of being kept.
-DOCUMENT_FORMAT = 3  # 3: a camel-case word's joined form is a BM25 term too (`GitHub`: git, hub, github)
+DOCUMENT_FORMAT = 4  # 3: a camel-case word's joined form is a BM25 term too (`GitHub`: git, hub, github); 4: BM25
+# reads a word with its combining marks, a tool's texts are in NFKC, Thai, Lao, Myanmar and Khmer as bi- and trigrams
 # "(e.g., 'America/New_York', 'Europe/London')": quoted example values say what a valid argument looks like, not
 # what the tool does, and a request that names one ("the time in Tokyo") would otherwise pull whichever sibling
 # happens to list it. Unquoted examples ("e.g., DNA, fingerprints") describe the tool's domain and stay.
@@ -52,8 +57,10 @@ def joined_words(identifier: str) -> list[str]:
 
 
 def normalize_name_key(text: str) -> str:
-    """The key that exact-name matching compares: lower case, `_`, `-`, `.` and spaces removed."""
-    return re.sub(r"[\s_\-.]+", "", text).lower()
+    """The key that exact-name matching compares: lower case, `_`, `-`, `.` and spaces removed, its characters as
+    the search reads a request's (NFKC, no pictographs: indexer/query_text.py). Before, a tool named `ＡＢＣ` or
+    `cafe\u0301` was not first for a request spelling its name, which the search reads as `ABC` and `café`."""
+    return _NAME_SEPARATORS.sub("", text if text.isascii() else plain_characters(text)).lower()
 
 
 def _param_lines(schema: Any, prefix: str = "", depth: int = 0) -> list[str]:
@@ -83,6 +90,14 @@ def _param_lines(schema: Any, prefix: str = "", depth: int = 0) -> list[str]:
     return lines
 
 
+def _nfkc(text: str) -> str:
+    """A tool's text in NFKC, as the search reads a request (indexer/query_text.py): a description in full-width
+    letters, half-width katakana or decomposed accents meets the request that writes them plainly, in BM25 and in
+    the embedding (the model's tokenizer read a full-width `checksum` as no word: not in the top 10 for "compute
+    checksum")."""
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
 @dataclass(frozen=True)
 class ToolDocument:
     """The field texts embedded and encoded for one tool."""
@@ -98,12 +113,13 @@ class ToolDocument:
 
 def build_document(tool: ToolDefinition) -> ToolDocument:
     """The one place that decides the text indexed for a tool."""
-    name_words = split_identifier(tool.name)
+    name = _nfkc(tool.name)
+    name_words = split_identifier(name)
     server_words = split_identifier(tool.server)
-    description = " ".join(tool.description.split())[:MAX_FIELD_CHARS]
-    params = "; ".join(_param_lines(tool.input_schema))[:MAX_FIELD_CHARS]
+    description = " ".join(_nfkc(tool.description).split())[:MAX_FIELD_CHARS]
+    params = _nfkc("; ".join(_param_lines(tool.input_schema)))[:MAX_FIELD_CHARS]
     # The name as written, not its words: BM25 splits it the same way and keeps a camel-case word's joined form.
-    lexical = " ".join(p for p in (tool.name, description, params, " ".join(tool.tags)) if p)
+    lexical = " ".join(p for p in (name, description, params, " ".join(tool.tags)) if p)
     return ToolDocument(
         qualified_name=tool.qualified_name,
         name=name_words,

@@ -45,6 +45,30 @@ def annotations_problem(annotations: dict[str, Any]) -> str | None:
     return None
 
 
+# MCP's ToolAnnotations: the front end lists a tool with them (service/mcp/render.py), and MCP's model refused a
+# title of 5 or a hint of "maybe", which made the whole tools/list of a full, grouped or dynamic front end fail.
+MCP_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def mcp_annotation_problem(annotations: dict[str, Any]) -> tuple[str, str] | None:
+    """The JSON pointer (inside the annotations) and reason of a key MCP defines given a value of another type."""
+    title = annotations.get("title")
+    if title is not None and not isinstance(title, str):
+        return "/title", f"annotations title must be a string (MCP), not {json_type(title)}"
+    for hint in MCP_HINTS:
+        value = annotations.get(hint)
+        if value is not None and not isinstance(value, bool):
+            return f"/{hint}", f"annotations {hint} must be a boolean (MCP), not {json_type(value)}"
+    return None
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a value's type, for a reason that says what was sent."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
+    names[dict] = "an object"
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
 def outsized_integer(value: Any) -> tuple[str, int] | None:
     """The JSON pointer and value of the first integer outside INTEGER_RANGE, in document order."""
     low, high = INTEGER_RANGE

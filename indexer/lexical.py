@@ -5,9 +5,11 @@ each distinct term once with weight 1; the index weighs them by their IDF in the
 from __future__ import annotations
 
 import re
+import unicodedata
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 
 import snowballstemmer
 
@@ -15,6 +17,10 @@ from indexer.documents import joined_words, split_identifier
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+# Scripts written without spaces between words (Thai, Lao, Myanmar, Khmer): a whole sentence is one run of letters,
+# read as its bi- and trigrams (a letter alone, unlike an ideograph, says little: each request's letters were in
+# every tool's text). Before, `\w` cut such a run at each vowel sign and BM25 matched stray letter pairs.
+_UNSPACED = re.compile(r"[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]")
 
 STOPWORDS = frozenset(
     """a an and are as at be but by for if in into is it no not of on or such that the their then there these
@@ -56,11 +62,26 @@ def _cjk_terms(run: str) -> list[str]:
     return chars + [a + b for a, b in zip(chars, chars[1:], strict=False)]
 
 
+@lru_cache(maxsize=1)
+def _marked_word() -> re.Pattern[str]:
+    """A word that keeps its combining marks (Unicode category M): `\\w` has none, so a Devanagari or Thai vowel
+    sign, or a decomposed accent, cut the word there (`भेजें`: `भ`, `ज`, both dropped as one letter each). The marks
+    of the Basic Multilingual Plane, gathered once (20 ms) when a first text that is not ASCII comes."""
+    marks = [chr(c) for c in range(0x300, 0x10000) if unicodedata.category(chr(c)).startswith("M")]
+    return re.compile(rf"[\w{re.escape(''.join(marks))}]+")
+
+
+def words_of(text: str) -> list[str]:
+    """The words of a text as BM25 reads them (a request and a tool's texts come in NFKC: indexer/query_text.py,
+    indexer/documents.py)."""
+    return _WORD.findall(text) if text.isascii() else _marked_word().findall(text)
+
+
 def tokenize(text: str) -> list[str]:
-    """Lower-cased, identifier-split (a camel-case word joined as well), stop-word-free, stemmed terms (CJK runs
-    become uni- and bigrams)."""
+    """Lower-cased, identifier-split (a camel-case word joined as well), stop-word-free, stemmed terms (runs of
+    CJK and of the scripts without spaces become uni- and bigrams)."""
     terms: list[str] = []
-    for raw in _WORD.findall(text):
+    for raw in words_of(text):
         terms.extend(_word_terms(raw) if len(raw) <= CACHED_WORD_CHARS else _split_terms(raw))
     return terms
 
@@ -68,13 +89,22 @@ def tokenize(text: str) -> list[str]:
 def _split_terms(raw: str) -> tuple[str, ...]:
     """The terms of one word of a text: its split words, and a camel-case word's joined form too, so that
     `GitHub`, `github` and `GITHUB` in a request or a document meet."""
-    if _CJK.search(raw):
-        return tuple(_cjk_terms(raw))
+    if _CJK.search(raw) or _UNSPACED.search(raw):
+        # Each part of an identifier on its own (`check_テスト`: `check`, and the katakana's letters, no `_` in them).
+        return tuple(chain.from_iterable(map(_letter_terms, raw.split("_")))) if "_" in raw else _letter_terms(raw)
     return tuple(
         _stem(word) if word.isascii() else word
         for word in (*split_identifier(raw).split(), *joined_words(raw))
         if len(word) >= 2 and word not in STOPWORDS
     )
+
+
+def _letter_terms(part: str) -> tuple[str, ...]:
+    if _CJK.search(part):
+        return tuple(_cjk_terms(part))
+    if _UNSPACED.search(part):
+        return (*(part[i : i + 2] for i in range(len(part) - 1)), *(part[i : i + 3] for i in range(len(part) - 2)))
+    return _split_terms(part)
 
 
 # Words recur across requests and documents, and splitting and stemming them again cost a search 0.1-0.2 ms of

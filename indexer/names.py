@@ -30,11 +30,17 @@ def without_framing(text: str) -> str:
     return _PLEASE.sub("", FRAMING.sub("", text)).strip()
 
 
-def spelling_tier(query: str, names: Iterable[str]) -> int:
+def spelling_tier(query: str, names: Iterable[str], spelled: str | None = None) -> int:
     """0 when the query spells one of the names exactly, 1 when only letter case differs, 2 otherwise
-    (an exact-name match that differs in separators: `math.gcd` for a query `math_gcd`)."""
-    text = query.strip()
+    (an exact-name match that differs in separators: `math.gcd` for a query `math_gcd`).
+
+    `spelled`: the request as the caller wrote it, when its reading (indexer/query_text.py) changed it. A name spelled
+    so comes before all (0), the others a tier later: the request `ＡＢＣ` is read as `ABC`, and found `ABC` before
+    the tool named `ＡＢＣ`."""
     names = list(names)
+    if spelled is not None and spelled.strip() != query.strip():
+        return 0 if spelled.strip() in names else 1 + spelling_tier(query, names)
+    text = query.strip()
     if text in names:
         return 0
     if text.lower() in {n.lower() for n in names}:

@@ -48,6 +48,14 @@ def _kept(char: str) -> bool:
     return category not in _INVISIBLE and not (category == "So" and ord(char) >= PICTOGRAPHS_FROM)
 
 
+def plain_characters(text: str) -> str:
+    """The characters of a text as the search reads them: NFKC, ASCII quotes, no invisible characters nor
+    pictographs. A tool's name is read so too (indexer/documents.py, normalize_name_key), so that the request that
+    spells it finds it first whatever compatibility forms the name was written in (`ＡＢＣ`, a decomposed accent)."""
+    plain = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    return plain if plain.isascii() else "".join(filter(_kept, _MODIFIERS.sub("", plain)))
+
+
 def normalize_query(text: str) -> str:
     """The request in NFKC (full-width letters, non-breaking spaces and decomposed accents as their plain forms),
     with ASCII quotes, without invisible characters, pictographs or markdown (code fences, list marks, headings,
@@ -57,9 +65,7 @@ def normalize_query(text: str) -> str:
     if text.isascii() and text.isprintable() and "`" not in text and "*" not in text:
         plain = text  # the common case: only spaces, list marks and quotes to look at
     else:
-        plain = unicodedata.normalize("NFKC", text).translate(_QUOTES)
-        if not plain.isascii():
-            plain = "".join(filter(_kept, _MODIFIERS.sub("", plain)))
+        plain = plain_characters(text)
     plain = _FENCE.sub("", plain)
     if "\n" in plain:
         plain = _LIST_MARK.sub("", _SOFT_BREAK.sub(" ", plain))

@@ -17,7 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexer.documents import DOCUMENT_FORMAT
 from indexer.json_pointer import pointer_token
-from indexer.json_values import INTEGER_RANGE, MAX_SCHEMA_DEPTH, annotations_problem, depth, outsized_integer
+from indexer.json_values import (
+    INTEGER_RANGE,
+    MAX_SCHEMA_DEPTH,
+    annotations_problem,
+    depth,
+    json_type,
+    mcp_annotation_problem,
+    outsized_integer,
+)
 from indexer.screening import definition_hash, find_hidden
 
 QUALIFIED_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -177,7 +185,7 @@ def _outsized_problem(index: int, label: str, key: str, value: Any) -> ToolProbl
 
 def _check_schema(schema: Any) -> str | None:
     if not isinstance(schema, dict):
-        return f"input_schema must be a JSON object, not {_json_type(schema)}"
+        return f"input_schema must be a JSON object, not {json_type(schema)}"
     if depth(schema) > MAX_SCHEMA_DEPTH:
         return f"input_schema nests deeper than {MAX_SCHEMA_DEPTH} levels (MAX_SCHEMA_DEPTH)"
     try:
@@ -249,13 +257,6 @@ def _compile_problem(message: str) -> str:
     return first
 
 
-def _json_type(value: Any) -> str:
-    """The JSON name of a value's type, for a reason that says what was sent."""
-    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
-    names[dict] = "an object"
-    return "null" if value is None else names.get(type(value), type(value).__name__)
-
-
 def _mistyped(index: int, label: str, raw: dict[str, Any]) -> ToolProblem | None:
     """The first field of the tool given a value of the wrong JSON type (null counts as left out)."""
     wanted = {
@@ -265,7 +266,7 @@ def _mistyped(index: int, label: str, raw: dict[str, Any]) -> ToolProblem | None
     for key, (kind, described) in wanted.items():
         value = raw.get(key)
         if value is not None and not isinstance(value, kind):
-            return ToolProblem(index, label, key, f"{key} must be {described}, not {_json_type(value)}")
+            return ToolProblem(index, label, key, f"{key} must be {described}, not {json_type(value)}")
     return None
 
 
@@ -284,7 +285,7 @@ def note_unknown_keys(batch: ValidatedBatch, index: int, raw: Any) -> None:
 def validate_tool(index: int, raw: Any, default_server: str | None = None) -> ToolDefinition | ToolProblem:
     """Check one raw registration; return the tool or the first problem found."""
     if not isinstance(raw, dict):
-        return ToolProblem(index, "?", "", f"each tool must be a JSON object, not {_json_type(raw)}")
+        return ToolProblem(index, "?", "", f"each tool must be a JSON object, not {json_type(raw)}")
     name = raw.get("name")
     label = name if isinstance(name, str) and name else f"#{index}"
     if (mistyped := _mistyped(index, label, raw)) is not None:
@@ -316,6 +317,8 @@ def validate_tool(index: int, raw: Any, default_server: str | None = None) -> To
     annotations = raw.get("annotations") or {}
     if problem := annotations_problem(annotations):
         return ToolProblem(index, label, "annotations", problem)
+    if mistyped_hint := mcp_annotation_problem(annotations):
+        return ToolProblem(index, label, "annotations", mistyped_hint[1], at=mistyped_hint[0])
     for key, value in ((schema_key, schema), ("annotations", annotations)):
         if (outsized := _outsized_problem(index, label, key, value)) is not None:
             return outsized

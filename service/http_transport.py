@@ -29,6 +29,28 @@ TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/problem+json\r\n"
     b"content-length: %d\r\nconnection: close\r\n\r\n%s"
 )
+BAD_REQUEST = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/problem+json\r\nx-content-type-options: nosniff\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+)
+
+
+class _NamedErrors:
+    """The protocol's parser, keeping the reason of the last request it refused (`Duplicate Content-Length`):
+    uvicorn answers every one with a text/plain `Invalid HTTP request received.`"""
+
+    def __init__(self, parser: object) -> None:
+        self.parser, self.reason = parser, ""
+
+    def feed_data(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)  # type: ignore[attr-defined]
+        except Exception as exc:
+            self.reason = str(exc)[:200]
+            raise
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.parser, name)
 
 
 def bound_socket(host: str, port: int) -> socket.socket:
@@ -82,6 +104,23 @@ def head_timeout_protocol() -> type[asyncio.Protocol]:
         _head_bytes = 0
         _refused = False
 
+        def send_400_response(self, msg: str) -> None:
+            """A request llhttp refuses (two Content-Length headers, one with Transfer-Encoding, a space before a
+            header's colon: what smuggling through a proxy is made of) gets a problem naming why, then the
+            connection closes, as uvicorn's own text/plain answer did."""
+            reason = getattr(self.parser, "reason", "") or msg
+            detail = f"The request is not valid HTTP/1.1: {reason}"
+            body = json.dumps(
+                {
+                    "type": "https://toolscout.dev/problems/bad-request",
+                    "status": 400,
+                    "title": "Bad request",
+                    "detail": detail,
+                }
+            ).encode()
+            self.transport.write(BAD_REQUEST % (len(body), body))
+            self.transport.close()
+
         def data_received(self, data: bytes) -> None:
             if self._refused:
                 return
@@ -123,6 +162,7 @@ def head_timeout_protocol() -> type[asyncio.Protocol]:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self.parser = _NamedErrors(self.parser)  # type: ignore[assignment]
             self._await_head()
 
         def connection_lost(self, exc: Exception | None) -> None:

@@ -39,3 +39,33 @@ async def test_index_through_the_service_shows_each_part_registered(
         "[##############################] 2500/2500 tools",
     ]
     assert err.endswith(" tools/s\n")
+
+
+async def test_index_through_the_service_keeps_each_part_under_its_body_limit_and_names_refusals_in_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A part of 1,000 tools of long (or non-Latin: three bytes a character) descriptions was past the service's
+    body limit: a 413 stopped the command after the parts before it had registered. A part too large is sent
+    again in halves; the refusals of a later part were named by their place in that part (/body/tools/3 for the
+    file's tool 1,003)."""
+    forecast = "天气预报" * 300
+    tools = [{"name": f"tool_{i}", "description": forecast, "inputSchema": {"type": "object"}} for i in range(1200)]
+    tools[1003]["inputSchema"] = {"type": "array"}
+    tools[1100]["description"] = "数据" * 200_000  # one tool larger than the service takes
+    listing = tmp_path / "wide.json"
+    listing.write_text(json.dumps({"tools": tools}, ensure_ascii=False))
+    settings = make_settings(tmp_path / "service")
+    settings.policy.max_body_bytes = 1_000_000  # ~3,600 bytes a tool: 1,000 were 3.6 MB
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with serving(app, free_port()) as url:
+        monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", url)
+        monkeypatch.delenv("TOOLSCOUT_FRONTEND__API_KEY", raising=False)
+        assert await anyio.to_thread.run_sync(main, ["index", str(listing), "--server", "wide"]) == 0
+    out, _ = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "created 1198, updated 0, unchanged 0, rejected 2, held for review 0"
+    assert lines[1] == (
+        "  rejected tool_1003 (/body/tools/1003/inputSchema): input_schema must describe an object (type \"object\"),"
+        " not 'array'"
+    )
+    assert lines[2].startswith("  rejected tool_1100 (/body/tools/1100): The request body is larger than the limit")

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from service.catalog.files import load_catalog_file
+from service.cli.index_parts import INDEX_PART, post_in_parts
 from service.cli.settings_values import port_number
 from service.cli.start_files import permissions_file_problem, servers_file_problem
 from service.cli.terminal import printable
@@ -166,44 +167,21 @@ def _service_request(settings: Settings, method: str, path: str, **options: Any)
         client.close()
 
 
-INDEX_PART = 1000  # tools per POST /tools: well under the service's registration and body limits
-
-
 def _post_in_parts(
     settings: Settings,
     tools: list[Any],
     servers: dict[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any] | int | None:
-    """Register tools with the running service a part at a time: the summed report, an exit code on a
-    refusal, or None when no service runs. `progress(done, total)` after each part."""
+    """Register tools with the running service a part at a time (service/cli/index_parts.py): the summed report, an
+    exit code on a refusal, or None when no service runs."""
     client = _api(settings)
     if client is None:
         return None
-    total: dict[str, Any] = {
-        "created": 0, "updated": 0, "unchanged": 0, "removed": 0, "tools": [], "errors": [], "held": [], "warnings": []
-    }
     try:
-        for start in range(0, max(len(tools), 1), INDEX_PART):
-            part = {"tools": tools[start : start + INDEX_PART], **({"servers": servers} if servers else {})}
-            response = client.post("/tools", json=part)
-            body = response.json()
-            if response.status_code == 422 and body.get("errors"):
-                total["errors"] += body["errors"]  # every tool of this part was refused: report them, go on
-                continue
-            if response.status_code >= 400:
-                return fail(body)
-            for key in ("created", "updated", "unchanged", "removed"):
-                total[key] += body[key]
-            total["tools"] += body["tools"]
-            total["errors"] += body["errors"]
-            total["held"] += body.get("held", [])
-            total["warnings"] += body.get("warnings", [])
-            if progress is not None:
-                progress(min(start + INDEX_PART, len(tools)), len(tools))
+        return post_in_parts(client, tools, servers, progress, fail)
     finally:
         client.close()
-    return total
 
 
 def fail(error: ToolscoutError | dict[str, Any]) -> int:

@@ -36,6 +36,7 @@ BUS_TASK = "cluster-bus"
 Handler = Callable[[dict[str, Any]], Awaitable[None]]
 PING_SECONDS = 2.0
 MAX_BACKOFF_SECONDS = 10.0
+MAX_MESSAGE_CHARS = 65_536  # the events this bus publishes are a few hundred characters
 # Answers of a Redis that is up but takes no writes at all: a replica (READONLY), one loading its data, one whose
 # master is away, one out of memory under `noeviction`, one whose last save failed (MISCONF) or that lacks the
 # replicas `min-replicas-to-write` asks for. The buckets cannot be shared there: Redis counts as down.
@@ -151,10 +152,12 @@ class ClusterBus:
 
     async def _dispatch(self, raw: str) -> None:
         # Anyone who can publish on Redis reaches this: whatever is not a JSON object is skipped, so it neither
-        # stops the listener (events published during its restart would be lost) nor reaches a handler.
+        # stops the listener (events published during its restart would be lost) nor reaches a handler. Ours are
+        # under a kilobyte: a longer one is not parsed, and one nested past the parser's depth (`[` * 100,000
+        # raised RecursionError, which restarted the listener) is skipped too.
         try:
-            message = json.loads(raw)
-        except ValueError:
+            message = json.loads(raw) if len(raw) <= MAX_MESSAGE_CHARS else None
+        except (ValueError, RecursionError):
             message = None
         if not isinstance(message, dict):
             logger.warning("ignoring a malformed cluster event: %r", raw[:200])

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Sequence
+from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.security.auth_failures import FailedAuthLimiter
 from service.security.hosts import problem_body
@@ -71,3 +72,64 @@ class LocalOnlyMiddleware:
             await send_problem(send, 401, "unauthorized", "Missing or invalid API key", detail)
             return
         await self.app(scope, receive, send)
+
+
+# Why the SDK (or Starlette) refused, for the few plain-text answers that say only what.
+_HINTS = {
+    400: "a request to this endpoint is a JSON-RPC POST (Content-Type: application/json), a GET or a DELETE",
+    403: "a browser page of another origin may not call this front end",
+    404: "the MCP endpoint is the front end's HTTP path (frontend.http_path)",
+    405: "the MCP endpoint takes POST, GET and DELETE",
+    413: "a request body holds at most the MCP SDK's 4 MiB",
+    421: "on a loopback address the front end answers to loopback Host names only (the bound address, 127.0.0.1, "
+    "localhost, ::1)",
+}
+_PLAIN_MAX_BYTES = 4096
+
+
+class PlainRefusalsAsProblems:
+    """The MCP SDK refuses a foreign Host, a foreign Origin, a wrong Content-Type or a large body with a bare text
+    (`Invalid Origin header`), and Starlette an unknown path with `Not Found`: each becomes an RFC 9457 problem
+    quoting that text and saying why, like every other refusal of Toolscout's."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        held: dict[str, Any] | None = None
+        text = b""
+
+        async def convert(message: Message) -> None:
+            nonlocal held, text
+            if message["type"] == "http.response.start":
+                content_type = dict(message.get("headers") or []).get(b"content-type", b"")
+                if message["status"] >= 400 and (not content_type or content_type.startswith(b"text/plain")):
+                    held = message
+                    return
+            elif held is not None and message["type"] == "http.response.body":
+                text = (text + message.get("body", b""))[:_PLAIN_MAX_BYTES]
+                if message.get("more_body", False):
+                    return
+                status = int(held["status"])
+                said = text.decode("utf-8", "replace").strip() or "Refused"
+                detail = f"{said}: {_HINTS[status]}" if status in _HINTS else said
+                extra = [(k, v) for k, v in held.get("headers") or [] if k.lower() in _KEPT_HEADERS]
+                await send_problem(send, status, _SLUGS.get(status, "error"), said, detail, extra)
+                return
+            await send(message)
+
+        await self.app(scope, receive, convert)
+
+
+_KEPT_HEADERS = (b"allow", b"retry-after", b"www-authenticate", b"mcp-session-id")
+_SLUGS = {
+    400: "bad-request",
+    403: "forbidden-origin",
+    404: "not-found",
+    405: "method-not-allowed",
+    413: "payload-too-large",
+    421: "misdirected-request",
+}

@@ -11,7 +11,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
-from service.mcp.guard import BearerKeyMiddleware, LocalOnlyMiddleware
+from service.mcp.guard import BearerKeyMiddleware, LocalOnlyMiddleware, PlainRefusalsAsProblems
 from service.mcp.http_sessions import SessionBoundMiddleware, SessionTable
 from service.mcp.server import Frontend
 from service.security.limits import BodySizeLimitMiddleware
@@ -73,6 +73,7 @@ def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = 
         app.add_middleware(BearerKeyMiddleware, key=settings.http_api_key)
     else:
         app.add_middleware(LocalOnlyMiddleware)
+    app.add_middleware(PlainRefusalsAsProblems)  # outermost: the SDK's and Starlette's plain refusals
     return app
 
 

@@ -68,7 +68,7 @@ class SharedSessions:
             return None
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: `[` * 100,000
             logger.warning("ignoring a malformed shared session state")
             return None
         return value if isinstance(value, dict) else None

@@ -30,6 +30,7 @@ from service.policy.console_sessions import client_address, session_caller
 from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
+from service.security.hosts import ANY_ORIGIN_MARK
 from service.security.openmode import open_mode_allowed, refuse_unsafe_start, relayed
 
 logger = logging.getLogger(__name__)
@@ -136,9 +137,7 @@ def policy_state(resources: Resources) -> PolicyState:
 async def refresh_catalog(resources: Resources) -> int:
     """Reload the snapshot of active tool names and their servers; returns its size."""
     async with resources.session() as session:
-        rows = (
-            await session.execute(select(Tool.qualified_name, Tool.server_id, Tool.name).where(active()))
-        ).all()
+        rows = (await session.execute(select(Tool.qualified_name, Tool.server_id, Tool.name).where(active()))).all()
     listed = {q: name for q, server, name in rows if q != f"{server}{SEPARATOR}{name}"}
     policy_state(resources).set_catalog({q: server for q, server, _ in rows}, listed)
     return len(rows)
@@ -201,9 +200,7 @@ def permission_filter(resources: Resources, caller: Caller, base: SearchFilter) 
         if not any(p.kind == "server" for p in rules.deny):
             tool_only = Rules(tuple(p for p in rules.allow if p.kind == "tool"), rules.deny)
             directory = resources.retriever.directory if resources.retriever is not None else None
-            extra = {
-                name for name in unknown if tool_only.permits(name, "", directory and directory.listed_name(name))
-            }
+            extra = {name for name in unknown if tool_only.permits(name, "", directory and directory.listed_name(name))}
             if extra:
                 allowed = allowed | extra
     if base.allowed is not None:
@@ -262,6 +259,12 @@ async def resolve_caller(request: Request) -> Caller:
         raise Unauthorized(
             "Without API keys the service answers this machine's own requests only, and this one came through a "
             "proxy; create a key with `toolscout keys create` and send it"
+        )
+    if caller.is_open and request.scope.get(ANY_ORIGIN_MARK):
+        # With `*` among the CORS origins any site's page could call the open admin and read its answers.
+        raise Unauthorized(
+            "Without API keys the service answers no page of an origin that only `*` in policy.cors_origins "
+            "admits; list the origin by name, or create a key with `toolscout keys create` and send it"
         )
     request.state.caller = caller  # for the request's log line (observability reads it when the request ends)
     await ensure_fresh(resources)

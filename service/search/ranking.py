@@ -36,7 +36,7 @@ class Candidate:
         self.score = score
         self.boosts: dict[str, float] = {}
         self.exact = False
-        self.exact_tier = 0  # among exact names: 0 spelled as the query, 1 letter case differs, 2 separators differ
+        self.exact_tier = 0  # among exact names: 0 spelled as the query, then case, then separators (names.py)
         self.matched_part: str | None = None
         self._signals = {} if signals is None else signals
         self._raw = {} if raw is None else raw
@@ -95,6 +95,7 @@ def zscores(scores: Mapping[str, float]) -> tuple[dict[str, float], float]:
 
 
 def _zscore_array(values: np.ndarray) -> tuple[np.ndarray, float]:
+    """Z-scores and the floor; all 0 when the values are one (no spread), which `fuse` reads as one level."""
     centred = values - values.mean()
     std = math.sqrt(float(centred @ centred) / len(values))  # values.std() costs three times as much
     if std < 1e-9:
@@ -118,6 +119,9 @@ def fuse(
     keep=(k, margin) drops the tools that cannot reach the top k even with `margin` added later (every bonus
     after fusion summed): their fused score is below the k-th best minus the margin. Fewer candidates make every
     later step cheaper, and the top k stays exactly what it would be.
+    A signal whose hits all score alike (a BM25 word only one tool has, one hit) has no spread to z-score: its
+    hits are one level above the candidates it missed, +1 and -1 (two hits a step apart are +1 and -1 too). They
+    were all 0, as if it had found nothing: the one tool a request's rare word names gained nothing from it.
     stats_of=n: signals listing more than n hits (best first: a search of k past search.candidates) are z-scored by
     their first n, and the tools of those first n lists score as they would with those lists alone (a hit past n
     counts as the n-th); the others follow, by their own hits (a covering signal may lift one among them). A larger
@@ -139,6 +143,8 @@ def fuse(
             _past_head(columns[c], [row[name] for name in scores], scores, head, stats_of, partial, names)  # type: ignore[arg-type]
         elif scores:
             z, floor = _zscore_array(np.fromiter(scores.values(), dtype=np.float64, count=len(scores)))
+            if not partial and len(scores) < len(names) and floor == 0.0:  # one level: above the tools it missed
+                z, floor = np.ones_like(z), -1.0
             columns[c].fill(0.0 if partial else floor)
             columns[c, [row[name] for name in scores]] = z
         columns[c] *= weight
@@ -172,7 +178,11 @@ def _past_head(
     centred = reference - reference.mean()
     std = math.sqrt(float(centred @ centred) / len(reference))
     if std < 1e-9:
-        return  # the head's z-scores are all 0 (as `_zscore_array` gives), and so is the rest's
+        if partial or head <= set(list(scores)[:stats_of]):
+            return  # the head's z-scores are all 0 (as `_zscore_array` gives), and so is the rest's
+        column.fill(-1.0)  # one level above the head's tools it missed, as `fuse` scores it (below)
+        column[rows] = np.where(values >= reference[0], 1.0, -1.0)
+        return
     z = (values - reference.mean()) / std
     if partial:
         column[rows] = z

@@ -107,7 +107,7 @@ class NameDirectory:
         self._entries[qualified] = _NameEntry(server, tuple(tags))
         self._original[qualified] = name
         self.verbs[qualified] = name_verb(name, server)
-        for key in {normalize_name_key(qualified), normalize_name_key(name)}:
+        for key in {normalize_name_key(qualified), normalize_name_key(name)} - {""}:  # "___", "🔥": no spelling
             self._by_key[key].add(qualified)
         self._close.add(qualified, name)
 
@@ -119,7 +119,7 @@ class NameDirectory:
         self._entries.pop(qualified, None)
         self.verbs.pop(qualified, None)
         self._close.discard(qualified)
-        for key in {normalize_name_key(qualified), normalize_name_key(name)}:
+        for key in {normalize_name_key(qualified), normalize_name_key(name)} - {""}:  # "___", "🔥": no spelling
             self._by_key[key].discard(qualified)
             if not self._by_key[key]:
                 del self._by_key[key]
@@ -129,10 +129,10 @@ class NameDirectory:
         found = self._by_key.get(normalize_name_key(query), set())
         return sorted(q for q in found if self._passes(q, where))
 
-    def exact_tiers(self, query: str, where: SearchFilter) -> dict[str, int]:
+    def exact_tiers(self, query: str, where: SearchFilter, spelled: str | None = None) -> dict[str, int]:
         """The exact matches with their spelling tier: the tool spelled as the query comes before `math.gcd`
         vs `math_gcd` look-alikes."""
-        return {q: spelling_tier(query, (q, self._original[q])) for q in self.exact(query, where)}
+        return {q: spelling_tier(query, (q, self._original[q]), spelled) for q in self.exact(query, where)}
 
     def _passes(self, qualified: str, where: SearchFilter) -> bool:
         entry = self._entries[qualified]
@@ -203,7 +203,7 @@ class Retriever:
         scope: str | None = None,
     ) -> SearchOutcome:
         """Top k tools for a request, inside the filter (its text read as `normalize_query` writes it)."""
-        started, query = time.perf_counter(), normalize_query(query)
+        started, spelled, query = time.perf_counter(), query, normalize_query(query)
         settings = self.resources.settings.search
         if where.matches_nothing:
             return SearchOutcome([], 0.0)
@@ -239,7 +239,7 @@ class Retriever:
             vectors, fused, hit_lists, began = done
             Stage(self.resources, "index", started=began, started_wall=embed_stage.ended_wall).end()
         ranking = Stage(self.resources, "rank")
-        exact = self.directory.exact_tiers(query, where)
+        exact = self.directory.exact_tiers(query, where, spelled)
         # Fusion keeps k more than the exact names (ranked in whether found or not): k found ones stay behind them.
         per_text = self._candidates(fused, hit_lists, vectors, k + len(exact), scope)
         verbs = self.directory.verbs

@@ -4,7 +4,9 @@ A browser that resolves `evil.example` to 127.0.0.1 still sends `Host: evil.exam
 not one of the allowed names gets 421 (Misdirected Request). IP-literal hosts are always allowed: DNS
 rebinding needs a name, and a page served from an IP address is cross-origin anyway. A request with an
 `Origin` header (a browser's cross-site request) must come from an allowed origin: a configured CORS origin
-or one whose host is allowed. CORS itself is off unless origins are configured."""
+or one whose host is allowed. CORS itself is off unless origins are configured. An origin admitted only by a `*`
+in the CORS origins is marked on the request (ANY_ORIGIN_MARK): open mode serves no such page (any site of the web
+was the local admin and read the answers; policy/service.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from service.errors import echoed_path
 PROBLEM_JSON = b"application/problem+json"
 LOCAL_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
+# Set on a request whose Origin only a `*` among the CORS origins admits: a page of any site.
+ANY_ORIGIN_MARK = "toolscout.any_origin"
 
 
 def default_allowed_hosts(bound_host: str, extra: Iterable[str] = ()) -> frozenset[str]:
@@ -60,6 +64,16 @@ def host_allowed(host: str, allowed: frozenset[str]) -> bool:
     return any(name.startswith(".") and (host.endswith(name) or host == name[1:]) for name in allowed)
 
 
+def cross_site_subresource(headers: dict[bytes, bytes]) -> bool:
+    """Whether a browser sent this for a page of another site without CORS (`<img src>`, `<script src>`): such
+    a request carries no `Origin`, only `Sec-Fetch-Site: cross-site`. No API client sends that, and in open mode
+    every one of them was the local admin: 16 images of /events took every event stream of the open user (its
+    MCP front end's /events got 429), and a few hundred drained its rate limit. A navigation (a link followed to
+    /console) still loads."""
+    site = headers.get(b"sec-fetch-site", b"").lower()
+    return site == b"cross-site" and headers.get(b"sec-fetch-mode", b"").lower() != b"navigate"
+
+
 def problem_body(status: int, slug: str, title: str, detail: str, path: str | None = None) -> bytes:
     """A problem+json body for ASGI middleware (with `instance` when the request's path is given)."""
     body = {"type": f"https://toolscout.dev/problems/{slug}", "title": title, "status": status, "detail": detail}
@@ -90,8 +104,12 @@ class HostOriginMiddleware:
 
     def origin_allowed(self, origin: str) -> bool:
         """Whether a browser page of this origin may call the API."""
+        return "*" in self.cors_origins or self.origin_named(origin)
+
+    def origin_named(self, origin: str) -> bool:
+        """Whether this origin is allowed without a `*`: listed, or of an allowed host."""
         origin = origin.rstrip("/").lower()
-        if origin in self.cors_origins or "*" in self.cors_origins:
+        if origin in self.cors_origins:
             return True
         if origin == "null":
             return False
@@ -109,9 +127,16 @@ class HostOriginMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = {key.lower(): value for key, value in scope.get("headers", [])}
+        pairs = scope.get("headers", [])
+        headers = {key.lower(): value for key, value in pairs}
         host = split_host(headers.get(b"host", b"").decode("latin-1"))
         path = scope.get("path", "")
+        if sum(key.lower() == b"host" for key, _ in pairs) > 1:
+            # RFC 9112 3.2: a 400. This check read the last and the routes (Starlette) read the first: with
+            # `Host: evil.example` then `Host: localhost` the console compared an Origin with the first.
+            detail = "A request carries one Host header; this one carries several"
+            await send_problem(send, 400, problem_body(400, "bad-request", "Bad request", detail, path))
+            return
         if not host_allowed(host, self.allowed_hosts):
             detail = (
                 f"Host {host!r} is not served here (allowed: the bound address and localhost names; "
@@ -120,8 +145,17 @@ class HostOriginMiddleware:
             await send_problem(send, 421, problem_body(421, "misdirected-request", "Misdirected request", detail, path))
             return
         origin = headers.get(b"origin")
+        if origin is None and cross_site_subresource(headers):
+            detail = (
+                "A page of another site loaded this without CORS (an image, a script, a style sheet): "
+                "only the service's own pages, navigations and CORS requests of policy.cors_origins are served"
+            )
+            await send_problem(send, 403, problem_body(403, "forbidden-origin", "Origin not allowed", detail, path))
+            return
         if origin is not None and not self.origin_allowed(origin.decode("latin-1")):
             detail = "Cross-origin requests are refused unless the origin is in policy.cors_origins"
             await send_problem(send, 403, problem_body(403, "forbidden-origin", "Origin not allowed", detail, path))
             return
+        if origin is not None and not self.origin_named(origin.decode("latin-1")):
+            scope = {**scope, ANY_ORIGIN_MARK: True}
         await self.app(scope, receive, send)

@@ -73,12 +73,12 @@ def _lone_surrogate(value: Any) -> str | None:
                 item.encode()
             except UnicodeEncodeError:
                 return json_pointer(path)
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                stack.append((path, key))
+        elif isinstance(item, dict):  # pushed last first: popped in document order, a key before its value
+            for key, child in reversed(item.items()):
                 stack.append(([*path, key], child))
+                stack.append((path, key))
         elif isinstance(item, list):
-            stack.extend(([*path, index], child) for index, child in enumerate(item))
+            stack.extend(reversed([([*path, index], child) for index, child in enumerate(item)]))
     return None
 
 

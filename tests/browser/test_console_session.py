@@ -163,3 +163,48 @@ def test_a_revoked_keys_session_ends(browser: Any, live: Live, temp_key: dict[st
     tab.wait_for_selector("#signin-error:has-text('session ended')")
     assert tab.is_visible("#signin") and tab.is_hidden("#nav")
     context.close()
+
+
+class ImagePage(http.server.BaseHTTPRequestHandler):
+    """At http://localhost:PORT/ a page of another site than 127.0.0.1 that loads http://127.0.0.1:PORT/probe as an
+    image; the headers of that load are kept (Chromium's ORB hides the answer from the page, not the request)."""
+
+    seen: list[dict[str, str]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - the handler's method name
+        if self.path == "/probe":
+            self.seen.append({k.lower(): v for k, v in self.headers.items()})
+            page = b"x"
+        else:
+            page = f'<img src="http://127.0.0.1:{self.server.server_address[1]}/probe">'.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+def test_another_sites_page_loading_the_api_without_cors_is_refused(browser: Any, live: Live) -> None:  # noqa: F811
+    """What Chromium sends for an image of another site's page (no Origin, `Sec-Fetch-Site: cross-site`), sent to
+    the service: refused at the edge (403) before any key is asked for. In open mode each image of /events held
+    one of the local user's event streams."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), ImagePage)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        tab.goto(f"http://localhost:{server.server_address[1]}/")
+        tab.wait_for_function("document.images[0].complete")
+    finally:
+        context.close()
+        server.shutdown()
+        server.server_close()
+    (sent,) = ImagePage.seen
+    assert sent["sec-fetch-site"] == "cross-site" and sent["sec-fetch-mode"] == "no-cors" and "origin" not in sent
+    replayed = {k: v for k, v in sent.items() if k.startswith("sec-") or k in ("referer", "user-agent", "accept")}
+    response = httpx.get(live.url + "/tools", headers=replayed, timeout=30)
+    assert response.status_code == 403, response.text  # main: 401, the request went on to the key check
+    assert response.json()["type"].endswith("/forbidden-origin")

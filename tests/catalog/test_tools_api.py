@@ -163,3 +163,18 @@ async def test_a_batch_refuses_each_mistyped_tool_and_warns_of_a_misspelt_key(cl
     ]
     assert body["tools"] == ["s__c", "s__fine"]
     assert (await client.get("/tools/s__a")).status_code == 404  # not registered without its description
+
+
+async def test_a_body_with_lone_surrogates_names_the_first_in_document_order(client: httpx.AsyncClient) -> None:
+    """The walk popped the last value first: a batch with `\\ud800` in tool 0's name and tool 2's description named
+    /tools/2/description."""
+    body = (
+        b'{"tools": [{"server": "s", "name": "a\\ud800", "description": "ok"}, {"server": "s", "name": "b"},'
+        b' {"server": "s", "name": "c", "description": "x \\udfff"}]}'
+    )
+    response = await client.post("/tools", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["reason"].startswith("not valid JSON: a string or key at /tools/0/name ")
+    keyed = b'{"tools": [{"server": "s", "name": "d", "annotations": {"\\ud83d": 1, "t": "\\ud800"}}]}'
+    response = await client.post("/tools", content=keyed, headers={"content-type": "application/json"})
+    assert "at /tools/0/annotations holds" in response.json()["errors"][0]["reason"]

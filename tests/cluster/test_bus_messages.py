@@ -8,7 +8,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from service.cluster.bus import BUS_TASK, ClusterBus
+from service.cluster.bus import BUS_TASK, MAX_MESSAGE_CHARS, ClusterBus
 from service.supervisor import Supervisor
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -34,7 +34,10 @@ async def test_messages_that_are_not_json_objects_are_skipped_and_the_listener_s
     try:
         bus.start(supervisor)
         await _wait_for(lambda: bus.healthy)
-        for raw in ["[1, 2]", '"keys"', "42", "null", "not json", '{"kind": "keys", "n": 1}']:
+        # `[` * 100,000 raised RecursionError, not ValueError: the listener restarted (events published meanwhile
+        # were lost). A message past MAX_MESSAGE_CHARS is not parsed at all.
+        deep, long = "[" * 100_000, '{"kind": "keys", "pad": "' + "x" * (MAX_MESSAGE_CHARS + 1) + '"}'
+        for raw in ["[1, 2]", '"keys"', "42", "null", "not json", deep, long, '{"kind": "keys", "n": 1}']:
             await publisher.publish(bus.channel, raw)
         await _wait_for(lambda: len(seen) == 1)
         await asyncio.sleep(0.1)

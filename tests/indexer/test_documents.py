@@ -108,3 +108,35 @@ def test_query_counts_each_term_once_and_documents_saturate() -> None:
     single = encoder.encode_document("time zone")
     assert max(weights.values()) < 2 * max(single.values)
     assert doc.indices == sorted(doc.indices)
+
+
+def test_a_word_keeps_its_combining_marks_and_unspaced_scripts_are_read_as_letter_groups() -> None:
+    """`\\w` has no combining mark: a Devanagari vowel sign or a decomposed accent cut the word there (`भेजें` was
+    `भ` and `ज`, both dropped; `cre\\u0301er` was `cre`, `er`); a Thai sentence, one run of letters, was its stray
+    pairs between vowel signs."""
+    assert tokenize("प्राप्तकर्ता को ईमेल भेजें") == ["प्राप्तकर्ता", "को", "ईमेल", "भेजें"]
+    assert tokenize("cre\u0301er") == ["cre\u0301er"]
+    assert set(tokenize("ส่งอีเมล")) <= set(tokenize("ส่งอีเมลถึงผู้รับ"))
+    assert "ส่ง" in tokenize("ส่งอีเมล") and not {"ส", "่"} & set(tokenize("ส่งอีเมล"))  # no lone letter or mark
+
+
+def test_a_tool_s_texts_are_read_in_nfkc_as_a_request_is() -> None:
+    """Full-width letters, half-width katakana, decomposed accents: the request is read in NFKC
+    (indexer/query_text.py), so the document is too, its embedded fields and its BM25 terms."""
+    tool = ToolDefinition(
+        server="s",
+        name="ｃｈｅｃｋ_ﾃｽﾄ",
+        description="Ｃｏｍｐｕｔｅ ｔｈｅ ｃｈｅｃｋｓｕｍ, cre\u0301er un e\u0301ve\u0301nement",
+    )
+    doc = build_document(tool)
+    assert doc.name == "check テスト"
+    assert doc.description == "Compute the checksum, créer un événement"
+    assert {"check", "テス", "スト", "comput", "checksum", "créer", "événement"} <= set(tokenize(doc.lexical))
+    assert "_" not in "".join(tokenize(doc.lexical))  # `check_テスト`: its parts, not letter pairs across `_`
+
+
+def test_an_exact_name_key_reads_the_name_as_the_search_reads_a_request() -> None:
+    assert normalize_name_key("ＡＢＣ") == normalize_name_key("ABC") == "abc"
+    assert normalize_name_key("cafe\u0301_menu") == normalize_name_key("Café Menu") == "cafémenu"
+    assert normalize_name_key("🔥_fire_alarm") == normalize_name_key("fire-alarm")
+    assert normalize_name_key("math.gcd") == normalize_name_key("MathGcd") == "mathgcd"

@@ -29,6 +29,11 @@ def test_spelling_tier_prefers_the_exact_spelling_then_case_then_separators() ->
     assert spelling_tier("math_gcd", ["py__math_gcd", "math_gcd"]) == 0
     assert spelling_tier("Math_GCD", ["py__math_gcd", "math_gcd"]) == 1
     assert spelling_tier("math_gcd", ["py__math.gcd", "math.gcd"]) == 2
+    # As written before its reading (NFKC): the name spelled so first, the others a tier later.
+    assert spelling_tier("ABC", ["s__ABC-1a2b3c4d", "ＡＢＣ"], spelled="ＡＢＣ") == 0
+    assert spelling_tier("ABC", ["s__ABC", "ABC"], spelled="ＡＢＣ") == 1
+    assert spelling_tier("book_flight", ["t__book_flight", "book_flight"], spelled="`book_flight`") == 1
+    assert spelling_tier("math_gcd", ["py__math_gcd", "math_gcd"], spelled=" math_gcd ") == 0
 
 
 def test_the_tool_spelled_as_the_query_comes_first_among_look_alikes() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from indexer.tools import QUALIFIED_NAME_RE, qualify, validate_batch
+from service.mcp.render import catalog_tool
 from service.policy.permissions import parse_permissions
 
 
@@ -158,6 +159,25 @@ def test_a_field_of_the_wrong_type_is_refused_where_it_is(
     batch = validate_batch([{"server": "s", "name": "fine"}, tool])
     assert [t.name for t in batch.tools] == ["fine"]
     assert [(p.as_dict()["pointer"], p.reason) for p in batch.problems] == [(f"/1/{field}", reason)]
+
+
+def test_an_annotation_mcp_defines_given_another_type_is_refused_where_it_is() -> None:
+    """MCP's ToolAnnotations refused a title of 5 or a hint of "maybe": registered, such a tool made every tools/list
+    of a full, grouped or dynamic front end fail (service/mcp/render.py catalog_tool). Other keys, and null, pass."""
+    tools = [
+        {"server": "s", "name": "titled", "annotations": {"title": 5}},
+        {"server": "s", "name": "maybe", "annotations": {"title": "M", "readOnlyHint": "maybe"}},
+        {"server": "s", "name": "listed", "annotations": {"openWorldHint": [True]}},
+        {"server": "s", "name": "fine", "annotations": {"title": None, "destructiveHint": False, "x": "anything"}},
+    ]
+    batch = validate_batch(tools)
+    assert [t.name for t in batch.tools] == ["fine"]
+    assert [(p.as_dict()["pointer"], p.reason) for p in batch.problems] == [
+        ("/0/annotations/title", "annotations title must be a string (MCP), not a number"),
+        ("/1/annotations/readOnlyHint", "annotations readOnlyHint must be a boolean (MCP), not a string"),
+        ("/2/annotations/openWorldHint", "annotations openWorldHint must be a boolean (MCP), not an array"),
+    ]
+    catalog_tool({"name": "s__fine", "annotations": batch.tools[0].annotations})  # as the front end lists it
 
 
 def test_a_key_no_tool_has_is_a_warning_and_the_keys_of_catalog_lines_and_mcp_listings_are_taken() -> None:

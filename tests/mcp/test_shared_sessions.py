@@ -104,6 +104,9 @@ async def test_a_malformed_shared_state_is_read_as_far_as_it_is_well_formed(
         assert [t.name for t in (await client.list_tools(cache_mode="bypass")).tools] == META
         called = await client.call_tool("status", {})
         assert called.is_error is False
+        # Nested past the parser's depth: RecursionError, not ValueError, failed the client's tools/list.
+        await shared_store.redis.set(key, '{"active": ' + "[" * 100_000)
+        assert [t.name for t in (await client.list_tools(cache_mode="bypass")).tools] == META
 
 
 async def test_a_shared_state_lists_only_tools_of_the_front_ends_profile(

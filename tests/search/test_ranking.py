@@ -33,6 +33,30 @@ def test_fuse_is_a_weighted_sum_over_the_union_of_candidates() -> None:
     assert fused["a"].raw == {"name": 0.9}
 
 
+def test_a_signal_whose_hits_score_alike_puts_them_a_level_above_the_tools_it_missed() -> None:
+    """BM25 finding one tool (a word no other tool has) gave it 0, the same as every tool it did not find: its
+    fused score came from the dense fields alone. Now its hits are +1 and the others -1, as two hits a step apart
+    are; a signal that lists every candidate alike still adds nothing, and nothing is NaN."""
+    weights = {"description": 0.45, "lexical": 0.35}
+    dense = {"a": 0.30, "b": 0.25, "c": 0.20}
+    one = fuse({"description": dense, "lexical": {"c": 7.2}}, weights)
+    assert {name: c.signals["lexical"] for name, c in one.items()} == {"a": -0.35, "b": -0.35, "c": 0.35}
+    alike = fuse({"description": dense, "lexical": {"b": 2.0, "c": 2.0}}, weights)
+    assert [alike[n].signals["lexical"] for n in "abc"] == [-0.35, 0.35, 0.35]
+    stepped = fuse({"description": dense, "lexical": {"c": 3.0, "b": 2.0}}, weights)
+    assert [stepped[n].signals["lexical"] for n in "abc"] == [-0.35, -0.35, 0.35]
+    same = fuse({"description": {"a": 0.5, "b": 0.5}, "lexical": {"a": 1.0, "b": 1.0}}, weights)
+    assert [c.score for c in same.values()] == [0.0, 0.0]
+    covering = fuse({"description": dense}, {**weights, "server": 0.4}, covering={"server": {"a": 0.2}})
+    assert covering["a"].signals["server"] == 0.0 and covering["b"].signals["server"] == 0.0
+    # Past the head (a k past search.candidates): the head's tools score as with the head alone.
+    wide = {"description": {**dense, "d": 0.1}, "lexical": {"b": 7.2, "c": 7.2, "d": 7.2, "e": 1.0}}
+    head = {"description": dense, "lexical": {"b": 7.2, "c": 7.2, "d": 7.2}}
+    past, alone = fuse(wide, weights, stats_of=3), fuse(head, weights)
+    assert {n: round(past[n].score, 9) for n in alone} == {n: round(c.score, 9) for n, c in alone.items()}
+    assert past["e"].signals["lexical"] == -0.35 and all(math.isfinite(c.score) for c in past.values())
+
+
 def test_split_intents_finds_sentences_steps_and_then() -> None:
     assert split_intents("what time is it in tokyo") == []
     assert split_intents("Convert 100 USD to EUR and then post the result to Slack") == [

@@ -115,13 +115,15 @@ async def test_cross_site_requests_with_the_cookie_are_refused(world: dict[str, 
     for extra in (
         {"Origin": "http://localhost:9999"},
         {"Sec-Fetch-Site": "same-site"},
-        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "cross-site", "Origin": "http://localhost"},
         {"Origin": "http://localhost", "Sec-Fetch-Site": "none"},
     ):
         refused = await http.post("/console/api/keys", json=new_key, headers=with_session(session_id, **extra))
         assert_problem(refused, 403, "cross-site-request")
     sandboxed = with_session(session_id, Origin="null")  # refused at the edge already (forbidden-origin)
     assert_problem(await http.post("/console/api/keys", json=new_key, headers=sandboxed), 403)
+    other_site = with_session(session_id, **{"Sec-Fetch-Site": "cross-site"})  # no Origin: at the edge too
+    assert_problem(await http.post("/console/api/keys", json=new_key, headers=other_site), 403, "forbidden-origin")
     approval = {"approval_id": "00000000-0000-0000-0000-000000000000"}
     assert_problem(await http.post("/console/api/approvals", json=approval, headers=cookie), 403)
     assert_problem(await http.delete("/console/api/keys/x", headers=cookie), 403, "cross-site-request")

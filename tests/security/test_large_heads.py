@@ -88,3 +88,27 @@ async def test_heads_within_the_bound_are_answered_as_before() -> None:
         finally:
             writer.close()
     assert all(answer.startswith(b"HTTP/1.1 200 ") for answer in answers), [a[:40] for a in answers]
+
+
+SMUGGLING = {
+    "two lengths": (b"Content-Length: 2\r\nContent-Length: 40\r\n", "Duplicate Content-Length"),
+    "length and chunked": (b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n", "Transfer-Encoding"),
+    "space before colon": (b"Transfer-Encoding : chunked\r\n", "Invalid header field char"),
+}
+
+
+@pytest.mark.parametrize("case", SMUGGLING, ids=list(SMUGGLING))
+async def test_an_ambiguous_request_gets_a_problem_naming_why_and_its_connection_closes(case: str) -> None:
+    """What request smuggling through a proxy is made of: uvicorn refused these with a text/plain `Invalid HTTP
+    request received.`, saying neither what nor why; the problem names llhttp's reason."""
+    headers, reason = SMUGGLING[case]
+    smuggled = b"GET /next HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    request = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n0\r\n\r\n" + smuggled
+    async with hello_server() as port:
+        answer, _ = await exchange(port, [request])
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/problem+json" in head, answer
+    assert b"connection: close" in head and answer.count(b"HTTP/1.1 ") == 1  # nothing after it was served
+    problem = json.loads(body)
+    assert problem["status"] == 400 and problem["type"].endswith("/bad-request")
+    assert problem["detail"].startswith("The request is not valid HTTP/1.1: ") and reason in problem["detail"]

@@ -17,7 +17,7 @@ from service.mcp.api import ToolscoutApi
 from service.mcp.serve import http_app
 from service.mcp.server import create_frontend
 from tests.processes import free_port
-from tests.security.conftest import make_settings
+from tests.security.conftest import assert_problem, make_settings
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -180,3 +180,27 @@ async def test_a_rebinding_name_cannot_reach_the_keyless_front_end_on_any_loopba
             own = await http.post("/mcp", content=initialize, headers={**headers, "Host": literal})
     assert refused.status_code == 421, refused.text
     assert own.status_code == 200, own.text
+
+
+async def test_the_front_ends_refusals_are_problems_saying_why(world: dict[str, Any]) -> None:
+    """The SDK refused a foreign Origin, a rebinding Host and a text/plain post with a bare `Invalid Origin header`
+    (text/plain), and Starlette an unknown path with `Not Found`: now problems quoting it and saying why."""
+    settings = make_settings(world["tmp_path"])
+    settings.frontend.api_key = world["admin"]
+    frontend = create_frontend(settings, transport="http", api_transport=httpx.ASGITransport(app=world["app"]))
+    app = http_app(frontend, host="127.0.0.1")
+    initialize = json.dumps(INITIALIZE)
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8766") as http:
+            cases = {
+                403: ({**headers, "Origin": "https://attacker.example"}, "/mcp", "Invalid Origin header", "origin"),
+                421: ({**headers, "Host": "attacker.example:8766"}, "/mcp", "Invalid Host header", "loopback Host"),
+                400: ({**headers, "Content-Type": "text/plain"}, "/mcp", "Invalid Content-Type", "application/json"),
+                404: (headers, "/other", "Not Found", "frontend.http_path"),
+            }
+            for status, (sent, path, said, why) in cases.items():
+                body = assert_problem(await http.post(path, content=initialize, headers=sent), status)
+                assert body["title"].startswith(said) and said in body["detail"] and why in body["detail"], body
+            own = await http.post("/mcp", content=initialize, headers=headers)
+            assert own.status_code == 200 and own.headers["content-type"].startswith("text/event-stream")
