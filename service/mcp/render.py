@@ -196,11 +196,13 @@ def catalog_tool(tool: Mapping[str, Any]) -> types.Tool:
     if schema.get("type") != "object":
         schema = {"type": "object", **{k: v for k, v in schema.items() if k != "type"}}
     hints = {k: v for k, v in (tool.get("annotations") or {}).items() if k in _ANNOTATION_KEYS}
+    try:
+        annotations = types.ToolAnnotations.model_validate(hints) if hints else None
+    except ValidationError:  # a row stored before registration refused them: the tool is listed without its hints
+        annotations = None
     return types.Tool(
-        name=str(tool["name"]),
-        description=str(tool.get("description") or ""),
-        input_schema=schema,
-        annotations=types.ToolAnnotations.model_validate(hints) if hints else None,
+        name=str(tool["name"]), description=str(tool.get("description") or ""), input_schema=schema,
+        annotations=annotations,
     )
 
 

@@ -178,6 +178,9 @@ def test_an_annotation_mcp_defines_given_another_type_is_refused_where_it_is() -
         ("/2/annotations/openWorldHint", "annotations openWorldHint must be a boolean (MCP), not an array"),
     ]
     catalog_tool({"name": "s__fine", "annotations": batch.tools[0].annotations})  # as the front end lists it
+    # A row stored before this check is listed without its hints rather than failing the whole listing.
+    stored = catalog_tool({"name": "s__titled", "description": "d", "annotations": {"title": 5, "readOnlyHint": 1}})
+    assert (stored.name, stored.description, stored.annotations) == ("s__titled", "d", None)
 
 
 def test_a_key_no_tool_has_is_a_warning_and_the_keys_of_catalog_lines_and_mcp_listings_are_taken() -> None:
