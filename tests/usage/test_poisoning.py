@@ -36,7 +36,8 @@ roles:
 PATH_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
 FILE_TOOLS = [
     {"name": "erase_folder", "description": "Erase a folder and everything inside it", "inputSchema": PATH_SCHEMA},
-    {"name": "list_files", "description": "List the files in a folder", "inputSchema": PATH_SCHEMA},
+    # No word of DELETE_QUERY in its name or text: one BM25 hit ("files") lifts a tool a level above the others.
+    {"name": "list_folder", "description": "List what a folder holds", "inputSchema": PATH_SCHEMA},
     {
         "name": "weather_forecast",
         "description": "The weather forecast for a city",
@@ -130,7 +131,7 @@ async def flood(w: dict[str, Any], times: int) -> dict[str, Any]:
 
 B_USES = [  # B's own past requests, one for each tool of the scope
     ("remove every file in my downloads folder", "files__erase_folder", {"path": "~/Downloads"}),
-    ("show me what is in my documents folder", "files__list_files", {"path": "~/Documents"}),
+    ("show me what is in my documents folder", "files__list_folder", {"path": "~/Documents"}),
     ("will it rain in Paris tomorrow", "files__weather_forecast", {"city": "Paris"}),
     ("repeat this sentence back to me", "t__echo", {"text": "hello"}),
     ("give me a long text of numbered lines", "t__big", {"lines": 3}),
@@ -241,7 +242,7 @@ async def adapter_flood(w: dict[str, Any]) -> dict[str, Any]:
     for i, text in enumerate(DELETE_PHRASINGS):
         found = await search(http, w["a"], text)
         name, arguments = (
-            ("files__weather_forecast", {"city": "Oslo"}) if i % 2 else ("files__list_files", {"path": "~"})
+            ("files__weather_forecast", {"city": "Oslo"}) if i % 2 else ("files__list_folder", {"path": "~"})
         )
         assert await call(http, w["a"], name, arguments, found["id"]) == "ok"
     await refresh_stats(resources)
@@ -264,7 +265,7 @@ async def test_one_caller_cannot_train_the_query_adapter_of_another(tmp_path: Pa
         maps = w["resources"].usage.maps["dev"]
         assert set(maps.own) == {"attacker"}
         assert after["a"]["by_name"]["files__weather_forecast"]["adapter"] > 0.1, after["a"]
-        assert after["a"]["ranking"][0] in ("files__weather_forecast", "files__list_files")  # A's view learned
+        assert after["a"]["ranking"][0] in ("files__weather_forecast", "files__list_folder")  # A's view learned
         assert after["b"]["ranking"][0] == "files__erase_folder"
         assert all(entry["adapter"] is None for entry in after["b"]["by_name"].values())
         lifted = after["b"]["by_name"]["files__weather_forecast"]["usage"]
