@@ -109,16 +109,14 @@ def head_timeout_protocol() -> type[asyncio.Protocol]:
             header's colon: what smuggling through a proxy is made of) gets a problem naming why, then the
             connection closes, as uvicorn's own text/plain answer did."""
             reason = getattr(self.parser, "reason", "") or msg
-            detail = f"The request is not valid HTTP/1.1: {reason}"
+            self._refuse(BAD_REQUEST, "bad-request", 400, "Bad request", f"The request is not valid HTTP/1.1: {reason}")
+
+        def _refuse(self, head: bytes, slug: str, status: int, title: str, detail: str) -> None:
+            """Answer a problem before any app sees the request, then close the connection."""
             body = json.dumps(
-                {
-                    "type": "https://toolscout.dev/problems/bad-request",
-                    "status": 400,
-                    "title": "Bad request",
-                    "detail": detail,
-                }
+                {"type": f"https://toolscout.dev/problems/{slug}", "status": status, "title": title, "detail": detail}
             ).encode()
-            self.transport.write(BAD_REQUEST % (len(body), body))
+            self.transport.write(head % (len(body), body))
             self.transport.close()
 
         def data_received(self, data: bytes) -> None:
@@ -133,16 +131,7 @@ def head_timeout_protocol() -> type[asyncio.Protocol]:
                 self._refused = True
                 self._head_received()
                 detail = f"A request head (request line and headers) holds at most {HEAD_MAX_BYTES} bytes"
-                body = json.dumps(
-                    {
-                        "type": "https://toolscout.dev/problems/request-header-fields-too-large",
-                        "status": 431,
-                        "title": "Request head too large",
-                        "detail": detail,
-                    }
-                ).encode()
-                self.transport.write(TOO_LARGE % (len(body), body))
-                self.transport.close()
+                self._refuse(TOO_LARGE, "request-header-fields-too-large", 431, "Request head too large", detail)
 
         def _await_head(self) -> None:
             self._head_received()
