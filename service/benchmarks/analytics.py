@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import func, select
 
-from service.benchmarks import BenchFailed
+from service.benchmarks import BenchFailed, save_report
 from service.benchmarks.arguments import positive_int
 from service.cli.database import print_table, with_database
 from service.db.engine import upgrade_database
@@ -362,20 +362,17 @@ def run(args: argparse.Namespace) -> int:
         print_table(table, ["query", "rows", "median_ms", "max_ms"])
         slowest = max(row["max_ms"] for row in table if not row["query"].startswith("refresh"))
         print(f"\nslowest analytics query: {slowest:.1f} ms ({'within' if slowest <= 1000 else 'over'} the 1 s budget)")
-        if args.json_out:
-            args.json_out.write_text(
-                json.dumps(
-                    {
-                        "executions": generated.executions,
-                        "searches": generated.searches,
-                        "tools": len(generated.tools),
-                        "callers": len(generated.callers),
-                        "fill_seconds": round(generated.seconds, 1),
-                        "queries": table,
-                    },
-                    indent=2,
-                )
-            )
+        save_report(
+            args.json_out,
+            {
+                "executions": generated.executions,
+                "searches": generated.searches,
+                "tools": len(generated.tools),
+                "callers": len(generated.callers),
+                "fill_seconds": round(generated.seconds, 1),
+                "queries": table,
+            },
+        )
     finally:
         if not args.keep:
             admin.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from service.benchmarks import expect
+from service.benchmarks import expect, save_report
 from service.benchmarks.arguments import positive_int, whole_int
 from service.cli.execute_bench import ARGUMENTS, TOOL, _throughput, _time_it, summary
 
@@ -195,7 +195,5 @@ def cmd_bench_durability(args: argparse.Namespace) -> int:
     print(json.dumps(result, indent=2))
     print()
     print(markdown(result))
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    save_report(args.json_out, result)
     return 0

@@ -21,7 +21,7 @@ from indexer.embedding import Embedder, SentenceTransformerEmbedder
 from indexer.index.base import DENSE_FIELDS
 from indexer.onnx_embedder import OnnxEmbedder
 from indexer.tools import validate_batch
-from service.benchmarks import BenchFailed
+from service.benchmarks import BenchFailed, save_report
 from service.benchmarks.arguments import positive_int
 from service.benchmarks.datasets import SHARED, missing_shared
 from service.catalog.files import load_catalog_file
@@ -150,6 +150,5 @@ def run(args: argparse.Namespace) -> int:
         name: _install_mb(name) for name in ("torch", "transformers", "sentence_transformers", "onnxruntime", "onnx")
     }
     print(json.dumps(result, indent=2))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(result, indent=2))
+    save_report(args.json_out, result)
     return 0

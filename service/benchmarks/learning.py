@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import tempfile
 import time
@@ -33,6 +32,7 @@ from typing import Any
 from sqlalchemy import insert
 
 from indexer.index.base import SearchFilter
+from service.benchmarks import save_report
 from service.benchmarks.arguments import positive_int
 from service.benchmarks.datasets import EVAL, require_files
 from service.benchmarks.usage_replay import replay_usage
@@ -326,8 +326,7 @@ def run_usage(args: argparse.Namespace) -> int:
                 }
             )
     print_table(table, list(table[0]))
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2))
+    save_report(args.json_out, results)
     return 0
 
 
@@ -361,6 +360,5 @@ def run(args: argparse.Namespace) -> int:
     unmoved, kept = result["unmoved_without_history"], result["new_correct_top1"]
     print(f"\nno history yet (learning on): {unmoved['unmoved']} of {unmoved['queries']} rankings unchanged")
     print(f"correct first results without history that stayed first: {kept['kept']} of {kept['kept'] + kept['lost']}")
-    if args.json_out:
-        args.json_out.write_text(json.dumps(result, indent=2))
+    save_report(args.json_out, result)
     return 0

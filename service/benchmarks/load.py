@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from service.benchmarks import save_report
 from service.benchmarks.arguments import positive_int, positive_ints
 from service.benchmarks.search import (
     POST_BATCH,
@@ -252,8 +253,7 @@ def _run(args: argparse.Namespace) -> int:
                 result["server_stop"] = problem
     _print(result)
     _say_errors(result)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(result, indent=2))
+    save_report(args.json_out, result)
     return 0
 
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from service.benchmarks import save_report
 from service.benchmarks.arguments import positive_int, positive_ints
 from service.benchmarks.load import ServerNotReady, start_server, stop_server, wrk_missing, wrk_run
 from service.benchmarks.search import bench_queries, peak_rss_mb
@@ -132,8 +133,7 @@ def _run(args: argparse.Namespace, sizes: list[int]) -> int:
         "ratios": ratios(p50s, sizes[0]),
     }
     _print(result, sizes)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(result, indent=2))
+    save_report(args.json_out, result)
     return 0
 
 

@@ -22,7 +22,7 @@ import httpx
 from indexer.documents import build_document
 from indexer.index.base import DENSE_FIELDS
 from indexer.tools import validate_batch
-from service.benchmarks import BenchFailed
+from service.benchmarks import BenchFailed, save_report
 from service.benchmarks.arguments import positive_int, positive_ints
 from service.benchmarks.datasets import SHARED, missing_shared
 from service.catalog.files import demo_catalog, load_catalog_file
@@ -309,6 +309,5 @@ def run(args: argparse.Namespace) -> int:
             row = measure_size(size, source_tools(args.source), args.searches, args.backend)
         rows.append(row)
         _print_row(row)
-    if args.json_out:
-        args.json_out.write_text(json.dumps({"backend": args.backend, "sizes": rows}, indent=2))
+    save_report(args.json_out, {"backend": args.backend, "sizes": rows})
     return 0

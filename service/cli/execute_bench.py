@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from service.benchmarks import expect
+from service.benchmarks import expect, save_report
 from service.benchmarks.arguments import positive_int, whole_int
 from service.http_transport import async_nodelay_transport
 from service.usage.rollups import percentile
@@ -268,7 +268,5 @@ def cmd_bench_execute(args: argparse.Namespace) -> int:
     print(json.dumps(result, indent=2))
     print()
     print(markdown(result))
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    save_report(args.json_out, result)
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 
+from service.benchmarks import save_text
 from service.benchmarks.arguments import json_object, positive_int
 from service.errors import ToolscoutError
 from service.settings import Settings
@@ -91,7 +92,6 @@ def cmd_tokens(args: argparse.Namespace) -> int:
         return 1
     text = dumps(report)
     if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(text, encoding="utf-8")
+        save_text(args.json_out, text)
     sys.stdout.write(markdown_table(report) if args.markdown else text)
     return 0
