@@ -2,7 +2,10 @@
 
 Open mode needs both `policy.open_without_keys` (default true) and a loopback bind address. Bound anywhere else
 with no key in the database, the service refuses to start: the first key is created with the CLI
-(`toolscout keys create`), never over HTTP."""
+(`toolscout keys create`), never over HTTP. Served, the open admin answers only this machine's own requests
+(`not_local`): none relayed by a proxy, none from a client that is not loopback, none sent to a Host that is not a
+loopback name. A relay that adds no header and sends a loopback Host (an `ssh -L`, nginx without X-Forwarded-For)
+cannot be told from the local user: nothing here can refuse it."""
 
 from __future__ import annotations
 
