@@ -8,6 +8,7 @@ used one, or at the front end's bound the least recently used one of the client 
 DELETE through the SDK, as its client would: the SDK terminates its transport and forgets it (its id answers 404),
 its message loop ends, and the connection's exit stack drops its dynamic-mode state and notification registration.
 When no session of theirs is idle, a client at its bound gets a 429 and the full front end a 503 (problem+json). A
+session answers only the client that opened it: to another its id is unknown (404). A
 request that cannot open a session (not a POST, or refused by the SDK's Host, Origin and Content-Type checks) closes
 none.
 
@@ -153,6 +154,12 @@ class SessionBoundMiddleware:
                 await self._open(client, scope, receive, send)
                 return
         session = self.table.find(session_id) if session_id is not None else None
+        if session is not None and session.client != client:
+            # The front end has one key, which tells no two clients apart: a session id read off one client (a log,
+            # a shared proxy) let another drive its session, read its stream and end it. Bound to the address that
+            # opened it, it answers any other as an unknown id does (the SDK's own 404), so a guesser learns nothing.
+            await self.app(_as_unknown_session(scope), receive, send)
+            return
         if session is None:
             await self.app(scope, receive, send)  # the SDK answers: an unknown id is its 404
             return
@@ -234,6 +241,16 @@ class SessionBoundMiddleware:
             "each with a request in flight; retry when one ends"
         )
         await send_problem(send, 503, "sessions-full", "No room for another MCP session", detail)
+
+
+# No session has this id: the SDK's ids are uuid4 hex, whose 13th digit is 4.
+_NO_SESSION = b"0" * 32
+
+
+def _as_unknown_session(scope: Scope) -> Scope:
+    """The request with a session id no session has: the SDK answers it exactly as it answers an unknown id."""
+    headers = [(k, _NO_SESSION if k.lower() == _SESSION_HEADER else v) for k, v in scope["headers"]]
+    return {**scope, "headers": headers}
 
 
 def _closing_scope(scope: Scope, session_id: bytes) -> dict[str, Any]:

@@ -35,6 +35,8 @@ class Snapshot:
     log_pending: int | None = None
     log_written: int = 0
     log_spilled: int = 0
+    search_log_pending: int | None = None
+    search_log_dropped: int = 0
 
 
 class SnapshotCollector(Collector):
@@ -97,6 +99,15 @@ class SnapshotCollector(Collector):
             )
             yield CounterMetricFamily(
                 "toolscout_execution_log_spilled", "Execution rows set aside in the spill file", value=snap.log_spilled
+            )
+        if snap.search_log_pending is not None:
+            yield GaugeMetricFamily(
+                "toolscout_search_log_pending", "Search rows waiting to be written", value=snap.search_log_pending
+            )
+            yield CounterMetricFamily(
+                "toolscout_search_log_dropped",
+                "Search rows dropped while the database did not take them (past logs.max_pending_searches)",
+                value=snap.search_log_dropped,
             )
 
 

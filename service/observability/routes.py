@@ -1,6 +1,6 @@
 """GET /metrics: the Prometheus text format, for admins and keys with the `metrics` role.
 
-The scrape-time values (upstream health, catalog and index size, caches, the execution-log queue) are read
+The scrape-time values (upstream health, catalog and index size, caches, the execution and search logs' queues) are read
 here, from the typed `Resources` attributes and the catalog, so the rest of observability/ imports no domain."""
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ async def take_snapshot(resources: Resources) -> Snapshot:
             gateway.log.written,
             gateway.log.spilled,
         )
+    if resources.search_log is not None:
+        snap.search_log_pending, snap.search_log_dropped = resources.search_log.pending, resources.search_log.dropped
     if resources.index is not None:
         snap.index_points = int(await resources.run_index(resources.index.count))
     if resources.sessionmaker is not None:

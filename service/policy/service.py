@@ -31,7 +31,7 @@ from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
 from service.security.hosts import ANY_ORIGIN_MARK
-from service.security.openmode import open_mode_allowed, refuse_unsafe_start, relayed
+from service.security.openmode import not_local, open_mode_allowed, refuse_unsafe_start
 
 logger = logging.getLogger(__name__)
 
@@ -253,12 +253,12 @@ async def resolve_caller(request: Request) -> Caller:
         caller = await resolver.charge(by_session)
     else:
         caller = await resolver.resolve(key, client_address(request), request.headers.get("authorization"))
-    if caller.is_open and relayed(request.scope.get("headers", []), client_address(request)):
+    if caller.is_open and (elsewhere := not_local(request.scope.get("headers", []), client_address(request))):
         # Open mode is for the user of this machine: a reverse proxy in front of the loopback address (sending
-        # nginx's default Host, 127.0.0.1:8765) made every client of the proxy this admin.
+        # nginx's default Host, 127.0.0.1:8765, or its client's Host) made every client of the proxy this admin.
         raise Unauthorized(
-            "Without API keys the service answers this machine's own requests only, and this one came through a "
-            "proxy; create a key with `toolscout keys create` and send it"
+            f"Without API keys the service answers this machine's own requests only, and {elsewhere}; "
+            "create a key with `toolscout keys create` and send it"
         )
     if caller.is_open and request.scope.get(ANY_ORIGIN_MARK):
         # With `*` among the CORS origins any site's page could call the open admin and read its answers.

@@ -182,7 +182,11 @@ async def start_search_log(resources: Resources) -> None:
     settings = resources.settings
     spill, shared = spill_location(settings.data_dir, settings.db.spill_dir, "searches-spill.jsonl")
     resources.search_log = SearchLog(
-        resources.session, spill, write_bound(settings.database_url, settings.db.timeout_seconds), shared_spill=shared
+        resources.session,
+        spill,
+        write_bound(settings.database_url, settings.db.timeout_seconds),
+        shared_spill=shared,
+        max_pending=settings.logs.max_pending_searches,
     )
     await resources.search_log.replay()
     resources.supervisor.start(SEARCH_LOG_TASK, resources.search_log.run)

@@ -2,13 +2,17 @@
 
 Open mode needs both `policy.open_without_keys` (default true) and a loopback bind address. Bound anywhere else
 with no key in the database, the service refuses to start: the first key is created with the CLI
-(`toolscout keys create`), never over HTTP."""
+(`toolscout keys create`), never over HTTP. Served, the open admin answers only this machine's own requests
+(`not_local`): none relayed by a proxy, none from a client that is not loopback, none sent to a Host that is not a
+loopback name. A relay that adds no header and sends a loopback Host (an `ssh -L`, nginx without X-Forwarded-For)
+cannot be told from the local user: nothing here can refuse it."""
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
 
+from service.security.hosts import split_host
 from service.settings import Settings
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
@@ -44,6 +48,27 @@ def relayed(headers: Iterable[tuple[bytes, bytes]], client: str | None) -> bool:
         return False
     mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1, as a dual-stack socket names an IPv4 peer
     return address is not None and not (address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def names_loopback(host: str) -> bool:
+    """Whether the host of a Host header (split_host: no port) names this machine's loopback: a localhost name
+    (`*.localhost` too, RFC 6761) or a loopback address."""
+    return is_loopback(host) or host.endswith(".localhost")
+
+
+def not_local(headers: Iterable[tuple[bytes, bytes]], client: str | None) -> str | None:
+    """Why a request to a loopback-bound server may come from another machine, or None when it is this machine's
+    own: relayed (a proxy's headers, a client that is not loopback), or for a Host that is not a loopback name.
+    A reverse proxy that passes its client's Host on (nginx's `proxy_set_header Host $host`) and adds no header
+    connects from loopback like the local user: its Host (a public name, an address) is all that tells them apart."""
+    headers = list(headers)
+    if relayed(headers, client):
+        return "this one came through a proxy"
+    hosts = [split_host(value.decode("latin-1")) for name, value in headers if name.lower() == b"host"]
+    host = hosts[0] if len(hosts) == 1 else ""
+    if not names_loopback(host):
+        return f"this one was sent to the host {host!r}, not to localhost, 127.0.0.1 or [::1] (a proxy relays so)"
+    return None
 
 
 def open_mode_allowed(settings: Settings) -> bool:

@@ -143,9 +143,9 @@ def open_session(http: httpx.Client, url: str, address: str) -> str:
     return opened.headers["mcp-session-id"]
 
 
-def ping(http: httpx.Client, url: str, session: str) -> int:
-    """200 while the session is open, 404 once it was closed to make room."""
-    headers = {**MCP_HEADERS, **session_headers(session)}
+def ping(http: httpx.Client, url: str, session: str, address: str) -> int:
+    """200 while the session is open, 404 once it was closed to make room (or to another address than its own)."""
+    headers = {**MCP_HEADERS, **session_headers(session), "X-Forwarded-For": address}
     return http.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers).status_code
 
 
@@ -161,9 +161,12 @@ def test_the_mcp_session_bound_is_kept_per_forwarded_client(
     with toolscout(tmp_path, "mcp", "--transport", "http", **env) as url, httpx.Client(timeout=30) as http:
         first = [open_session(http, f"{url}/mcp", "10.0.0.1") for _ in range(2)]
         second = [open_session(http, f"{url}/mcp", "10.0.0.2") for _ in range(2)]
-        kept = [ping(http, f"{url}/mcp", session) for session in first + second]
+        owners = ["10.0.0.1"] * 2 + ["10.0.0.2"] * 2
+        kept = [ping(http, f"{url}/mcp", session, owner) for session, owner in zip(first + second, owners, strict=True)]
         third = open_session(http, f"{url}/mcp", "10.0.0.1")  # the first client's third session
-        after = [ping(http, f"{url}/mcp", session) for session in [*first, *second, third]]
+        owners.append("10.0.0.1")
+        sessions = [*first, *second, third]
+        after = [ping(http, f"{url}/mcp", session, owner) for session, owner in zip(sessions, owners, strict=True)]
     if first_kept:
         assert kept == [200] * 4
         assert after == [404, 200, 200, 200, 200]  # the first client's least recently used made room

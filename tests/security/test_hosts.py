@@ -32,10 +32,12 @@ async def test_local_names_and_addresses_are_served(tmp_path: Path) -> None:
 
 
 async def test_configured_names_are_served(tmp_path: Path) -> None:
+    """To a key: open mode answers loopback Hosts only (test_open_mode_host.py)."""
     settings = make_settings(tmp_path, permissions=None, policy={"allowed_hosts": ["toolscout.internal"]})
-    async with running(settings, host="toolscout.internal") as (_app, http):
-        assert (await http.get("/tools")).status_code == 200
-        assert_problem(await http.get("/tools", headers={"Host": "other.internal"}), 421)
+    async with running(settings, host="toolscout.internal") as (app, http):
+        key = bearer(await cli_key(app, "root", ["admin"]))
+        assert (await http.get("/tools", headers=key)).status_code == 200
+        assert_problem(await http.get("/tools", headers={"Host": "other.internal", **key}), 421)
 
 
 async def test_cross_origin_request_is_refused_and_gets_no_cors_headers(tmp_path: Path) -> None:

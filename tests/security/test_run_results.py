@@ -74,3 +74,34 @@ async def test_a_script_result_is_read_only_in_its_roles_while_its_tools_may_sti
         await anyio.sleep(2.2)  # the permissions file is looked at every 2 s
         for result_id in (stored, cut["result_id"]):
             assert_problem(await read(http, result_id, ops), 404, "not-found")
+
+
+async def test_a_script_result_naming_tools_its_search_found_goes_when_they_are_taken_away(tmp_path: Path) -> None:
+    """A script's searches name tools too: its stored return value kept only the tools it called, so after probe was
+    taken away from ops its keys still read which probe tools the search had found."""
+    settings = make_settings(
+        tmp_path,
+        PERMISSIONS,
+        execution={"servers_file": servers_file(tmp_path, {"probe": probe_entry()}), "startup_wait_seconds": 60},
+    )
+    async with running(settings) as (app, http):
+        ops = await cli_key(app, "alice", ["ops"])
+        script = (
+            "const found = await search_tools('echo the text back', 5);"
+            "return 'word '.repeat(50000) + JSON.stringify(found.map(t => t.name));"
+        )
+        ran = await http.post("/run", json={"script": script}, headers=bearer(ops))
+        assert ran.status_code == 200, ran.text
+        assert [c["kind"] for c in ran.json()["calls"]] == ["search"]
+        result_id = ran.json()["result"]["result_id"]
+        whole = await http.get(f"/results/{result_id}", params={"limit": 100_000}, headers=bearer(ops))
+        assert whole.status_code == 200 and "probe__echo" in whole.json()["text"], whole.text
+
+        path = settings.policy.permissions_file
+        assert path is not None
+        path.write_text(PERMISSIONS.replace('"server:probe"', '"server:other"'))
+        os.utime(path, (time.time() + 10, time.time() + 10))
+        await anyio.sleep(2.2)  # the permissions file is looked at every 2 s
+        gone = await http.get(f"/results/{result_id}", params={"limit": 100_000}, headers=bearer(ops))
+        body = assert_problem(gone, 404, "not-found")
+        assert body["detail"] == f"No stored result {result_id!r}" and "probe" not in gone.text

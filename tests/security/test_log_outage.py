@@ -1,0 +1,124 @@
+"""The logs written in batches hold a bounded amount in memory while PostgreSQL is down.
+
+Before, both writers kept every row until the database came back: 31,000 searches and as many calls (execution log
+in "batched" durability) in 10 s with the database refusing connections were all held, 124 MB of Python objects,
+growing for as long as the outage lasted. Now the search log holds its oldest `logs.max_pending_searches` rows and
+drops (and counts, in /metrics and in one warning line) the searches past them, and writes what it held once the
+database is back; the execution log sets its batches aside in its spill file in both durabilities, as commit mode
+did, and writes them once the database is back."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from indexer.embedding import HashingEmbedder
+from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
+from service.db.models import Execution, Search
+from service.execution.log import ExecutionLog
+from service.main import create_app
+from tests.conftest import fresh_database, make_settings
+from tests.database_link import DatabaseLink
+from tests.execution.test_execute_log import make_row
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def linked() -> Iterator[tuple[DatabaseLink, str]]:
+    """A fresh database, migrated, and its URL through a link the test can cut."""
+    link = DatabaseLink()
+    with fresh_database() as url:
+        upgrade_database(url)
+        try:
+            yield link, link.url(url)
+        finally:
+            link.restore()
+
+
+async def count(url: str, table: type) -> int:
+    engine = create_engine_for(url, timeout_seconds=5)
+    try:
+        async with create_sessionmaker(engine)() as session:
+            return int(await session.scalar(select(func.count()).select_from(table)) or 0)
+    finally:
+        await engine.dispose()
+
+
+async def wait_for(condition: object, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "not reached in time"
+        await anyio.sleep(0.1)
+
+
+async def test_searches_during_an_outage_hold_at_most_the_bound_and_the_held_ones_are_written_after(
+    tmp_path: Path, linked: tuple[DatabaseLink, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    link, url = linked
+    settings = make_settings(
+        tmp_path,
+        db={"url": url, "timeout_seconds": 1.0},
+        logs={"max_pending_searches": 40},
+        # The open caller is known without the database, and 100 searches in a second are within its rate limit.
+        policy={"key_cache_seconds": 600.0, "rate_limit_burst": 1000, "rate_limit_per_minute": 60_000},
+    )
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with app.router.lifespan_context(app):
+        log = app.state.resources.search_log
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as http:
+            assert (await http.post("/search", json={"query": "warm up"})).status_code == 200
+            await wait_for(lambda: log.pending == 0 and log.written == 1)
+            link.refuse()
+            caplog.set_level(logging.WARNING, logger="service.db.outage")
+            for i in range(100):
+                answer = await http.post("/search", json={"query": f"outage search {i}"})
+                assert answer.status_code == 200, answer.text  # searches go on; only their log rows wait
+                if i % 25 == 0:
+                    await anyio.sleep(0.3)  # the writer fails meanwhile
+            assert log.pending == 40 and log.dropped == 60  # before: 100 held, none dropped
+            metrics = (await http.get("/metrics")).text
+            assert "toolscout_search_log_pending 40.0" in metrics
+            assert "toolscout_search_log_dropped_total 60.0" in metrics
+
+            link.restore()
+            await wait_for(lambda: log.pending == 0)
+            assert log.dropped == 60
+    assert await count(url, Search) == 41  # the warm-up and the 40 held
+    said = [r.getMessage() for r in caplog.records if r.name == "service.db.outage"]
+    assert len(said) == 1 and "60 rows were dropped" in said[0] and said[0].startswith("search log:"), said
+
+
+async def test_batched_execution_rows_go_to_the_spill_file_while_the_database_is_down(
+    tmp_path: Path, linked: tuple[DatabaseLink, str]
+) -> None:
+    link, url = linked
+    engine = create_engine_for(url, timeout_seconds=1.0)
+    log = ExecutionLog(create_sessionmaker(engine), tmp_path / "spill.jsonl", "batched", 1.0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(log.run)
+        link.refuse()
+        for _ in range(20):
+            for _ in range(500):
+                log.record(make_row())
+            await anyio.sleep(0.05)
+        await wait_for(lambda: log.pending == 0, 10)  # before: all 10,000 held in memory, retried every 10 s
+        assert log.spilled == 10_000 and log.written == 0
+
+        link.restore()
+        await anyio.sleep(1.0)  # past the retry wait
+        log.record(make_row(id=str(uuid.uuid4())))  # the first batch the database takes brings the spilled ones
+        await wait_for(lambda: log.written == 10_001)
+        await log.close()
+        tg.cancel_scope.cancel()
+    await engine.dispose()
+    assert await count(url, Execution) == 10_001
