@@ -90,6 +90,7 @@ class ScriptRun:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     error: dict[str, Any] | None = None
+    found: set[str] = field(default_factory=set)  # the tools its searches told of
 
     def halt(self, error: dict[str, Any]) -> None:
         """End the script with this error (the first one wins)."""
@@ -318,9 +319,9 @@ class CodeMode:
         search_id, outcome = await search_tools(self.resources, run.caller, query, k=k)
         await log_search(self.resources, search_id, run.caller, query, k, outcome)
         keys = ("name", "server", "description", "input_schema", "annotations", "score")
-        # `available` false (and the server's state) when the tool cannot be called now: a script can pass it by.
-        said = ("available", "unavailable_reason")
-        views = map(result_view, outcome.results)
+        said = ("available", "unavailable_reason")  # false, and why, when the tool cannot be called now
+        views = [result_view(result) for result in outcome.results]
+        run.found.update(str(v["name"]) for v in views)
         return [{key: v[key] for key in keys} | {k: v[k] for k in said if v[k] is not None} for v in views]
 
     async def _charge(self, caller: Caller) -> None:
@@ -381,8 +382,8 @@ class CodeMode:
         cut = await measure(text, self.resources.settings.execution.result_token_budget)
         if not cut.truncated:
             return value
-        answered = [r.name for r in run.calls if r.kind == "tool" and r.status in ("ok", "tool_error")]
-        result_id = await get_gateway(self.resources).results.save_run(run.caller, text, cut.total_tokens, answered)
+        held = [r.name for r in run.calls if r.kind == "tool" and r.status in ("ok", "tool_error")] + sorted(run.found)
+        result_id = await get_gateway(self.resources).results.save_run(run.caller, text, cut.total_tokens, held)
         return {
             "truncated": True,
             "text": cut.head,
