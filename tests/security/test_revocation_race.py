@@ -6,11 +6,25 @@ next requests of the revoked key were served for `policy.key_cache_seconds` (5 s
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from indexer.embedding import HashingEmbedder
+from service.db.models import ApiKey, utcnow
+from service.main import create_app
+from service.settings import ClusterSettings
+from tests.conftest import make_settings, missing_extra
+from tests.processes import free_port, stop_process, wait_for_port
 from tests.security.conftest import bearer, cli_key
 
 
@@ -73,3 +87,60 @@ async def test_a_lookup_in_flight_during_a_revocation_does_not_keep_the_key(worl
     after = await http.get("/tools", headers=bearer(key))
     assert after.status_code == 401, after.text  # was 200 for 5 s more: the lookup cached it after the revocation
     assert after.json()["detail"] == "The API key is unknown or revoked"
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[str]:
+    """A Redis server of this test alone (the test kills its connections; the shared one serves other tests)."""
+    server = shutil.which("redis-server")
+    if server is None:
+        missing_extra("redis-server is not installed")
+    port = free_port()
+    command = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    log = (tmp_path / "redis.log").open("wb")
+    process = subprocess.Popen([*command, "--dir", str(tmp_path)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, process, 20, "the private Redis", tmp_path / "redis.log")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop_process(process)
+        log.close()
+
+
+async def test_a_replica_back_on_redis_forgets_the_keys_it_cached(tmp_path: Path, private_redis: str) -> None:
+    """Another replica's revocation reaches this one as a Redis event; one published while this replica's
+    subscription was down is lost (Redis keeps no pub/sub message). The reconnection caught up the catalog from SQL
+    but kept every cached key: a key revoked meanwhile went on working here for `policy.key_cache_seconds`."""
+    settings = make_settings(tmp_path, cluster=ClusterSettings(redis_url=private_redis, redis_timeout_seconds=0.5))
+    settings.policy.key_cache_seconds = 300.0  # an operator's choice: revocations over the API reach every replica
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=30) as http:
+            await cli_key(app, "root", ["admin"])
+            key = await cli_key(app, "leaving-agent", ["dev"])
+            assert (await http.get("/tools", headers=bearer(key))).status_code == 200  # cached here
+
+            bus = app.state.resources.cluster.bus
+            reconnected = anyio.Event()
+
+            async def on_connect() -> None:
+                reconnected.set()
+
+            bus.on_connect(on_connect)
+            # Redis restarts (its clients cut), and another replica revokes the key meanwhile: the event is lost.
+            killer = Redis.from_url(private_redis)
+            try:
+                await killer.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+            finally:
+                await killer.aclose()
+            async with app.state.resources.session() as session:
+                await session.execute(
+                    update(ApiKey).where(ApiKey.caller == "leaving-agent").values(revoked_at=utcnow())
+                )
+                await session.commit()
+            with anyio.fail_after(20):
+                await reconnected.wait()
+
+            after = await http.get("/tools", headers=bearer(key))
+    assert after.status_code == 401, after.text  # was 200, for up to key_cache_seconds (here 300 s) more
