@@ -33,6 +33,11 @@ BAD_REQUEST = (
     b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/problem+json\r\nx-content-type-options: nosniff\r\n"
     b"content-length: %d\r\nconnection: close\r\n\r\n%s"
 )
+URI_TOO_LONG = (
+    b"HTTP/1.1 414 URI Too Long\r\ncontent-type: application/problem+json\r\nx-content-type-options: nosniff\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+)
+URL_MAX_BYTES = 65_535  # httptools' URL parser holds offsets of 16 bits: a longer path and query is no URL to it
 
 
 class _NamedErrors:
@@ -40,13 +45,18 @@ class _NamedErrors:
     uvicorn answers every one with a text/plain `Invalid HTTP request received.`"""
 
     def __init__(self, parser: object) -> None:
-        self.parser, self.reason = parser, ""
+        self.parser, self.reason, self.url_too_long = parser, "", False
 
     def feed_data(self, data: bytes) -> None:
         try:
             self.parser.feed_data(data)  # type: ignore[attr-defined]
         except Exception as exc:
-            self.reason = str(exc)[:200]
+            # A protocol callback's own error is the reason: llhttp says only `User callback error` of it.
+            from httptools import HttpParserInvalidURLError  # here: the import is for this error only
+
+            cause = exc.__cause__ or exc.__context__ or exc
+            self.reason = str(cause)[:200]
+            self.url_too_long = isinstance(cause, HttpParserInvalidURLError) and "too long" in str(cause)
             raise
 
     def __getattr__(self, name: str) -> object:
@@ -109,6 +119,10 @@ def head_timeout_protocol() -> type[asyncio.Protocol]:
             header's colon: what smuggling through a proxy is made of) gets a problem naming why, then the
             connection closes, as uvicorn's own text/plain answer did."""
             reason = getattr(self.parser, "reason", "") or msg
+            if getattr(self.parser, "url_too_long", False):  # was a 400 saying only `User callback error`
+                detail = f"A request's URL (path and query) holds at most {URL_MAX_BYTES} bytes: {reason}"
+                self._refuse(URI_TOO_LONG, "uri-too-long", 414, "URI too long", detail)
+                return
             self._refuse(BAD_REQUEST, "bad-request", 400, "Bad request", f"The request is not valid HTTP/1.1: {reason}")
 
         def _refuse(self, head: bytes, slug: str, status: int, title: str, detail: str) -> None:

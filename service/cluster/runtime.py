@@ -54,6 +54,7 @@ async def start_cluster(resources: Resources) -> None:
 
     async def on_connect() -> None:
         follower.wake(full=True)  # events published while we were away are caught up from SQL
+        resolver.invalidate()  # and keys revoked meanwhile on another replica are looked up again
 
     async def servers_changed(server_id: str) -> None:
         await refresh_servers(resources, [server_id])

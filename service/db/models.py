@@ -195,7 +195,8 @@ class StoredResult(Base):
     text: Mapped[str] = mapped_column(Text)
     total_tokens: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    # A script's return value (0013): the roles it ran with and the tools whose answers it holds (a JSON list).
+    # A script's return value (0013): the roles it ran with and the tools whose answers or search results it holds
+    # (a JSON list).
     scope: Mapped[str | None] = mapped_column(String(512), default=None)
     tools: Mapped[str | None] = mapped_column(Text, default=None)
 

@@ -309,7 +309,8 @@ class ResultStore:
         self._offsets: OrderedDict[str, array[int]] = OrderedDict()
 
     async def save_run(self, caller: Caller, text: str, total_tokens: int, tools: list[str]) -> str:
-        """Store a script's return value, with the roles it ran with and the tools whose answers it holds."""
+        """Store a script's return value, with the roles it ran with and the tools whose answers (or search results)
+        it holds."""
         return await self.save(caller.id, RUN_RESULT_TOOL, text, total_tokens, run=(scope_key(caller.roles), tools))
 
     async def save(

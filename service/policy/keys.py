@@ -232,11 +232,16 @@ class KeyResolver:
         if cached is not None and cached[1] > now:
             self._seen_active(cached[0], cached[1])
             return cached[0]
+        generation = self.generation
         async with self.resources.session() as session:
             row = (
                 await session.scalars(select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)))
             ).first()
         caller = Caller(row.caller, frozenset(row.roles or ()), row.id) if row is not None else None
+        if generation != self.generation:
+            # A key was revoked (or made) while this read was in flight: its answer may predate the revocation,
+            # and cached it would keep a revoked key working for `ttl` after DELETE /keys said it stopped.
+            return caller
         self._cache[digest] = (caller, now + self.ttl)
         self._seen_active(caller, now + self.ttl)
         while len(self._cache) > 10_000:

@@ -336,7 +336,8 @@ async def unanswered_searches(
 
 async def never_found(session: AsyncSession, scope: Scope, limit: int = 100) -> list[dict[str, Any]]:
     """Active tools that no search returned (since `scope.since` when set), with their calls by name: every
-    caller's for an admin, the reader's own for a reader scoped to one caller."""
+    caller's for an admin, the reader's own for a reader scoped to one caller, who is not told when a search (of
+    any caller) last returned a tool."""
     T, SS = Tool.__table__.c, ToolSearchStats.__table__.c
     not_returned = SS.tool.is_(None) | (SS.appearances == 0)
     if scope.since is not None:
@@ -371,7 +372,7 @@ async def never_found(session: AsyncSession, scope: Scope, limit: int = 100) -> 
             "tool": row.qualified_name,
             "server": row.server_id,
             "first_seen_at": _iso(row.first_seen_at),
-            "last_returned_at": _iso(row.last_returned_at),
+            "last_returned_at": _iso(row.last_returned_at) if scope.caller is None else None,  # another's search
             "calls": int(row.calls),
         }
         for row in rows

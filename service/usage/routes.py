@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
 from service.deps import CallerDep, ResourcesDep, SessionDep
+from service.errors import PermissionDenied
 from service.usage import analytics
 from service.usage.scope import DEFAULT_DAYS, Scope, build_scope
 
@@ -146,7 +147,14 @@ async def tools_never_found(
     since: datetime | None = None,
     limit: Limit = 100,
 ) -> dict[str, Any]:
-    """Active tools that no search returned (ever, or since `since`)."""
+    """Active tools that no search returned (ever, or since `since`: admins)."""
+    if since is not None and not caller.is_admin:
+        # Which tools no search returned since a moment says when other callers' searches returned them.
+        raise PermissionDenied(
+            "Only admins may ask which tools no search returned since a time: the answer is made of every caller's "
+            "searches; without `since`, the tools no search ever returned",
+            caller=caller.id,
+        )
     scope = build_scope(resources, caller, since, None, None, default_days=None)
     return {"tools": await analytics.never_found(session, scope, limit=limit)}
 

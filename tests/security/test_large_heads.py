@@ -112,3 +112,24 @@ async def test_an_ambiguous_request_gets_a_problem_naming_why_and_its_connection
     problem = json.loads(body)
     assert problem["status"] == 400 and problem["type"].endswith("/bad-request")
     assert problem["detail"].startswith("The request is not valid HTTP/1.1: ") and reason in problem["detail"]
+
+
+@pytest.mark.parametrize("length", [65_600, 70_000])
+async def test_a_url_past_what_the_parser_reads_is_a_414_saying_so(length: int) -> None:
+    """A head within the bound whose URL httptools cannot parse (past 65,535 bytes): a 400 whose detail was llhttp's
+    `The request is not valid HTTP/1.1: User callback error`, naming neither the URL nor its limit."""
+    request = b"GET /search?q=" + b"a" * length + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    async with hello_server() as port:
+        answer, _ = await exchange(port, [request])
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 414 ") and b"content-type: application/problem+json" in head, answer[:300]
+    problem = json.loads(body)
+    assert problem["status"] == 414 and problem["type"].endswith("/uri-too-long"), problem
+    assert "65535 bytes" in problem["detail"] and "User callback error" not in problem["detail"], problem
+
+
+async def test_a_url_just_within_what_the_parser_reads_is_served() -> None:
+    request = b"GET /?q=" + b"a" * 65_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    async with hello_server() as port:
+        answer, _ = await exchange(port, [request])
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]

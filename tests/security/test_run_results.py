@@ -105,3 +105,29 @@ async def test_a_script_result_naming_tools_its_search_found_goes_when_they_are_
         gone = await http.get(f"/results/{result_id}", params={"limit": 100_000}, headers=bearer(ops))
         body = assert_problem(gone, 404, "not-found")
         assert body["detail"] == f"No stored result {result_id!r}" and "probe" not in gone.text
+
+
+async def test_a_script_result_holding_search_results_goes_with_the_tools_they_name(tmp_path: Path) -> None:
+    """A script's return value kept what its searches told of tools (names, descriptions, input schemas), and stayed
+    readable after those tools were taken from its roles: only the tools whose calls answered it were checked."""
+    from tests.security.conftest import PERMISSIONS as WORLD_PERMISSIONS
+    from tests.security.conftest import opened_world
+
+    async with opened_world(tmp_path) as world:
+        http, dev = world["http"], world["dev"]
+        script = "const found = await search_tools('weather forecast', 5); return {pad: 'word '.repeat(9000), found}"
+        ran = await http.post("/run", json={"script": script}, headers=bearer(dev))
+        assert ran.status_code == 200, ran.text
+        cut = ran.json()["result"]
+        assert cut["truncated"] is True and "Weather forecast" not in cut["text"]  # the found tools are in the rest
+        page = await http.get(f"/results/{cut['result_id']}", params={"offset": 9000}, headers=bearer(dev))
+        assert page.status_code == 200 and "Weather forecast for a city" in page.json()["text"], page.text[:300]
+
+        # get_weather is taken from dev: the stored search results that describe it go too (they stayed, 200).
+        path = tmp_path / "permissions.yaml"
+        path.write_text(WORLD_PERMISSIONS.replace('deny: ["*delete*"]', 'deny: ["*delete*", "public__get_weather"]'))
+        os.utime(path, (time.time() + 10, time.time() + 10))
+        await anyio.sleep(2.2)  # the permissions file is looked at every 2 s
+        assert (await http.get("/tools/public__get_weather", headers=bearer(dev))).status_code == 404
+        body = assert_problem(await read(http, cut["result_id"], dev), 404, "not-found")
+        assert body["detail"] == f"No stored result {cut['result_id']!r}"

@@ -86,11 +86,11 @@ class ScriptRun:
     caller: Caller
     approvals: dict[tuple[str, str], list[str]]
     calls: list[CallRecord] = field(default_factory=list)
-    found: set[str] = field(default_factory=set)  # the tools its searches named
     logs: list[str] = field(default_factory=list)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     error: dict[str, Any] | None = None
+    found: set[str] = field(default_factory=set)  # the tools its searches told of
 
     def halt(self, error: dict[str, Any]) -> None:
         """End the script with this error (the first one wins)."""
@@ -119,7 +119,11 @@ class CodeMode:
         self.in_flight: Counter[str] = Counter()  # per caller: its scripts running or waiting
 
     async def run(
-        self, caller: Caller, script: str, approval_ids: Sequence[str] = (), timeout_seconds: float | None = None
+        self,
+        caller: Caller,
+        script: str,
+        approval_ids: Sequence[str] = (),
+        timeout_seconds: float | None = None,
     ) -> dict[str, Any]:
         """Run a script to its end or its budget; every outcome is a response, errors included."""
         settings = self.resources.settings.code_mode
@@ -315,10 +319,9 @@ class CodeMode:
         search_id, outcome = await search_tools(self.resources, run.caller, query, k=k)
         await log_search(self.resources, search_id, run.caller, query, k, outcome)
         keys = ("name", "server", "description", "input_schema", "annotations", "score")
-        # `available` false (and the server's state) when the tool cannot be called now: a script can pass it by.
-        said = ("available", "unavailable_reason")
-        run.found.update(tool.name for tool in outcome.results)
-        views = map(result_view, outcome.results)
+        said = ("available", "unavailable_reason")  # false, and why, when the tool cannot be called now
+        views = [result_view(result) for result in outcome.results]
+        run.found.update(str(v["name"]) for v in views)
         return [{key: v[key] for key in keys} | {k: v[k] for k in said if v[k] is not None} for v in views]
 
     async def _charge(self, caller: Caller) -> None:
@@ -379,9 +382,8 @@ class CodeMode:
         cut = await measure(text, self.resources.settings.execution.result_token_budget)
         if not cut.truncated:
             return value
-        # Its searches' names too: after one of those tools is taken away the result must not say it exists.
-        answered = [r.name for r in run.calls if r.kind == "tool" and r.status in ("ok", "tool_error")] + [*run.found]
-        result_id = await get_gateway(self.resources).results.save_run(run.caller, text, cut.total_tokens, answered)
+        held = [r.name for r in run.calls if r.kind == "tool" and r.status in ("ok", "tool_error")] + sorted(run.found)
+        result_id = await get_gateway(self.resources).results.save_run(run.caller, text, cut.total_tokens, held)
         return {
             "truncated": True,
             "text": cut.head,
