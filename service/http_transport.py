@@ -40,12 +40,16 @@ URI_TOO_LONG = (
 URL_MAX_BYTES = 65_535  # httptools' URL parser holds offsets of 16 bits: a longer path and query is no URL to it
 
 
+class HeadTooLarge(Exception):
+    """Raised by the protocol when a head that ended inside one read is longer than HEAD_MAX_BYTES."""
+
+
 class _NamedErrors:
     """The protocol's parser, keeping the reason of the last request it refused (`Duplicate Content-Length`):
     uvicorn answers every one with a text/plain `Invalid HTTP request received.`"""
 
     def __init__(self, parser: object) -> None:
-        self.parser, self.reason, self.url_too_long = parser, "", False
+        self.parser, self.reason, self.url_too_long, self.head_too_large = parser, "", False, False
 
     def feed_data(self, data: bytes) -> None:
         try:
@@ -57,6 +61,7 @@ class _NamedErrors:
             cause = exc.__cause__ or exc.__context__ or exc
             self.reason = str(cause)[:200]
             self.url_too_long = isinstance(cause, HttpParserInvalidURLError) and "too long" in str(cause)
+            self.head_too_large = isinstance(cause, HeadTooLarge)
             raise
 
     def __getattr__(self, name: str) -> object:
@@ -105,7 +110,8 @@ def head_timeout_protocol() -> type[asyncio.Protocol]:
     `toolscout serve`, a connection that sent half a head, or a header a second, was still open after 40 s, so a
     client without a key held one file descriptor and connection per socket it opened, as many as it liked (nginx
     gives up after 60 s, client_header_timeout). A head past HEAD_MAX_BYTES gets a 431 problem and the connection
-    closes: what is parsed of it is bounded by that and the one read (at most 256 KiB) that crossed it."""
+    closes: what is parsed of it is bounded by that and the one read (at most 256 KiB) that crossed it, and a head
+    that ended within one read is measured at its end."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class HeadTimeoutProtocol(HttpToolsProtocol):
@@ -122,6 +128,9 @@ def head_timeout_protocol() -> type[asyncio.Protocol]:
             if getattr(self.parser, "url_too_long", False):  # was a 400 saying only `User callback error`
                 detail = f"A request's URL (path and query) holds at most {URL_MAX_BYTES} bytes: {reason}"
                 self._refuse(URI_TOO_LONG, "uri-too-long", 414, "URI too long", detail)
+                return
+            if getattr(self.parser, "head_too_large", False):
+                self._refuse_head()
                 return
             self._refuse(BAD_REQUEST, "bad-request", 400, "Bad request", f"The request is not valid HTTP/1.1: {reason}")
 
@@ -144,8 +153,11 @@ def head_timeout_protocol() -> type[asyncio.Protocol]:
             if self._head_bytes > HEAD_MAX_BYTES and not self.transport.is_closing():
                 self._refused = True
                 self._head_received()
-                detail = f"A request head (request line and headers) holds at most {HEAD_MAX_BYTES} bytes"
-                self._refuse(TOO_LARGE, "request-header-fields-too-large", 431, "Request head too large", detail)
+                self._refuse_head()
+
+        def _refuse_head(self) -> None:
+            detail = f"A request head (request line and headers) holds at most {HEAD_MAX_BYTES} bytes"
+            self._refuse(TOO_LARGE, "request-header-fields-too-large", 431, "Request head too large", detail)
 
         def _await_head(self) -> None:
             self._head_received()
@@ -178,6 +190,11 @@ def head_timeout_protocol() -> type[asyncio.Protocol]:
 
         def on_headers_complete(self) -> None:
             self._head_received()
+            # A head that ended inside the read that began it, or crossed the bound, was never counted by
+            # data_received (a read holds up to 256 KiB): its parts are measured here, a few additions a header.
+            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            if size > HEAD_MAX_BYTES and len(self.url) <= URL_MAX_BYTES:  # a longer URL is the parser's 414
+                raise HeadTooLarge(f"{size} bytes")
             super().on_headers_complete()
 
     return HeadTimeoutProtocol
