@@ -76,6 +76,24 @@ def test_a_refused_command_line_names_its_command(
     assert capsys.readouterr().err == said + "\n"
 
 
+@pytest.mark.parametrize("option", ["--version", "-V"])
+def test_the_version_option_prints_the_version_without_a_command(option: str) -> None:
+    """`toolscout --version` was "a command is required", exit 2; it imports no command's module (4 s of 4.1)."""
+    from service import version
+
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "service.cli", option],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert (done.returncode, done.stdout) == (0, f"toolscout {version()}\n")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "service.cli.core" not in imported and "service.cli.bench" not in imported
+
+
 def test_the_http_front_end_on_a_port_another_process_holds_says_so_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
