@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 
 from indexer.embedding import Embedder
 from indexer.index.base import VectorIndex
-from service import health
+from service import health, version
 from service.catalog import event_routes as events
 from service.catalog import routes as tools
 from service.catalog.reconcile import reconcile_index
@@ -102,7 +102,7 @@ def create_app(
 
     app = FastAPI(
         title="Toolscout",
-        version="0.1.0",
+        version=version(),
         summary="Semantic tool retrieval and execution for LLM agents over MCP servers",
         lifespan=lifespan,
         docs_url="/docs" if settings.docs_ui else None,
