@@ -94,6 +94,30 @@ def test_the_version_option_prints_the_version_without_a_command(option: str) ->
     assert "service.cli.core" not in imported and "service.cli.bench" not in imported
 
 
+def test_the_stdio_front_end_typed_in_a_terminal_says_what_it_is_for(tmp_path: Path) -> None:
+    """`toolscout mcp` in a terminal waited in silence for JSON-RPC; a chat client's pipe still gets no such line."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOOLSCOUT_FRONTEND__API_URL": "http://127.0.0.1:9"}
+    command = [sys.executable, "-m", "service.cli", "mcp"]
+    process = subprocess.Popen(command, stdin=terminal, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline().decode()
+    finally:
+        process.kill()
+        process.wait()
+        os.close(controller)
+        os.close(terminal)
+    assert line == (
+        "Toolscout MCP front end (lazy) on stdin/stdout -> http://127.0.0.1:9: a chat client starts it (README: MCP "
+        "front end), `--transport http` serves it over HTTP; Ctrl-C stops it\n"
+    )
+    piped = subprocess.run(command, input=b"", capture_output=True, env=env, cwd=tmp_path, timeout=60)
+    assert b"a chat client starts it" not in piped.stderr
+
+
 def test_the_http_front_end_on_a_port_another_process_holds_says_so_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
