@@ -17,6 +17,7 @@ import pytest
 from indexer.index.edge import EdgeIndex
 from service.cli import build_parser, main
 from service.cli.core import ExplainedStartFailure, fail
+from tests.processes import free_port
 
 
 def test_a_search_on_a_folder_whose_index_is_held_says_which_api_it_tried(
@@ -261,6 +262,19 @@ def test_the_http_front_end_refuses_to_listen_beyond_loopback_without_a_key(
     assert main(["mcp", "--transport", "http", "--host", "0.0.0.0", "--port", "9"]) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: refusing to listen on 0.0.0.0") and "TOOLSCOUT_FRONTEND__HTTP_API_KEY" in error
+
+
+def test_servers_list_without_a_service_names_the_setting_and_the_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "the service at http://127.0.0.1:8765 does not answer ([Errno 111] Connection refused)" only."""
+    port = free_port()
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", f"http://127.0.0.1:{port}")
+    assert main(["servers", "list"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: no service at http://127.0.0.1:{port} (TOOLSCOUT_FRONTEND__API_URL): ")
+    assert error.endswith("; start it with `toolscout serve`, or set TOOLSCOUT_FRONTEND__API_URL to its address\n")
+    assert error.count("\n") == 1
 
 
 async def test_servers_list_with_a_key_that_is_not_an_admins_prints_the_servers_it_may_see(

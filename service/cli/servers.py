@@ -63,7 +63,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     try:
         response = httpx.get(f"{settings.frontend.api_url}/servers", headers=headers, timeout=30)
     except httpx.HTTPError as exc:
-        print(f"error: the service at {settings.frontend.api_url} does not answer ({exc})", file=sys.stderr)
+        # It named neither the setting nor the start: the servers are the running service's, asked at this URL.
+        print(
+            f"error: no service at {settings.frontend.api_url} (TOOLSCOUT_FRONTEND__API_URL): {printable(str(exc))}; "
+            "start it with `toolscout serve`, or set TOOLSCOUT_FRONTEND__API_URL to its address",
+            file=sys.stderr,
+        )
         return 1
     if response.status_code != 200:
         return fail(response.json())
