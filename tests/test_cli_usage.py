@@ -55,6 +55,10 @@ ROOT = Path(__file__).resolve().parents[1]
             "toolscout mcp: error: argument --path: a path starts with /, such as /mcp, got 'mcp' (see `toolscout mcp "
             "--help`)",
         ),
+        (
+            ["search", "x", "-k", "0"],  # was the API's "Invalid request: /body/k: ..." after the request
+            "toolscout search: error: argument -k: expected 1 or more, got 0 (see `toolscout search --help`)",
+        ),
         (["keys", "list", "--json", "--al"], None),  # an abbreviation argparse takes: no error
     ],
 )
@@ -74,6 +78,20 @@ def test_a_refused_command_line_names_its_command(
         main(argv)
     assert exited.value.code == 2
     assert capsys.readouterr().err == said + "\n"
+
+
+@pytest.mark.parametrize("command", ["search", "index"])
+def test_the_help_of_search_and_index_says_where_they_act(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Neither said they go through the service at TOOLSCOUT_FRONTEND__API_URL, so one on another port went unseen."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert (
+        "through the running service at TOOLSCOUT_FRONTEND__API_URL (default http://127.0.0.1:8765; its key in "
+        "TOOLSCOUT_FRONTEND__API_KEY), else straight in the data folder of the folder it runs in" in said
+    )
+    if command == "search":
+        assert "how many tools (default TOOLSCOUT_SEARCH__DEFAULT_K, 5)" in said
 
 
 @pytest.mark.parametrize("option", ["--version", "-V"])
