@@ -82,7 +82,10 @@ def create_app(
         try:  # a start-up that fails half way (e.g. refused open mode) still releases the index and database
             report = await reconcile_index(resources)
             logger.info("index reconciled with the catalog: %s", report.as_dict())
-            if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
+            # Not with a servers file: its servers replace the demo servers, whose 85 tools were then indexed all
+            # the same, as catalog-only entries ranked among the file's own.
+            demo = settings.demo_catalog and settings.execution.servers_file is None
+            if demo and resources.retriever is not None and not len(resources.retriever.directory):
                 seeded = await seed_demo_catalog(resources)
                 if seeded is not None:
                     logger.info("empty catalog: indexed %d demo tools of real MCP servers", seeded)
