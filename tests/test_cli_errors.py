@@ -235,9 +235,27 @@ def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked
         "see it (TOOLSCOUT_DATA_DIR)",
     ]
     assert main(["keys", "create", "--caller", "second"]) == 0
-    assert "note:" not in capsys.readouterr().err
+    # Said of every key, it was not true of this one (the first was), and an admin is there.
+    assert capsys.readouterr().err == "Store it now: only its hash is kept.\n"
     assert main(["keys", "list"]) == 0
     assert [line.split()[2] for line in capsys.readouterr().out.splitlines()[2:]] == ["first", "second"]
+
+
+def test_a_first_key_without_the_admin_role_says_no_key_is_an_admins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The open local admin goes with the first key: `--role dev` left no admin, and nothing said so."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    no_admin = (
+        " No key has the admin role: managing keys and servers over the API and the console's Keys page need one "
+        "(`toolscout keys create --caller NAME --role admin`)."
+    )
+    assert main(["keys", "create", "--caller", "bob", "--role", "dev"]) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "Store it now: only its hash is kept. Every request without a key is refused from now on." + no_admin
+    )
+    assert main(["keys", "create", "--caller", "carol", "--role", "admin"]) == 0
+    assert capsys.readouterr().err.splitlines() == ["Store it now: only its hash is kept."]
 
 
 def test_held_tools_of_a_folder_without_a_database_say_where_they_looked(
