@@ -42,6 +42,53 @@ def test_a_search_on_a_folder_whose_index_is_held_says_which_api_it_tried(
     )
 
 
+def test_a_search_in_the_folder_of_a_service_on_another_port_says_where_it_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`scripts/serve.sh --port 8791`, then `toolscout search` in its folder: 4-5 s, then the embedded engine's
+    `Can't init WAL: Kind(WouldBlock)` and a guess. Now its address at once; a stale address changes nothing."""
+    import http.server
+    import threading
+    import time
+
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_DEMO_CATALOG", "false")
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
+    (tmp_path / "toolscout.db").touch()
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's protocol
+            self.send_response(200 if self.path == "/healthz" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    (tmp_path / "serve.url").write_text(url + "\n")  # as `toolscout serve` writes it once it listens
+    try:
+        started = time.perf_counter()
+        assert main(["search", "what time is it"]) == 1
+        assert main(["servers", "list"]) == 1
+        assert time.perf_counter() - started < 3  # no index opened
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = (
+        f"error: no service at http://127.0.0.1:9 (TOOLSCOUT_FRONTEND__API_URL), but the `toolscout serve` of "
+        f"{tmp_path.resolve()} listens at {url}: set TOOLSCOUT_FRONTEND__API_URL={url}"
+    )
+    assert capsys.readouterr().err.splitlines() == [said, said]
+    held = EdgeIndex(tmp_path / "index", 384)  # the address is stale now: the folder's own refusal, as before
+    try:
+        assert main(["search", "what time is it"]) == 1
+    finally:
+        held.close()
+    assert "Is a `toolscout serve` using" in capsys.readouterr().err
+
+
 def test_a_refused_key_names_the_variable_the_cli_sends_it_from(capsys: pytest.CaptureFixture[str]) -> None:
     assert fail({"status": 401, "detail": "An API key is required"}) == 1
     assert fail({"status": 404, "detail": "No tool named 'x'"}) == 1

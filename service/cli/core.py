@@ -16,6 +16,7 @@ import httpx
 
 from service.catalog.files import load_catalog_file
 from service.cli.index_parts import INDEX_PART, post_in_parts
+from service.cli.served_address import elsewhere_hint, other_service, remove_served_url, write_served_url
 from service.cli.settings_values import port_number, result_count
 from service.cli.start_files import permissions_file_problem, servers_file_problem
 from service.cli.terminal import printable
@@ -112,13 +113,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     request_lines = log_requests_off_loop()  # after the config set up uvicorn's loggers
 
     def listening() -> None:
+        write_served_url(settings.data_dir, host, port)
         print(
             f"Toolscout on http://{host}:{port}  (console at /console, OpenAPI at /openapi.json; data in "
             f"{settings.data_dir.resolve()})",
             flush=True,
         )
 
-    server = listening_server(config, listening, lambda: stopping(app))
+    def stopping_now() -> None:
+        # Here, not after run(): uvicorn raises the SIGTERM it caught again once stopped, and the process ends there.
+        # Only a server that started says so: a start refused (the folder's index another's) leaves that one's file.
+        if server.started:
+            remove_served_url(settings.data_dir)
+        stopping(app)
+
+    server = listening_server(config, listening, stopping_now)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
@@ -164,7 +173,8 @@ class ExplainedStartFailure:
 
 
 def _api(settings: Settings) -> httpx.Client | None:
-    """A client for the running service, or None when it is not running (the CLI then works directly)."""
+    """A client for the running service, or None when it is not running (the CLI then works directly). When this
+    data folder's own service listens elsewhere, whose embedded index the CLI could not open, its address is said."""
     headers = {"Authorization": f"Bearer {settings.frontend.api_key}"} if settings.frontend.api_key else {}
     client = httpx.Client(
         base_url=settings.frontend.api_url, headers=headers, timeout=120, transport=nodelay_transport()
@@ -173,6 +183,8 @@ def _api(settings: Settings) -> httpx.Client | None:
         client.get("/healthz", timeout=0.5).raise_for_status()
     except httpx.HTTPError:
         client.close()
+        if settings.index.backend == "edge" and (url := other_service(settings)) is not None:
+            raise IndexUnavailable(elsewhere_hint(settings, url)) from None
         return None
     return client
 

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from service.cli.core import fail
+from service.cli.served_address import elsewhere_hint, other_service
 from service.cli.terminal import printable
 from service.errors import counted
 from service.settings import Settings
@@ -74,6 +75,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     try:
         response = httpx.get(f"{settings.frontend.api_url}/servers", headers=headers, timeout=30)
     except httpx.HTTPError as exc:
+        if (url := other_service(settings)) is not None:
+            print(f"error: {elsewhere_hint(settings, url)}", file=sys.stderr)
+            return 1
         # It named neither the setting nor the start: the servers are the running service's, asked at this URL.
         print(
             f"error: no service at {settings.frontend.api_url} (TOOLSCOUT_FRONTEND__API_URL): {printable(str(exc))}; "
