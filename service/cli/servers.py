@@ -32,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     listing.set_defaults(func=cmd_list)
     remove = commands.add_parser(
         "remove",
-        help="remove a server and its tools from the catalog (the server of an indexed file too), through the "
-        "service with an admin key, else in the data folder",
+        help="remove a server and its tools from the catalog (an indexed file's server too)",
+        description="Remove a server and its tools from the catalog and the index (an indexed file's server too): "
+        "through the running service with an admin key, else in the data folder.",
     )
     remove.add_argument("server", help="the server's name, as `servers list` shows it")
     remove.add_argument("--json", action="store_true", help="print the raw JSON response")
