@@ -486,5 +486,5 @@ def test_every_bench_option_says_in_one_line_what_it_sets_and_its_default() -> N
 
 VERBS = {
     "run", "register", "search", "measure", "count", "time", "compare", "replay", "load", "manage", "create", "list",
-    "revoke", "report", "show", "install", "release", "export",
+    "revoke", "remove", "report", "show", "install", "release", "export",
 }
