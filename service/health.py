@@ -14,7 +14,7 @@ from service.deps import ResourcesDep
 router = APIRouter(tags=["health"])
 
 
-@router.get("/", response_model=None)
+@router.get("/", response_model=None, responses={303: {"description": "A browser (Accept: text/html): see /console"}})
 async def root(request: Request) -> JSONResponse | RedirectResponse:
     """A browser opening the service's address goes to the console; any other client is told what runs here and
     where to look (it was a 404 either way)."""
