@@ -59,6 +59,11 @@ ROOT = Path(__file__).resolve().parents[1]
             ["search", "x", "-k", "0"],  # was the API's "Invalid request: /body/k: ..." after the request
             "toolscout search: error: argument -k: expected 1 or more, got 0 (see `toolscout search --help`)",
         ),
+        (
+            ["--port", "9000", "serve"],  # was "no command '9000'"
+            "toolscout: error: --port is not an option of toolscout itself: options go after their command, as in "
+            "`toolscout serve --port 9000` (see `toolscout --help`)",
+        ),
         (["keys", "list", "--json", "--al"], None),  # an abbreviation argparse takes: no error
     ],
 )
@@ -92,6 +97,17 @@ def test_the_help_of_search_and_index_says_where_they_act(command: str, capsys: 
     )
     if command == "search":
         assert "how many tools (default TOOLSCOUT_SEARCH__DEFAULT_K, 5)" in said
+
+
+def test_help_as_a_command_is_the_help_of_the_command_after_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """`toolscout help` and `toolscout help keys` were "no command 'help'"."""
+    for argv, usage in ((["help"], "usage: toolscout [-h]"), (["help", "keys"], "usage: toolscout keys [-h]")):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 0 and capsys.readouterr().out.startswith(usage)
+    with pytest.raises(SystemExit):  # an option of its own before the command is still one
+        main(["--log", "INFO", "--version"])
+    assert capsys.readouterr().out.startswith("toolscout ")
 
 
 @pytest.mark.parametrize("option", ["--version", "-V"])

@@ -139,7 +139,10 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["help"]:  # `toolscout help [COMMAND ...]` was "no command 'help'"
+        argv = [*argv[1:], "--help"]
     parser = build_parser(argv)
+    _option_before_its_command(parser, argv)
     args, extras = parser.parse_known_args(argv)
     if extras:
         assert isinstance(parser, _Parser)
@@ -174,6 +177,19 @@ def main(argv: list[str] | None = None) -> int:
         if error is None:
             raise
         return _refused(error)
+
+
+def _option_before_its_command(parser: _Parser, argv: list[str]) -> None:
+    """`toolscout --port 9000 serve` was told "no command '9000'": an option of a command, given before it."""
+    first = argv[0].split("=", 1)[0] if argv else ""
+    if not first.startswith("-") or first == "--":
+        return
+    own = [option for action in parser._actions for option in action.option_strings]
+    if not any(option == first or (len(first) > 2 and option.startswith(first)) for option in own):
+        parser.error(
+            f"{first} is not an option of toolscout itself: options go after their command, as in "
+            "`toolscout serve --port 9000`"
+        )
 
 
 def _refused(error: ToolscoutError) -> int:
