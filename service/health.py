@@ -1,16 +1,35 @@
-"""Liveness and readiness."""
+"""Liveness, readiness, and what answers at the root."""
 
 from __future__ import annotations
 
 import anyio
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, RedirectResponse
 from sqlalchemy import text
 
+from service import version
 from service.cluster.state import cluster_state, readiness
 from service.deps import ResourcesDep
 
 router = APIRouter(tags=["health"])
+
+
+@router.get("/", response_model=None, responses={303: {"description": "A browser (Accept: text/html): see /console"}})
+async def root(request: Request) -> JSONResponse | RedirectResponse:
+    """A browser opening the service's address goes to the console; any other client is told what runs here and
+    where to look (it was a 404 either way)."""
+    if "text/html" in request.headers.get("accept", ""):
+        return RedirectResponse("/console", status_code=303)
+    return JSONResponse(
+        {
+            "service": "toolscout",
+            "version": version(),
+            "console": "/console",
+            "openapi": "/openapi.json",
+            "health": "/healthz",
+            "ready": "/readyz",
+        }
+    )
 
 
 @router.get("/healthz")

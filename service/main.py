@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 
 from indexer.embedding import Embedder
 from indexer.index.base import VectorIndex
-from service import health
+from service import health, version
 from service.catalog import event_routes as events
 from service.catalog import routes as tools
 from service.catalog.reconcile import reconcile_index
@@ -82,7 +82,10 @@ def create_app(
         try:  # a start-up that fails half way (e.g. refused open mode) still releases the index and database
             report = await reconcile_index(resources)
             logger.info("index reconciled with the catalog: %s", report.as_dict())
-            if settings.demo_catalog and resources.retriever is not None and not len(resources.retriever.directory):
+            # Not with a servers file: its servers replace the demo servers, whose 85 tools were then indexed all
+            # the same, as catalog-only entries ranked among the file's own.
+            demo = settings.demo_catalog and settings.execution.servers_file is None
+            if demo and resources.retriever is not None and not len(resources.retriever.directory):
                 seeded = await seed_demo_catalog(resources)
                 if seeded is not None:
                     logger.info("empty catalog: indexed %d demo tools of real MCP servers", seeded)
@@ -102,7 +105,7 @@ def create_app(
 
     app = FastAPI(
         title="Toolscout",
-        version="0.1.0",
+        version=version(),
         summary="Semantic tool retrieval and execution for LLM agents over MCP servers",
         lifespan=lifespan,
         docs_url="/docs" if settings.docs_ui else None,

@@ -343,7 +343,7 @@ class Settings(BaseSettings):
         default="text", description="json: one JSON line per log record and per request"
     )
     demo_catalog: bool = Field(
-        default=True, description="Index the bundled tool lists of eight real MCP servers when the catalog is empty"
+        default=True, description="Index eight real MCP servers' tool lists in an empty catalog (with no servers file)"
     )
     # Swagger UI (/docs) and ReDoc (/redoc) load their scripts from a CDN at a floating version onto the API's
     # origin, where any script acts with the console's session: off unless asked (/openapi.json is always there).

@@ -17,6 +17,7 @@ import pytest
 from indexer.index.edge import EdgeIndex
 from service.cli import build_parser, main
 from service.cli.core import ExplainedStartFailure, fail
+from tests.processes import free_port
 
 
 def test_a_search_on_a_folder_whose_index_is_held_says_which_api_it_tried(
@@ -39,6 +40,53 @@ def test_a_search_on_a_folder_whose_index_is_held_says_which_api_it_tried(
         f"Is a `toolscout serve` using {tmp_path.resolve()}? The CLI reaches a running service at "
         "TOOLSCOUT_FRONTEND__API_URL (http://127.0.0.1:9): set it to the service's address"
     )
+
+
+def test_a_search_in_the_folder_of_a_service_on_another_port_says_where_it_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`scripts/serve.sh --port 8791`, then `toolscout search` in its folder: 4-5 s, then the embedded engine's
+    `Can't init WAL: Kind(WouldBlock)` and a guess. Now its address at once; a stale address changes nothing."""
+    import http.server
+    import threading
+    import time
+
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLSCOUT_DEMO_CATALOG", "false")
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", "http://127.0.0.1:9")  # nothing listens there
+    (tmp_path / "toolscout.db").touch()
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's protocol
+            self.send_response(200 if self.path == "/healthz" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    (tmp_path / "serve.url").write_text(url + "\n")  # as `toolscout serve` writes it once it listens
+    try:
+        started = time.perf_counter()
+        assert main(["search", "what time is it"]) == 1
+        assert main(["servers", "list"]) == 1
+        assert time.perf_counter() - started < 3  # no index opened
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = (
+        f"error: no service at http://127.0.0.1:9 (TOOLSCOUT_FRONTEND__API_URL), but the `toolscout serve` of "
+        f"{tmp_path.resolve()} listens at {url}: set TOOLSCOUT_FRONTEND__API_URL={url}"
+    )
+    assert capsys.readouterr().err.splitlines() == [said, said]
+    held = EdgeIndex(tmp_path / "index", 384)  # the address is stale now: the folder's own refusal, as before
+    try:
+        assert main(["search", "what time is it"]) == 1
+    finally:
+        held.close()
+    assert "Is a `toolscout serve` using" in capsys.readouterr().err
 
 
 def test_a_refused_key_names_the_variable_the_cli_sends_it_from(capsys: pytest.CaptureFixture[str]) -> None:
@@ -234,9 +282,27 @@ def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked
         "see it (TOOLSCOUT_DATA_DIR)",
     ]
     assert main(["keys", "create", "--caller", "second"]) == 0
-    assert "note:" not in capsys.readouterr().err
+    # Said of every key, it was not true of this one (the first was), and an admin is there.
+    assert capsys.readouterr().err == "Store it now: only its hash is kept.\n"
     assert main(["keys", "list"]) == 0
     assert [line.split()[2] for line in capsys.readouterr().out.splitlines()[2:]] == ["first", "second"]
+
+
+def test_a_first_key_without_the_admin_role_says_no_key_is_an_admins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The open local admin goes with the first key: `--role dev` left no admin, and nothing said so."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    no_admin = (
+        " No key has the admin role: managing keys and servers over the API and the console's Keys page need one "
+        "(`toolscout keys create --caller NAME --role admin`)."
+    )
+    assert main(["keys", "create", "--caller", "bob", "--role", "dev"]) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "Store it now: only its hash is kept. Every request without a key is refused from now on." + no_admin
+    )
+    assert main(["keys", "create", "--caller", "carol", "--role", "admin"]) == 0
+    assert capsys.readouterr().err.splitlines() == ["Store it now: only its hash is kept."]
 
 
 def test_held_tools_of_a_folder_without_a_database_say_where_they_looked(
@@ -261,6 +327,19 @@ def test_the_http_front_end_refuses_to_listen_beyond_loopback_without_a_key(
     assert main(["mcp", "--transport", "http", "--host", "0.0.0.0", "--port", "9"]) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: refusing to listen on 0.0.0.0") and "TOOLSCOUT_FRONTEND__HTTP_API_KEY" in error
+
+
+def test_servers_list_without_a_service_names_the_setting_and_the_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "the service at http://127.0.0.1:8765 does not answer ([Errno 111] Connection refused)" only."""
+    port = free_port()
+    monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", f"http://127.0.0.1:{port}")
+    assert main(["servers", "list"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: no service at http://127.0.0.1:{port} (TOOLSCOUT_FRONTEND__API_URL): ")
+    assert error.endswith("; start it with `toolscout serve`, or set TOOLSCOUT_FRONTEND__API_URL to its address\n")
+    assert error.count("\n") == 1
 
 
 async def test_servers_list_with_a_key_that_is_not_an_admins_prints_the_servers_it_may_see(
@@ -407,5 +486,5 @@ def test_every_bench_option_says_in_one_line_what_it_sets_and_its_default() -> N
 
 VERBS = {
     "run", "register", "search", "measure", "count", "time", "compare", "replay", "load", "manage", "create", "list",
-    "revoke", "report", "show", "install", "release", "export",
+    "revoke", "remove", "report", "show", "install", "release", "export",
 }

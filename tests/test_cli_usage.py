@@ -55,6 +55,15 @@ ROOT = Path(__file__).resolve().parents[1]
             "toolscout mcp: error: argument --path: a path starts with /, such as /mcp, got 'mcp' (see `toolscout mcp "
             "--help`)",
         ),
+        (
+            ["search", "x", "-k", "0"],  # was the API's "Invalid request: /body/k: ..." after the request
+            "toolscout search: error: argument -k: expected 1 or more, got 0 (see `toolscout search --help`)",
+        ),
+        (
+            ["--port", "9000", "serve"],  # was "no command '9000'"
+            "toolscout: error: --port is not an option of toolscout itself: options go after their command, as in "
+            "`toolscout serve --port 9000` (see `toolscout --help`)",
+        ),
         (["keys", "list", "--json", "--al"], None),  # an abbreviation argparse takes: no error
     ],
 )
@@ -74,6 +83,73 @@ def test_a_refused_command_line_names_its_command(
         main(argv)
     assert exited.value.code == 2
     assert capsys.readouterr().err == said + "\n"
+
+
+@pytest.mark.parametrize("command", ["search", "index"])
+def test_the_help_of_search_and_index_says_where_they_act(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Neither said they go through the service at TOOLSCOUT_FRONTEND__API_URL, so one on another port went unseen."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert (
+        "through the running service at TOOLSCOUT_FRONTEND__API_URL (default http://127.0.0.1:8765; its key in "
+        "TOOLSCOUT_FRONTEND__API_KEY), else straight in the data folder of the folder it runs in" in said
+    )
+    if command == "search":
+        assert "how many tools (default TOOLSCOUT_SEARCH__DEFAULT_K, 5)" in said
+
+
+def test_help_as_a_command_is_the_help_of_the_command_after_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """`toolscout help` and `toolscout help keys` were "no command 'help'"."""
+    for argv, usage in ((["help"], "usage: toolscout [-h]"), (["help", "keys"], "usage: toolscout keys [-h]")):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 0 and capsys.readouterr().out.startswith(usage)
+    with pytest.raises(SystemExit):  # an option of its own before the command is still one
+        main(["--log", "INFO", "--version"])
+    assert capsys.readouterr().out.startswith("toolscout ")
+
+
+@pytest.mark.parametrize("option", ["--version", "-V"])
+def test_the_version_option_prints_the_version_without_a_command(option: str) -> None:
+    """`toolscout --version` was "a command is required", exit 2; it imports no command's module (4 s of 4.1)."""
+    from service import version
+
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "service.cli", option],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert (done.returncode, done.stdout) == (0, f"toolscout {version()}\n")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "service.cli.core" not in imported and "service.cli.bench" not in imported
+
+
+def test_the_stdio_front_end_typed_in_a_terminal_says_what_it_is_for(tmp_path: Path) -> None:
+    """`toolscout mcp` in a terminal waited in silence for JSON-RPC; a chat client's pipe still gets no such line."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOOLSCOUT_FRONTEND__API_URL": "http://127.0.0.1:9"}
+    command = [sys.executable, "-m", "service.cli", "mcp"]
+    process = subprocess.Popen(command, stdin=terminal, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline().decode()
+    finally:
+        process.kill()
+        process.wait()
+        os.close(controller)
+        os.close(terminal)
+    assert line == (
+        "Toolscout MCP front end (lazy) on stdin/stdout -> http://127.0.0.1:9: a chat client starts it (README: MCP "
+        "front end), `--transport http` serves it over HTTP; Ctrl-C stops it\n"
+    )
+    piped = subprocess.run(command, input=b"", capture_output=True, env=env, cwd=tmp_path, timeout=60)
+    assert b"a chat client starts it" not in piped.stderr
 
 
 def test_the_http_front_end_on_a_port_another_process_holds_says_so_in_one_line(

@@ -52,3 +52,35 @@ async def test_a_body_field_the_route_does_not_define_names_its_fields_and_the_n
     assert response.json()["errors"][0]["pointer"] == "/body/calls/0/argumentz"
     assert reason.startswith("Extra inputs are not permitted (its fields: name, arguments,")
     assert reason.endswith("; did you mean arguments?)")
+
+
+async def test_the_root_sends_a_browser_to_the_console_and_tells_a_client_where_to_look(
+    client: httpx.AsyncClient,
+) -> None:
+    """Opening http://127.0.0.1:8765/ was a 404 problem, in a browser too."""
+    from service import version
+
+    browser = await client.get("/", headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert browser.status_code == 303 and browser.headers["location"] == "/console"
+    response = await client.get("/", headers={"Accept": "application/json"})
+    assert response.status_code == 200
+    assert response.json() == {
+        "service": "toolscout",
+        "version": version(),
+        "console": "/console",
+        "openapi": "/openapi.json",
+        "health": "/healthz",
+        "ready": "/readyz",
+    }
+    assert (await client.get("/openapi.json")).json()["info"]["version"] == version()
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    import tomllib
+    from importlib import metadata
+    from pathlib import Path
+
+    from service import version
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert version() == metadata.version("toolscout") == pyproject["project"]["version"]

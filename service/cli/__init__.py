@@ -78,12 +78,30 @@ def build_parser(argv: list[str] | None = None) -> _Parser:
         help="logging level: debug, info, warning, error or critical (default warning; for `serve`, "
         "TOOLSCOUT_LOG_LEVEL: info)",
     )
+    parser.add_argument("-V", "--version", action=_PrintVersion)
     subparsers = parser.add_subparsers(dest="command", required=True)
     command = None if argv is None else _command_of(argv)
-    for name in [COMMANDS[command]] if command in COMMANDS else COMMAND_MODULES:
+    if command in COMMANDS:
+        modules = [COMMANDS[command]]
+    else:  # `toolscout --version` needs none of them: importing them all took 4 s of its 4.1
+        modules = [] if argv is not None and {"-V", "--version"} & set(argv) else COMMAND_MODULES
+    for name in modules:
         importlib.import_module(name).register(subparsers)
     _describe(parser)
     return parser
+
+
+class _PrintVersion(argparse.Action):
+    """`toolscout --version`: it was "a command is required", exit 2. The version is read only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **_: object) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help="print Toolscout's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        from service import version
+
+        print(f"toolscout {version()}")  # on stdout, as argparse's own --version (its exit message goes to stderr)
+        parser.exit(0)
 
 
 def _log_level(value: str) -> str:
@@ -121,7 +139,10 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["help"]:  # `toolscout help [COMMAND ...]` was "no command 'help'"
+        argv = [*argv[1:], "--help"]
     parser = build_parser(argv)
+    _option_before_its_command(parser, argv)
     args, extras = parser.parse_known_args(argv)
     if extras:
         assert isinstance(parser, _Parser)
@@ -156,6 +177,19 @@ def main(argv: list[str] | None = None) -> int:
         if error is None:
             raise
         return _refused(error)
+
+
+def _option_before_its_command(parser: _Parser, argv: list[str]) -> None:
+    """`toolscout --port 9000 serve` was told "no command '9000'": an option of a command, given before it."""
+    first = argv[0].split("=", 1)[0] if argv else ""
+    if not first.startswith("-") or first == "--":
+        return
+    own = [option for action in parser._actions for option in action.option_strings]
+    if not any(option == first or (len(first) > 2 and option.startswith(first)) for option in own):
+        parser.error(
+            f"{first} is not an option of toolscout itself: options go after their command, as in "
+            "`toolscout serve --port 9000`"
+        )
 
 
 def _refused(error: ToolscoutError) -> int:

@@ -16,21 +16,34 @@ import httpx
 
 from service.catalog.files import load_catalog_file
 from service.cli.index_parts import INDEX_PART, post_in_parts
-from service.cli.settings_values import port_number
+from service.cli.served_address import elsewhere_hint, other_service, remove_served_url, write_served_url
+from service.cli.settings_values import port_number, result_count
 from service.cli.start_files import permissions_file_problem, servers_file_problem
 from service.cli.terminal import printable
 from service.errors import DatabaseUnavailable, IndexUnavailable, ToolscoutError, counted, verb
 from service.http_transport import bound_socket, listen_hint, nodelay_transport
-from service.settings import Settings
+from service.settings import SearchSettings, Settings
+
+DEFAULT_K = SearchSettings.model_fields["default_k"].default
+# Where `index` and `search` act, which neither `--help` said (nor how to reach a service on another port).
+THROUGH_THE_SERVICE = (
+    "through the running service at TOOLSCOUT_FRONTEND__API_URL (default http://127.0.0.1:8765; its key in "
+    "TOOLSCOUT_FRONTEND__API_KEY), else straight in the data folder of the folder it runs in (TOOLSCOUT_DATA_DIR, "
+    "default .toolscout)."
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serve = subparsers.add_parser("serve", help="run the REST API, console and upstream gateway over HTTP")
-    serve.add_argument("--host", default=None, help="address to listen on (default: the setting host, 127.0.0.1)")
-    serve.add_argument("--port", type=port_number, default=None, help="port (default: the setting port, 8765)")
+    serve.add_argument("--host", default=None, help="address to listen on (default TOOLSCOUT_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=port_number, default=None, help="port (default TOOLSCOUT_PORT, 8765)")
     serve.set_defaults(func=cmd_serve)
 
-    index = subparsers.add_parser("index", help="register and index a catalog file (JSONL or MCP tools/list JSON)")
+    index = subparsers.add_parser(
+        "index",
+        help="register and index a catalog file (JSONL or MCP tools/list JSON)",
+        description=f"Register and index a catalog file: {THROUGH_THE_SERVICE}",
+    )
     index.add_argument("file", type=Path, help="a JSON Lines file (a tool a line) or an MCP tools/list JSON")
     index.add_argument(
         "--server",
@@ -39,9 +52,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     index.set_defaults(func=cmd_index)
 
-    search = subparsers.add_parser("search", help="search the catalog for the tools that fit a request")
+    search = subparsers.add_parser(
+        "search",
+        help="search the catalog for the tools that fit a request",
+        description=f"Search the catalog for the tools that fit a request: {THROUGH_THE_SERVICE}",
+    )
     search.add_argument("query", help="what the agent wants to do, in words")
-    search.add_argument("-k", type=int, default=None, help="how many tools (default: the setting search.default_k)")
+    search.add_argument(
+        "-k",
+        type=result_count,
+        default=None,
+        help=f"how many tools (default TOOLSCOUT_SEARCH__DEFAULT_K, {DEFAULT_K})",
+    )
     search.add_argument("--server", action="append", default=None, help="only tools of this server (repeatable)")
     search.add_argument("--explain", action="store_true", help="show the score of each signal behind each result")
     search.add_argument("--json", action="store_true", help="print the raw JSON response")
@@ -91,13 +113,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     request_lines = log_requests_off_loop()  # after the config set up uvicorn's loggers
 
     def listening() -> None:
+        write_served_url(settings.data_dir, host, port)
         print(
             f"Toolscout on http://{host}:{port}  (console at /console, OpenAPI at /openapi.json; data in "
             f"{settings.data_dir.resolve()})",
             flush=True,
         )
 
-    server = listening_server(config, listening, lambda: stopping(app))
+    def stopping_now() -> None:
+        # Here, not after run(): uvicorn raises the SIGTERM it caught again once stopped, and the process ends there.
+        # Only a server that started says so: a start refused (the folder's index another's) leaves that one's file.
+        if server.started:
+            remove_served_url(settings.data_dir)
+        stopping(app)
+
+    server = listening_server(config, listening, stopping_now)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
@@ -143,7 +173,8 @@ class ExplainedStartFailure:
 
 
 def _api(settings: Settings) -> httpx.Client | None:
-    """A client for the running service, or None when it is not running (the CLI then works directly)."""
+    """A client for the running service, or None when it is not running (the CLI then works directly). When this
+    data folder's own service listens elsewhere, whose embedded index the CLI could not open, its address is said."""
     headers = {"Authorization": f"Bearer {settings.frontend.api_key}"} if settings.frontend.api_key else {}
     client = httpx.Client(
         base_url=settings.frontend.api_url, headers=headers, timeout=120, transport=nodelay_transport()
@@ -152,6 +183,8 @@ def _api(settings: Settings) -> httpx.Client | None:
         client.get("/healthz", timeout=0.5).raise_for_status()
     except httpx.HTTPError:
         client.close()
+        if settings.index.backend == "edge" and (url := other_service(settings)) is not None:
+            raise IndexUnavailable(elsewhere_hint(settings, url)) from None
         return None
     return client
 

@@ -64,16 +64,17 @@ def _unknown_roles(settings: Settings, roles: tuple[str, ...] | list[str]) -> st
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    async def run(resources: Resources) -> auth.CreatedKey:
+    async def run(resources: Resources) -> tuple[auth.CreatedKey, list[str]]:
         async with resources.session() as session:
+            before = await auth.list_keys(session)
             created = await auth.create_key(session, args.caller, args.roles)
             await session.commit()
-            return created
+            return created, [str(role) for key in before for role in key.roles]
 
     settings = Settings()
     new_database = missing_database(settings)
     try:
-        created = asyncio.run(with_database(settings, run, create=True))
+        created, roles_before = asyncio.run(with_database(settings, run, create=True))
     except InvalidRequest as exc:
         print(f"error: {exc.detail}", file=sys.stderr)
         return 1
@@ -94,10 +95,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     else:
         print(f"key for {created.caller} (roles: {', '.join(created.roles) or 'none'}), id {created.id}:")
         print(created.key)
-        print(
-            "Store it now: only its hash is kept. Every request without a key is refused from now on.",
-            file=sys.stderr,
-        )
+        print(f"Store it now: only its hash is kept.{_what_changes(roles_before, created.roles)}", file=sys.stderr)
     if new_database is not None:  # the first key of a new folder, or a key a service elsewhere never sees
         print(
             f"note: created a new database at {new_database} for this key; a `toolscout serve` of another folder "
@@ -105,6 +103,20 @@ def cmd_create(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _what_changes(roles_before: list[str], roles: tuple[str, ...] | list[str]) -> str:
+    """What the new key changes for everyone: said of every key, and never that a first key without the admin role
+    left the service without an admin (no `/keys`, server management or console Keys page but by the CLI)."""
+    from service.policy.permissions import ADMIN_ROLE
+
+    said = "" if roles_before else " Every request without a key is refused from now on."
+    if ADMIN_ROLE not in (*roles_before, *roles):
+        said += (
+            " No key has the admin role: managing keys and servers over the API and the console's Keys page need "
+            "one (`toolscout keys create --caller NAME --role admin`)."
+        )
+    return said
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -63,6 +63,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         return 2
     frontend = create_frontend(settings, mode=args.mode, profile=profile, transport=args.transport)
     if args.transport == "stdio":
+        if sys.stdin.isatty():  # typed in a terminal, it waited in silence for JSON-RPC a person would not send
+            print(
+                f"Toolscout MCP front end ({args.mode}) on stdin/stdout -> {settings.frontend.api_url}: a chat client "
+                "starts it (README: MCP front end), `--transport http` serves it over HTTP; Ctrl-C stops it",
+                file=sys.stderr,
+                flush=True,
+            )
         anyio.run(serve_stdio, frontend)
     else:
         host = args.host or settings.frontend.http_host

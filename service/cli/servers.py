@@ -1,4 +1,5 @@
-"""`toolscout servers install | list`: the demo servers' packages; the servers of a running service."""
+"""`toolscout servers install | list | remove`: the demo servers' packages; the servers of a running service; a server
+and its tools out of the catalog (an indexed catalog file's too: `index` had no undoing but a DELETE by hand)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import Any
 
 import httpx
 
 from service.cli.core import fail
+from service.cli.served_address import elsewhere_hint, other_service
 from service.cli.terminal import printable
+from service.errors import counted
 from service.settings import Settings
 
 
@@ -26,6 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     listing = commands.add_parser("list", help="list the running service's servers and their health")
     listing.add_argument("--json", action="store_true", help="print the raw JSON response")
     listing.set_defaults(func=cmd_list)
+    remove = commands.add_parser(
+        "remove",
+        help="remove a server and its tools from the catalog (an indexed file's server too)",
+        description="Remove a server and its tools from the catalog and the index (an indexed file's server too): "
+        "through the running service with an admin key, else in the data folder.",
+    )
+    remove.add_argument("server", help="the server's name, as `servers list` shows it")
+    remove.add_argument("--json", action="store_true", help="print the raw JSON response")
+    remove.set_defaults(func=cmd_remove)
 
 
 async def _install(settings: Settings, node: bool) -> dict[str, str]:
@@ -63,7 +76,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     try:
         response = httpx.get(f"{settings.frontend.api_url}/servers", headers=headers, timeout=30)
     except httpx.HTTPError as exc:
-        print(f"error: the service at {settings.frontend.api_url} does not answer ({exc})", file=sys.stderr)
+        if (url := other_service(settings)) is not None:
+            print(f"error: {elsewhere_hint(settings, url)}", file=sys.stderr)
+            return 1
+        # It named neither the setting nor the start: the servers are the running service's, asked at this URL.
+        print(
+            f"error: no service at {settings.frontend.api_url} (TOOLSCOUT_FRONTEND__API_URL): {printable(str(exc))}; "
+            "start it with `toolscout serve`, or set TOOLSCOUT_FRONTEND__API_URL to its address",
+            file=sys.stderr,
+        )
         return 1
     if response.status_code != 200:
         return fail(response.json())
@@ -83,3 +104,26 @@ def cmd_list(args: argparse.Namespace) -> int:
             f"{printable((health.get('last_error') or '')[:60])}"
         )
     return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    from urllib.parse import quote
+
+    from service.cli.tools import _locally, _through_service
+
+    body = _through_service("DELETE", f"/servers/{quote(args.server, safe='')}")
+    if body is None:
+        body = _locally(lambda resources: _removed_locally(resources, args.server))
+    if isinstance(body, int):
+        return body
+    if args.json:
+        print(json.dumps(body, indent=2))
+    else:
+        print(f"removed {printable(body['id'])} and its {counted(len(body['removed_tools']), 'tool')}")
+    return 0
+
+
+async def _removed_locally(resources: Any, server: str) -> dict[str, Any]:
+    from service.catalog.removal import remove_server
+
+    return {"id": server, "removed_tools": await remove_server(resources, server)}

@@ -80,6 +80,17 @@ def port_number(text: str) -> int:
     return port
 
 
+def result_count(text: str) -> int:
+    """An argparse type: how many results, 1 or more (`search -k 0` was the API's `/body/k` pointer)."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {count}")
+    return count
+
+
 def iso_time(text: str) -> datetime:
     """An argparse type: a date or a date and time in ISO 8601 (argparse said "invalid fromisoformat value")."""
     try:

@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.errors import echoed_path
 from service.security.auth_failures import FailedAuthLimiter
 from service.security.hosts import problem_body
 from service.security.hosts import send_problem as send_asgi_problem
@@ -78,7 +79,6 @@ class LocalOnlyMiddleware:
 _HINTS = {
     400: "a request to this endpoint is a JSON-RPC POST (Content-Type: application/json), a GET or a DELETE",
     403: "a browser page of another origin may not call this front end",
-    404: "the MCP endpoint is the front end's HTTP path (frontend.http_path)",
     405: "the MCP endpoint takes POST, GET and DELETE",
     413: "a request body holds at most the MCP SDK's 4 MiB",
     421: "on a loopback address the front end answers to loopback Host names only (the bound address, 127.0.0.1, "
@@ -92,13 +92,18 @@ class PlainRefusalsAsProblems:
     (`Invalid Origin header`), and Starlette an unknown path with `Not Found`: each becomes an RFC 9457 problem
     quoting that text and saying why, like every other refusal of Toolscout's."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, endpoint: str = "/mcp") -> None:
         self.app = app
+        self.endpoint = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        # The path asked and the one to ask (a newcomer's `curl http://127.0.0.1:8766/` was told the endpoint is
+        # "the front end's HTTP path", not which).
+        path = echoed_path(str(scope.get("path", "")))
+        hints = {**_HINTS, 404: f"nothing at {path}; the MCP endpoint is {self.endpoint} (frontend.http_path)"}
         held: dict[str, Any] | None = None
         text = b""
 
@@ -115,7 +120,7 @@ class PlainRefusalsAsProblems:
                     return
                 status = int(held["status"])
                 said = text.decode("utf-8", "replace").strip() or "Refused"
-                detail = f"{said}: {_HINTS[status]}" if status in _HINTS else said
+                detail = f"{said}: {hints[status]}" if status in hints else said
                 extra = [(k, v) for k, v in held.get("headers") or [] if k.lower() in _KEPT_HEADERS]
                 await send_problem(send, status, _SLUGS.get(status, "error"), said, detail, extra)
                 return

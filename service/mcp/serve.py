@@ -73,7 +73,7 @@ def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = 
         app.add_middleware(BearerKeyMiddleware, key=settings.http_api_key)
     else:
         app.add_middleware(LocalOnlyMiddleware)
-    app.add_middleware(PlainRefusalsAsProblems)  # outermost: the SDK's and Starlette's plain refusals
+    app.add_middleware(PlainRefusalsAsProblems, endpoint=path)  # outermost: the SDK's and Starlette's plain refusals
     return app
 
 

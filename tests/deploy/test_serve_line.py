@@ -29,7 +29,10 @@ def test_the_address_line_comes_once_the_service_listens(tmp_path: Path) -> None
         assert process.stdout is not None
         lines = read_until(process.stdout, "Toolscout on", 120, process)
         answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10)  # once: refused if the line came early
+        # Where the CLI of this folder finds it on another port than its default (service/cli/served_address.py).
+        served = (tmp_path / "data" / "serve.url").read_text()
     finally:
         stop_process(process)
+    assert served == f"http://127.0.0.1:{port}\n" and not (tmp_path / "data" / "serve.url").exists()
     assert lines[-1].startswith(f"Toolscout on http://127.0.0.1:{port}  (console at /console")
     assert answer.status_code == 200, answer.text

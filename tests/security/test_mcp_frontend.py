@@ -197,7 +197,7 @@ async def test_the_front_ends_refusals_are_problems_saying_why(world: dict[str, 
                 403: ({**headers, "Origin": "https://attacker.example"}, "/mcp", "Invalid Origin header", "origin"),
                 421: ({**headers, "Host": "attacker.example:8766"}, "/mcp", "Invalid Host header", "loopback Host"),
                 400: ({**headers, "Content-Type": "text/plain"}, "/mcp", "Invalid Content-Type", "application/json"),
-                404: (headers, "/other", "Not Found", "frontend.http_path"),
+                404: (headers, "/other", "Not Found", "at /other; the MCP endpoint is /mcp ("),
             }
             for status, (sent, path, said, why) in cases.items():
                 body = assert_problem(await http.post(path, content=initialize, headers=sent), status)
