@@ -75,6 +75,17 @@ async def test_the_root_sends_a_browser_to_the_console_and_tells_a_client_where_
     assert (await client.get("/openapi.json")).json()["info"]["version"] == version()
 
 
+async def test_the_openapi_document_is_the_apps_encoded_once(client: httpx.AsyncClient) -> None:
+    """FastAPI encoded its 146 KB document again for every keyless request; the bytes are kept now, the same
+    document (what schemathesis and the Swagger UI read)."""
+    app = client._transport.app  # type: ignore[attr-defined]
+    first, second = await client.get("/openapi.json"), await client.get("/openapi.json")
+    assert first.status_code == second.status_code == 200
+    assert first.headers["content-type"] == "application/json"
+    assert first.json() == app.openapi() and first.content == second.content
+    assert [getattr(r, "path", None) for r in app.router.routes].count("/openapi.json") == 1
+
+
 def test_the_version_is_the_installed_distributions() -> None:
     import tomllib
     from importlib import metadata
