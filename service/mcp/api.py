@@ -113,6 +113,11 @@ class ToolscoutApi:
         except ValueError as exc:
             raise ApiUnavailable(f"{method} {path} answered a body that is not JSON") from exc
 
+    async def ready(self) -> dict[str, Any]:
+        """The API's readiness (`GET /readyz`): ApiError when it says it is not ready, ApiUnavailable when it does
+        not answer within 5 s."""
+        return await self._request("GET", "/readyz", timeout=5.0)  # type: ignore[no-any-return]
+
     async def search(
         self,
         query: str,

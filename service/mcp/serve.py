@@ -12,6 +12,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
 from service.mcp.guard import BearerKeyMiddleware, LocalOnlyMiddleware, PlainRefusalsAsProblems
+from service.mcp.health import HealthProbes
 from service.mcp.http_sessions import SessionBoundMiddleware, SessionTable
 from service.mcp.server import Frontend
 from service.security.limits import BodySizeLimitMiddleware
@@ -73,7 +74,8 @@ def http_app(frontend: Frontend, *, path: str | None = None, host: str | None = 
         app.add_middleware(BearerKeyMiddleware, key=settings.http_api_key)
     else:
         app.add_middleware(LocalOnlyMiddleware)
-    app.add_middleware(PlainRefusalsAsProblems, endpoint=path)  # outermost: the SDK's and Starlette's plain refusals
+    app.add_middleware(PlainRefusalsAsProblems, endpoint=path)  # the SDK's and Starlette's plain refusals
+    app.add_middleware(HealthProbes, api=lambda: frontend.api)  # outermost: a balancer's probes need no key
     return app
 
 
