@@ -83,3 +83,21 @@ def normalize_query(text: str) -> str:
     plain = polite if polite.strip(" ,.!?") else plain  # "Thanks!" alone stays a request
     unwrapped = _WRAPPING_QUOTES.match(plain)
     return unwrapped.group(2).strip() if unwrapped else plain
+
+
+# Chat shorthand for the things tools act on, which tool texts spell out: "list open PRs" met `memory__open_nodes`
+# by its name verb and no text that says "pull request"; "DM bob" met nothing of Slack's `post_message`. Whole
+# words, any case; a name that holds one (`pr_number`, `get_dm`) is left alone.
+_SHORTHAND = {
+    "pr": "pull request", "prs": "pull requests",
+    "dm": "direct message", "dms": "direct messages",
+    "repo": "repository", "repos": "repositories",
+}
+_SHORTHAND_WORD = re.compile(r"(?<![\w./-])(?:" + "|".join(_SHORTHAND) + r")(?![\w/-]|\.\w)", re.IGNORECASE)
+
+
+def expand_shorthand(text: str) -> str:
+    """The request with its chat shorthand spelled out (`PR` as "pull request", `DM` as "direct message", `repo`
+    as "repository"), as the dense fields, BM25, the split and the verbs read it; the exact name reads the
+    request as written."""
+    return _SHORTHAND_WORD.sub(lambda m: _SHORTHAND[m.group(0).lower()], text)

@@ -19,7 +19,7 @@ from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
 from indexer.names import READ_VERBS, asks, name_verb, opposed_verbs, query_stems, spelling_tier, wanted_verbs
-from indexer.query_text import normalize_query
+from indexer.query_text import expand_shorthand, normalize_query
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool, active
 from service.observability import Stage, stage
@@ -207,8 +207,9 @@ class Retriever:
         settings = self.resources.settings.search
         if where.matches_nothing:
             return SearchOutcome([], 0.0)
-        texts = [query]
-        parts = split_intents(query) if settings.split_multi_intent else []
+        read = expand_shorthand(query)  # every signal but the exact name reads the shorthand spelled out
+        texts = [read]
+        parts = split_intents(read) if settings.split_multi_intent else []
         texts.extend(parts)
         from_parts = whole_from_parts_applies(parts, settings.whole_from_parts)
         sparse = [self.resources.encoder.encode_query(text) for text in texts]
@@ -253,7 +254,7 @@ class Retriever:
             if parts
             else per_text[0]
         )
-        apply_name_verbs(candidates, self.directory.verbs, query_stems(query), settings.weight_name_verb)
+        apply_name_verbs(candidates, self.directory.verbs, query_stems(read), settings.weight_name_verb)
         usage, learning = self.resources.usage, self.resources.settings.learning
         if usage is not None and scope is not None and learning.enabled:
             maps = usage.maps.get(scope) if learning.query_adapter_enabled and not fused else None

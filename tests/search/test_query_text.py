@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.query_text import normalize_query
+from indexer.query_text import expand_shorthand, normalize_query
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,23 @@ def test_what_is_part_of_a_request_stays(kept: str) -> None:
 def test_a_request_of_nothing_else_reads_as_empty(nothing: str) -> None:
     assert normalize_query(nothing) == ""
 
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("list open PRs", "list open pull requests"),
+        ("raise a pr against main", "raise a pull request against main"),
+        ("DM bob", "direct message bob"),
+        ("any new DMs?", "any new direct messages?"),
+        ("fork the Repo", "fork the repository"),
+        ("my repos", "my repositories"),
+        # A name, a path or an identifier that holds one is left as written.
+        ("call get_pr with pr_number 3", "call get_pr with pr_number 3"),
+        ("octocat/repo and repo.json", "octocat/repo and repo.json"),
+        ("PR-12 and repository", "PR-12 and repository"),
+        ("prune the dmesg log", "prune the dmesg log"),
+    ],
+)
+def test_chat_shorthand_is_spelled_out(written: str, read: str) -> None:
+    assert expand_shorthand(written) == read
