@@ -101,3 +101,19 @@ def expand_shorthand(text: str) -> str:
     as "repository"), as the dense fields, BM25, the split and the verbs read it; the exact name reads the
     request as written."""
     return _SHORTHAND_WORD.sub(lambda m: _SHORTHAND[m.group(0).lower()], text)
+
+
+# A file name's words are not the task: "the first 20 lines of server.log" put git_log first by its `log`, "when was
+# report.pdf last modified?" too. Read as "the file server.log", the request says what it acts on. Not a host name
+# (a URL's, or a bare `example.com`), nor a name already said to be a file.
+_WEB_SUFFIXES = frozenset({"com", "org", "net", "io", "dev", "ai", "app", "co", "edu", "gov", "info", "me", "us"})
+_FILE_NAME = re.compile(
+    r"(?<![\w./:@-])(?<!\bfile )(?<!\bfiles )([\w-]+(?:\.[\w-]+)*\.([A-Za-z][A-Za-z0-9]{1,4}))(?![\w/-]|\.\w)"
+)
+
+
+def name_files(text: str) -> str:
+    """The request with each bare file name said to be one (`server.log` as "file server.log")."""
+    if "." not in text:
+        return text
+    return _FILE_NAME.sub(lambda m: m.group(0) if m.group(2).lower() in _WEB_SUFFIXES else "file " + m.group(0), text)

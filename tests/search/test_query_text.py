@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.query_text import expand_shorthand, normalize_query
+from indexer.query_text import expand_shorthand, name_files, normalize_query
 
 
 @pytest.mark.parametrize(
@@ -68,3 +68,22 @@ def test_a_request_of_nothing_else_reads_as_empty(nothing: str) -> None:
 )
 def test_chat_shorthand_is_spelled_out(written: str, read: str) -> None:
     assert expand_shorthand(written) == read
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("show me the first 20 lines of server.log", "show me the first 20 lines of file server.log"),
+        ("when was report.pdf last modified?", "when was file report.pdf last modified?"),
+        ("merge a.txt, b.txt and notes.md.", "merge file a.txt, file b.txt and file notes.md."),
+        # Already a file, a host name, a URL or a path, an abbreviation, a version: as written.
+        ("read the file config.yaml", "read the file config.yaml"),
+        ("fetch example.com and docs.python.org", "fetch example.com and docs.python.org"),
+        ("fetch https://example.com/page.html", "fetch https://example.com/page.html"),
+        ("open src/app.py", "open src/app.py"),
+        ("e.g. this, i.e. that", "e.g. this, i.e. that"),
+        ("upgrade to 1.2.3", "upgrade to 1.2.3"),
+    ],
+)
+def test_a_bare_file_name_is_read_as_a_file(written: str, read: str) -> None:
+    assert name_files(written) == read
