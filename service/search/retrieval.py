@@ -207,7 +207,7 @@ class Retriever:
         settings = self.resources.settings.search
         if where.matches_nothing:
             return SearchOutcome([], 0.0)
-        read = name_files(expand_shorthand(query))  # every signal but the exact name: shorthand spelled out, files named
+        read = name_files(expand_shorthand(query))  # all signals but the exact name: shorthand spelled out, files named
         texts = [read]
         parts = split_intents(read) if settings.split_multi_intent else []
         texts.extend(parts)
