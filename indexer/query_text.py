@@ -89,9 +89,12 @@ def normalize_query(text: str) -> str:
 # by its name verb and no text that says "pull request"; "DM bob" met nothing of Slack's `post_message`. Whole
 # words, any case; a name that holds one (`pr_number`, `get_dm`) is left alone.
 _SHORTHAND = {
-    "pr": "pull request", "prs": "pull requests",
-    "dm": "direct message", "dms": "direct messages",
-    "repo": "repository", "repos": "repositories",
+    "pr": "pull request",
+    "prs": "pull requests",
+    "dm": "direct message",
+    "dms": "direct messages",
+    "repo": "repository",
+    "repos": "repositories",
 }
 _SHORTHAND_WORD = re.compile(r"(?<![\w./-])(?:" + "|".join(_SHORTHAND) + r")(?![\w/-]|\.\w)", re.IGNORECASE)
 
