@@ -120,3 +120,11 @@ def name_files(text: str) -> str:
     if "." not in text:
         return text
     return _FILE_NAME.sub(lambda m: m.group(0) if m.group(2).lower() in _WEB_SUFFIXES else "file " + m.group(0), text)
+
+
+_QUOTED = re.compile(r"""(?<!\w)(['"])[^'"\n]{1,200}\1(?!\w)""")
+
+
+def without_quoted(text: str) -> str:
+    """The request with its quoted values emptied (`send 'deploy done' to #ops` as `send '' to #ops`)."""
+    return _QUOTED.sub(lambda m: m.group(1) * 2, text) if ("'" in text or '"' in text) else text

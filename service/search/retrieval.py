@@ -19,7 +19,7 @@ from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
 from indexer.names import READ_VERBS, asks, name_verb, opposed_verbs, query_stems, spelling_tier, wanted_verbs
-from indexer.query_text import expand_shorthand, name_files, normalize_query
+from indexer.query_text import expand_shorthand, name_files, normalize_query, without_quoted
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool, active
 from service.observability import Stage, stage
@@ -227,7 +227,10 @@ class Retriever:
             return vectors, *self._index_hits_now(index, list(zip(vectors, sparse, strict=True)), where, widths), began
 
         # A search alone runs its index step on the embedder's thread right after its pass (Resources.embed_then).
-        embedding = self.resources.embed_then(parts if from_parts else texts, index_step)
+        # The dense fields read a request without its quoted values (a message, a search string: what to pass, not
+        # which tool); BM25 and the verbs read them. Seal-Tools R@5 .955 -> .957 (1,080 of its 2,054 requests quote).
+        embedded_texts = [without_quoted(text) for text in (parts if from_parts else texts)]
+        embedding = self.resources.embed_then(embedded_texts, index_step)
         with stage(self.resources, "embed") as embed_stage:
             embedded, done = await embedding
             if done is not None:

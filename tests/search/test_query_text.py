@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.query_text import expand_shorthand, name_files, normalize_query
+from indexer.query_text import expand_shorthand, name_files, normalize_query, without_quoted
 
 
 @pytest.mark.parametrize(
@@ -87,3 +87,18 @@ def test_chat_shorthand_is_spelled_out(written: str, read: str) -> None:
 )
 def test_a_bare_file_name_is_read_as_a_file(written: str, read: str) -> None:
     assert name_files(written) == read
+
+
+@pytest.mark.parametrize(
+    ("written", "embedded"),
+    [
+        ("send 'deploy done' to #ops", "send '' to #ops"),
+        ('commit with message "fix the login bug"', 'commit with message ""'),
+        ("rename 'a' to 'b'", "rename '' to ''"),
+        # Apostrophes are no quotes; a quote left open quotes nothing.
+        ("what's bob's slack title", "what's bob's slack title"),
+        ("the users' names and 'open", "the users' names and 'open"),
+    ],
+)
+def test_the_dense_fields_read_a_request_without_its_quoted_values(written: str, embedded: str) -> None:
+    assert without_quoted(written) == embedded

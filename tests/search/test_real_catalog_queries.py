@@ -40,11 +40,12 @@ KNOWN_MISSES = {
     "blind15-30": "github__create_pull_request is 3rd: 'raise' names no tool's verb, get_pull_request is nearer",
     "blind15-38": "github__get_file_contents is 6th: 'octocat/Hello-World' reads as a local path, not a repository",
     "blind15-41": "github__search_code is 5th: 'grep' is no verb of its text and the quoted code pulls the others",
-    "blind15-43": "slack__slack_post_message is 10th: 'deploy done' is the message, but its words lead the request",
     "blind15-44": "slack__slack_get_thread_replies is 2nd: reply_to_thread has the name verb of 'replied' and BM25's "
     "two hits are z-scored +1 and -1 however near",
     "blind15-46": "slack__slack_get_user_profile is 6th: 'timezone' puts the time server's tools first",
     "blind15-47": "no memory tool in the top 10, as own-34",
+    "blind15-51": "git__git_commit is 2nd, after git_log: the dense fields read the request without its quoted "
+    "'refactor', and the German words around 'commit' say nothing to MiniLM",
     "blind15-54": "git__git_add is not in the top 10: 'stage everything' is a part with its commit, and git_reset "
     "and the diffs are nearer to 'stage' alone",
     "blind15-56": "filesystem__write_file is not in the top 10: one sentence, no split at 'and save', and "
