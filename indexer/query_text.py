@@ -128,3 +128,9 @@ _QUOTED = re.compile(r"""(?<!\w)(['"])[^'"\n]{1,200}\1(?!\w)""")
 def without_quoted(text: str) -> str:
     """The request with its quoted values emptied (`send 'deploy done' to #ops` as `send '' to #ops`)."""
     return _QUOTED.sub(lambda m: m.group(1) * 2, text) if ("'" in text or '"' in text) else text
+
+
+def read_request(text: str) -> str:
+    """A request (as `normalize_query` writes it) as every signal after the exact name reads it: chat shorthand
+    spelled out, each bare file name said to be one. The dense fields then read it `without_quoted`."""
+    return name_files(expand_shorthand(text))

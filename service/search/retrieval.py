@@ -19,7 +19,7 @@ from indexer.documents import normalize_name_key
 from indexer.index.base import DENSE_FIELDS, Hit, SearchFilter, SignalQuery, pooled_search_many
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
 from indexer.names import READ_VERBS, asks, name_verb, opposed_verbs, query_stems, spelling_tier, wanted_verbs
-from indexer.query_text import expand_shorthand, name_files, normalize_query, without_quoted
+from indexer.query_text import normalize_query, read_request, without_quoted
 from service.catalog.server_vectors import ServerVectors
 from service.db.models import Tool, active
 from service.observability import Stage, stage
@@ -207,7 +207,7 @@ class Retriever:
         settings = self.resources.settings.search
         if where.matches_nothing:
             return SearchOutcome([], 0.0)
-        read = name_files(expand_shorthand(query))  # all signals but the exact name: shorthand spelled out, files named
+        read = read_request(query)  # what every signal but the exact name reads
         texts = [read]
         parts = split_intents(read) if settings.split_multi_intent else []
         texts.extend(parts)
