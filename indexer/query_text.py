@@ -83,3 +83,54 @@ def normalize_query(text: str) -> str:
     plain = polite if polite.strip(" ,.!?") else plain  # "Thanks!" alone stays a request
     unwrapped = _WRAPPING_QUOTES.match(plain)
     return unwrapped.group(2).strip() if unwrapped else plain
+
+
+# Chat shorthand for the things tools act on, which tool texts spell out: "list open PRs" met `memory__open_nodes`
+# by its name verb and no text that says "pull request"; "DM bob" met nothing of Slack's `post_message`. Whole
+# words, any case; a name that holds one (`pr_number`, `get_dm`) is left alone.
+_SHORTHAND = {
+    "pr": "pull request",
+    "prs": "pull requests",
+    "dm": "direct message",
+    "dms": "direct messages",
+    "repo": "repository",
+    "repos": "repositories",
+}
+_SHORTHAND_WORD = re.compile(r"(?<![\w./-])(?:" + "|".join(_SHORTHAND) + r")(?![\w/-]|\.\w)", re.IGNORECASE)
+
+
+def expand_shorthand(text: str) -> str:
+    """The request with its chat shorthand spelled out (`PR` as "pull request", `DM` as "direct message", `repo`
+    as "repository"), as the dense fields, BM25, the split and the verbs read it; the exact name reads the
+    request as written."""
+    return _SHORTHAND_WORD.sub(lambda m: _SHORTHAND[m.group(0).lower()], text)
+
+
+# A file name's words are not the task: "the first 20 lines of server.log" put git_log first by its `log`, "when was
+# report.pdf last modified?" too. Read as "the file server.log", the request says what it acts on. Not a host name
+# (a URL's, or a bare `example.com`), nor a name already said to be a file.
+_WEB_SUFFIXES = frozenset({"com", "org", "net", "io", "dev", "ai", "app", "co", "edu", "gov", "info", "me", "us"})
+_FILE_NAME = re.compile(
+    r"(?<![\w./:@-])(?<!\bfile )(?<!\bfiles )([\w-]+(?:\.[\w-]+)*\.([A-Za-z][A-Za-z0-9]{1,4}))(?![\w/-]|\.\w)"
+)
+
+
+def name_files(text: str) -> str:
+    """The request with each bare file name said to be one (`server.log` as "file server.log")."""
+    if "." not in text:
+        return text
+    return _FILE_NAME.sub(lambda m: m.group(0) if m.group(2).lower() in _WEB_SUFFIXES else "file " + m.group(0), text)
+
+
+_QUOTED = re.compile(r"""(?<!\w)(['"])[^'"\n]{1,200}\1(?!\w)""")
+
+
+def without_quoted(text: str) -> str:
+    """The request with its quoted values emptied (`send 'deploy done' to #ops` as `send '' to #ops`)."""
+    return _QUOTED.sub(lambda m: m.group(1) * 2, text) if ("'" in text or '"' in text) else text
+
+
+def read_request(text: str) -> str:
+    """A request (as `normalize_query` writes it) as every signal after the exact name reads it: chat shorthand
+    spelled out, each bare file name said to be one. The dense fields then read it `without_quoted`."""
+    return name_files(expand_shorthand(text))

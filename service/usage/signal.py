@@ -33,6 +33,7 @@ import numpy as np
 from sqlalchemy import and_, or_, select
 
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
+from indexer.query_text import normalize_query, read_request, without_quoted
 from service.db.models import Execution, Search, utcnow
 from service.resources import Resources
 from service.settings import LearningSettings
@@ -174,13 +175,15 @@ async def _embedded(resources: Resources, state: UsageVectors, texts: set[str]) 
 
     for start in range(0, len(missing), 256):
         chunk = missing[start : start + 256]
-        # A past request is embedded as a search embeds it: a split one as its parts' weighted mean.
-        parts = {text: parts_of(text) for text in chunk}
-        wanted = list(dict.fromkeys(t for text in chunk for t in parts[text] or [text]))
-        vectors = dict(zip(wanted, await resources.embed(wanted), strict=True))
+        # A past request is embedded as a search embeds it: read as the search reads it, without its quoted values,
+        # a split one as its parts' weighted mean.
+        read = {text: read_request(normalize_query(text)) for text in chunk}
+        parts = {text: parts_of(read[text]) for text in chunk}
+        wanted = list(dict.fromkeys(t for text in chunk for t in parts[text] or [read[text]]))
+        vectors = dict(zip(wanted, await resources.embed([without_quoted(t) for t in wanted]), strict=True))
         for text in chunk:
             pieces = parts[text]
-            vector = whole_from_parts(pieces, [vectors[p] for p in pieces]) if pieces else vectors[text]
+            vector = whole_from_parts(pieces, [vectors[p] for p in pieces]) if pieces else vectors[read[text]]
             state.cache[text] = _unit(np.asarray(vector, dtype=np.float32))
 
 

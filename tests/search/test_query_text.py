@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.query_text import normalize_query
+from indexer.query_text import expand_shorthand, name_files, normalize_query, without_quoted
 
 
 @pytest.mark.parametrize(
@@ -48,3 +48,57 @@ def test_what_is_part_of_a_request_stays(kept: str) -> None:
 def test_a_request_of_nothing_else_reads_as_empty(nothing: str) -> None:
     assert normalize_query(nothing) == ""
 
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("list open PRs", "list open pull requests"),
+        ("raise a pr against main", "raise a pull request against main"),
+        ("DM bob", "direct message bob"),
+        ("any new DMs?", "any new direct messages?"),
+        ("fork the Repo", "fork the repository"),
+        ("my repos", "my repositories"),
+        # A name, a path or an identifier that holds one is left as written.
+        ("call get_pr with pr_number 3", "call get_pr with pr_number 3"),
+        ("octocat/repo and repo.json", "octocat/repo and repo.json"),
+        ("PR-12 and repository", "PR-12 and repository"),
+        ("prune the dmesg log", "prune the dmesg log"),
+    ],
+)
+def test_chat_shorthand_is_spelled_out(written: str, read: str) -> None:
+    assert expand_shorthand(written) == read
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("show me the first 20 lines of server.log", "show me the first 20 lines of file server.log"),
+        ("when was report.pdf last modified?", "when was file report.pdf last modified?"),
+        ("merge a.txt, b.txt and notes.md.", "merge file a.txt, file b.txt and file notes.md."),
+        # Already a file, a host name, a URL or a path, an abbreviation, a version: as written.
+        ("read the file config.yaml", "read the file config.yaml"),
+        ("fetch example.com and docs.python.org", "fetch example.com and docs.python.org"),
+        ("fetch https://example.com/page.html", "fetch https://example.com/page.html"),
+        ("open src/app.py", "open src/app.py"),
+        ("e.g. this, i.e. that", "e.g. this, i.e. that"),
+        ("upgrade to 1.2.3", "upgrade to 1.2.3"),
+    ],
+)
+def test_a_bare_file_name_is_read_as_a_file(written: str, read: str) -> None:
+    assert name_files(written) == read
+
+
+@pytest.mark.parametrize(
+    ("written", "embedded"),
+    [
+        ("send 'deploy done' to #ops", "send '' to #ops"),
+        ('commit with message "fix the login bug"', 'commit with message ""'),
+        ("rename 'a' to 'b'", "rename '' to ''"),
+        # Apostrophes are no quotes; a quote left open quotes nothing.
+        ("what's bob's slack title", "what's bob's slack title"),
+        ("the users' names and 'open", "the users' names and 'open"),
+    ],
+)
+def test_the_dense_fields_read_a_request_without_its_quoted_values(written: str, embedded: str) -> None:
+    assert without_quoted(written) == embedded

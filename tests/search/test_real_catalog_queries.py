@@ -1,7 +1,8 @@
 """Requests a new user would make against the bundled catalogs of real MCP servers (tests/fixtures/retrieval/
 real_catalog_queries.jsonl): the expected tool must be in the top 1 or top 3, as each line says. The `blind-`
 requests were written before any of their rankings was seen (a held-out check of the configuration), their line's
-top as first measured."""
+top as first measured. A line with `"all": true` names several tasks in one message: each of its tools must be in
+its top."""
 
 from __future__ import annotations
 
@@ -30,6 +31,29 @@ KNOWN_MISSES = {
     "blind-19": "no memory tool in the top 10, as own-34 ('note that' names no tool's action)",
     "blind-22": "memory__open_nodes is 4th: 'entities' is in every entity tool's name and 'look up' in none",
     "blind-31": "github__list_commits is 5th: the git server's local tools are nearer to 'commits on the main branch'",
+    # Written blind (2026-12-07, the second set) before any ranking was looked at; as measured after its round's fixes:
+    "blind15-1": "time__get_current_time is 2nd, 0.01 behind convert_time, whose text says 'time' more often",
+    "blind15-10": "filesystem__read_text_file is 7th: 'cat' is no verb MiniLM or any tool text knows as reading",
+    "blind15-16": "filesystem__directory_tree is 3rd: git's status and branch tools are nearer to 'tree of the "
+    "project' (a working tree)",
+    "blind15-29": "git__git_reset is 4th: 'added' and 'staging' are git_add's words; nothing reads 'discard' as undo",
+    "blind15-30": "github__create_pull_request is 3rd: 'raise' names no tool's verb, get_pull_request is nearer",
+    "blind15-38": "github__get_file_contents is 6th: 'octocat/Hello-World' reads as a local path, not a repository",
+    "blind15-41": "github__search_code is 5th: 'grep' is no verb of its text and the quoted code pulls the others",
+    "blind15-44": "slack__slack_get_thread_replies is 2nd: reply_to_thread has the name verb of 'replied' and BM25's "
+    "two hits are z-scored +1 and -1 however near",
+    "blind15-46": "slack__slack_get_user_profile is 6th: 'timezone' puts the time server's tools first",
+    "blind15-47": "no memory tool in the top 10, as own-34",
+    "blind15-51": "git__git_commit is 2nd, after git_log: the dense fields read the request without its quoted "
+    "'refactor', and the German words around 'commit' say nothing to MiniLM",
+    "blind15-54": "git__git_add is not in the top 10: 'stage everything' is a part with its commit, and git_reset "
+    "and the diffs are nearer to 'stage' alone",
+    "blind15-56": "filesystem__write_file is not in the top 10: one sentence, no split at 'and save', and "
+    "'changelog' pulls git_log",
+    "blind15-58": "filesystem__directory_tree is 5th: git_show leads the whole request by its lead verb 'show'",
+    "blind15-59": "github__update_issue is not in the top 10: one sentence, no split at 'and close', and 'pull "
+    "request' spelled out fills the top with its tools",
+    "blind15-60": "git__git_status is 7th: the whole request's staged-diff and commit tools lead its own part",
 }
 
 
@@ -52,7 +76,9 @@ async def test_the_expected_tool_is_in_the_top(demo: Resources, case: dict) -> N
     assert demo.retriever is not None
     outcome = await demo.retriever.search(case["query"], 10, SearchFilter())
     ranked = [r.name for r in outcome.results]
-    assert set(case["relevant"]) & set(ranked[: case["top"]]), (case["query"], ranked[:5])
+    head = ranked[: case["top"]]
+    found = set(case["relevant"]) <= set(head) if case.get("all") else set(case["relevant"]) & set(head)
+    assert found, (case["query"], ranked[:5])
 
 
 @pytest.mark.parametrize("k", [1, 3])

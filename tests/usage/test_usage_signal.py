@@ -237,3 +237,16 @@ def test_another_callers_flood_is_bounded_kept_apart_and_evicts_its_own_past_fir
         usage.keep(f"flood {i}", NOW, "mallory", SETTINGS.usage_max_queries)
     assert len(usage.queries) == SETTINGS.usage_max_queries
     assert [q for q, _, c in usage.queries if c == "bob"] == ["bob's request"]
+
+
+@pytest.mark.model
+async def test_a_past_request_is_read_as_its_search_reads_it(resources: Resources) -> None:
+    """Chat shorthand spelled out, a bare file name said to be one, quoted values out of the dense text
+    (indexer/query_text.py): the usage signal keeps the vector the search embedded for the same request."""
+    asked = "DM 'standup moved' with notes.txt"
+    await _use(resources, DEV, asked, "notes__remember_fact", 1)
+    assert resources.usage is not None
+    kept = resources.usage.cache[asked]
+    searched = (await resources.embed(["direct message '' with file notes.txt"]))[0]
+    assert kept.tolist() == pytest.approx(searched, abs=1e-5)
+    assert float(kept @ np.asarray((await resources.embed([asked]))[0])) < 0.99  # not the text as written
