@@ -33,7 +33,9 @@ CALL = {"name": "echoer__echo", "arguments": {"text": "hi", "times": 1}}
 def split(tmp_path: Path) -> Iterator[tuple[Cluster, str, DatabaseLink]]:
     """Two replicas sharing a spill folder: r0 reaches PostgreSQL directly, r1 through a link the test cuts."""
     servers = tmp_path / "servers.json"
-    servers.write_text(json.dumps({"mcpServers": {"echoer": {"command": sys.executable, "args": [str(TEST_SERVER), "stdio"]}}}))
+    servers.write_text(
+        json.dumps({"mcpServers": {"echoer": {"command": sys.executable, "args": [str(TEST_SERVER), "stdio"]}}})
+    )
     link = DatabaseLink()
     with fresh_database() as url:
         env = {
