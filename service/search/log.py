@@ -8,7 +8,8 @@ what was kept is written once it is back. Unbounded, 31,000 searches in 10 s wit
 (with as many execution rows, 124 MB). `close` writes everything still pending (a few attempts) before the database
 is released; what the database still refuses then goes to the spill file, written at the next start (`replay`), or
 in a shared spill folder by any replica's writer within seconds of this one's end. A
-clean shutdown loses no row it held; a crash loses at most the rows still lingering.
+clean shutdown loses no row it held; a crash loses every row still in memory: those lingering, and while the database
+is down all those held (50 searches answered during an outage, then a SIGKILL: none in the log after the restart).
 """
 
 from __future__ import annotations
