@@ -1,8 +1,7 @@
 """One replica's link to Redis cut (the others' not): the changes made on another replica meanwhile reach it anyway.
 Its events are lost, so a key revoked elsewhere is refused there once its key cache expires
 (`policy.key_cache_seconds`, 5 s; measured 1.8–2.1 s) and a tool deleted elsewhere leaves its search by polling
-(0.7–1.8 s):
-no replica serves a revoked key or a removed tool for longer."""
+(0.7–1.8 s): no replica serves a revoked key or a removed tool for longer."""
 
 from __future__ import annotations
 
