@@ -9,7 +9,9 @@ crash in the middle of one is finished by the next start (inserts skip rows alre
 In a folder shared by the replicas (`db.spill_dir`, a volume), each process spills to a file of its own,
 `<stem>.<instance><suffix>`, whose `.lock` it holds (flock) for as long as it lives, and a replay also claims the
 files whose lock no process holds: those of a replica that died or was recreated with an empty data folder, which
-no start would have replayed before."""
+no start would have replayed before. A start, the end of a writer's own outage and `orphans_waiting` (which the writers
+ask every LOOK_SECONDS) lead to such a replay: a replica killed during an outage of its own (its link to the database
+cut, the others' not) left its answered calls out of the log until some replica started, for as long as none did."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import fcntl
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -27,6 +30,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 Insert = Callable[[list[dict[str, Any]]], Awaitable[None]]
+# How often a writer looks for the files of replicas that are gone (a listing of the shared folder).
+LOOK_SECONDS = 5.0
 
 
 def spill_location(data_dir: Path, spill_dir: Path | None, name: str) -> tuple[Path, bool]:
@@ -59,6 +64,25 @@ class SpillFile:
         self.corrupt = path.with_name(path.name + ".corrupt")
         self.chunk_size = chunk_size
         self.appended = 0
+        self._next_look = 0.0
+
+    @property
+    def look_seconds(self) -> float | None:
+        """How long a writer with nothing to write may sleep before asking `orphans_waiting` (None: never asks)."""
+        return LOOK_SECONDS if self.shared else None
+
+    def orphans_waiting(self) -> bool:
+        """Whether a file of a process that is gone waits in the shared folder (looked at every LOOK_SECONDS at
+        most; False in between and without a shared folder): the writer replays, claiming it."""
+        if not self.shared or time.monotonic() < self._next_look:
+            return False
+        self._next_look = time.monotonic() + LOOK_SECONDS
+        for other in self._others():
+            lock = _try_lock(_lock_path(other))
+            if lock is not None:
+                os.close(lock)
+                return True
+        return False
 
     def has_rows(self) -> bool:
         """Something waits to be replayed (here, or in a shared folder's file of a replica that may be gone)."""

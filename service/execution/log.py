@@ -14,7 +14,8 @@ Either way the database is tried again after a doubling wait (service/db/outage.
 
 A row the database refuses on its own is set aside in the spill file, and so is everything still pending
 when a shutdown finds the database down. The spill file (service/db/spill.py) is replayed at the next start,
-and as soon as the database is back when rows were spilled because it was down."""
+and as soon as the database is back when rows were spilled because it was down. In a shared spill folder the
+writer also replays, within seconds, the files of replicas that are gone (one killed during an outage of its own)."""
 
 from __future__ import annotations
 
@@ -174,10 +175,13 @@ class ExecutionLog:
     async def run(self) -> None:
         """The writer: runs until close; restarted by its supervisor after an unexpected error."""
         while True:
+            if time.monotonic() >= self._retry_at and self.spill.orphans_waiting():
+                await self._replay_now()  # a replica that is gone left answered calls in the shared folder
             if not self._pending:
                 if self._closing:
                     return
-                await self._wakeup.wait()
+                with anyio.move_on_after(self.spill.look_seconds):
+                    await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
             if not self.durable and len(self._pending) < BATCH_SIZE and not (self._closing or self._flushing):

@@ -6,8 +6,10 @@ company. A failing database is retried with backoff (service/db/outage.py). Memo
 the oldest: while the database is down, the searches past them are dropped and counted (`dropped`, /metrics), and
 what was kept is written once it is back. Unbounded, 31,000 searches in 10 s with the database down were all held
 (with as many execution rows, 124 MB). `close` writes everything still pending (a few attempts) before the database
-is released; what the database still refuses then goes to the spill file, written at the next start (`replay`). A
-clean shutdown loses no row it held; a crash loses at most the rows still lingering.
+is released; what the database still refuses then goes to the spill file, written at the next start (`replay`), or
+in a shared spill folder by any replica's writer within seconds of this one's end. A
+clean shutdown loses no row it held; a crash loses every row still in memory: those lingering, and while the database
+is down all those held (50 searches answered during an outage, then a SIGKILL: none in the log after the restart).
 """
 
 from __future__ import annotations
@@ -85,11 +87,15 @@ class SearchLog:
 
     async def run(self) -> None:
         """The writer: runs until close; restarted by its supervisor after an unexpected error."""
+        look_seconds = self.spill.look_seconds if self.spill is not None else None
         while True:
+            if not self.outage.failures and self.spill is not None and self.spill.orphans_waiting():
+                await self.replay()  # a replica that is gone left searches in the shared folder
             if not self._pending:
                 if self._closing:
                     return
-                await self._wakeup.wait()
+                with anyio.move_on_after(look_seconds):
+                    await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
             if len(self._pending) < BATCH_SIZE and not self._closing:
@@ -126,14 +132,14 @@ class SearchLog:
         self.outage.ended("the service stopped")
 
     async def replay(self) -> int:
-        """Write the rows an earlier run spilled (rows already stored are skipped); the rows replayed. A failure
-        leaves them on disk for the next start."""
+        """Write the rows an earlier run (or a replica that is gone) spilled; rows already stored are skipped. The
+        rows replayed; a failure leaves them on disk for a later replay."""
         if self.spill is None or not self.spill.has_rows():
             return 0
         try:
             return await self.spill.replay(self._insert_replayed)
         except (SQLAlchemyError, OSError) as exc:
-            logger.error("search log: replaying %s failed (%s); it is kept for the next start", self.spill.path, exc)
+            logger.error("search log: replaying %s failed (%s); it is kept for a later replay", self.spill.path, exc)
             return 0
 
     async def _insert_replayed(self, rows: list[dict[str, Any]]) -> None:

@@ -117,3 +117,40 @@ async def test_rows_the_database_refuses_at_shutdown_are_spilled_and_written_at_
     finally:
         await engine.dispose()
     assert await _count_searches(settings.database_url) == 7
+
+
+async def test_a_running_writer_claims_what_a_replica_that_is_gone_spilled_in_the_shared_folder(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A replica stopped during an outage of its own spills its searches to the shared folder and is not started
+    again; a replica already running writes them within seconds. Before, only a start replayed that folder."""
+    from service.db.engine import upgrade_database
+    from service.db.spill import LOOK_SECONDS
+    from service.search.log import SearchLog
+    from service.supervisor import Supervisor
+
+    shared = tmp_path / "shared"
+    upgrade_database(settings.database_url)
+    engine = create_engine_for(settings.database_url)
+    supervisor = Supervisor()
+    live = SearchLog(create_sessionmaker(engine), shared / "searches-spill.jsonl", shared_spill=True)
+    supervisor.start("search-log", live.run)
+    try:
+        down = create_engine_for(f"sqlite:///{tmp_path / 'missing-folder' / 'x.db'}")  # its database unreachable
+        gone = SearchLog(create_sessionmaker(down), shared / "searches-spill.jsonl", shared_spill=True)
+        for i in range(7):
+            gone.record(_row(i))
+        await gone.close()
+        await down.dispose()
+        assert gone.spill is not None and gone.spill.path.stat().st_size > 0
+        gone.spill.close()  # its process ends: the lock is let go
+        waited = 0.0
+        while await _count_searches(settings.database_url) < 7 and waited < 3 * LOOK_SECONDS:
+            await asyncio.sleep(0.2)
+            waited += 0.2
+        assert await _count_searches(settings.database_url) == 7
+        assert not gone.spill.path.exists() and live.pending == 0
+    finally:
+        await live.close()
+        await supervisor.stop("search-log")
+        await engine.dispose()
