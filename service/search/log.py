@@ -2,14 +2,16 @@
 
 `SearchLog.record` never blocks and never commits: rows wait in memory and one writer task (run by the
 supervisor) inserts whatever is pending in one multi-row INSERT, after lingering up to `LINGER_SECONDS` for
-company. A failing database is retried with backoff (service/db/outage.py). Memory holds at most `max_pending` rows,
-the oldest: while the database is down, the searches past them are dropped and counted (`dropped`, /metrics), and
-what was kept is written once it is back. Unbounded, 31,000 searches in 10 s with the database down were all held
-(with as many execution rows, 124 MB). `close` writes everything still pending (a few attempts) before the database
-is released; what the database still refuses then goes to the spill file, written at the next start (`replay`), or
-in a shared spill folder by any replica's writer within seconds of this one's end. A
-clean shutdown loses no row it held; a crash loses every row still in memory: those lingering, and while the database
-is down all those held (50 searches answered during an outage, then a SIGKILL: none in the log after the restart).
+company. A batch the database does not take goes to the spill file (fsync'd JSON lines, service/db/spill.py), as the
+execution log's do, and so does every batch until the database is tried again (backoff: service/db/outage.py); the
+first batch it takes brings the spilled rows with it. Memory holds at most `max_pending` rows: past them, searches
+are dropped and counted (`dropped`, /metrics) only while the spill file cannot be written either. Before, the rows
+of an outage waited in memory: unbounded, 31,000 searches in 10 s with the database down were all held (with as
+many execution rows, 124 MB); bounded, a crash lost all those held (50 searches answered during an outage, then a
+SIGKILL: none in the log after the restart). `close` writes everything still pending (a few attempts) and spills
+the rest, written at the next start (`replay`), or in a shared spill folder by any replica's writer within seconds
+of this one's end. A clean shutdown loses no row; a crash loses the rows lingering (at most LINGER_SECONDS' worth)
+and, during an outage, those recorded since the last spill (the same).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -66,6 +69,9 @@ class SearchLog:
         self.written = 0
         self.batches = 0
         self.lost = 0
+        self.spilled = 0
+        self._retry_at = 0.0  # until then the database is known down and batches go to the spill file
+        self._replay_due = False
 
     @property
     def pending(self) -> int:
@@ -77,7 +83,8 @@ class SearchLog:
         return self.outage.dropped_total
 
     def record(self, row: dict[str, Any]) -> None:
-        """Queue one row, or drop it when `max_pending` rows wait already; returns at once."""
+        """Queue one row, or drop it when `max_pending` rows wait already (the database and the spill file both
+        failing); returns at once."""
         # The newest go: the writer's batch in flight is the oldest rows, which stay where they are until written.
         if len(self._pending) >= self.max_pending:
             self.outage.drop()
@@ -91,10 +98,15 @@ class SearchLog:
         while True:
             if not self.outage.failures and self.spill is not None and self.spill.orphans_waiting():
                 await self.replay()  # a replica that is gone left searches in the shared folder
+            if self._replay_due and not self._pending and time.monotonic() >= self._retry_at:
+                await self._replay_spilled()  # no search came since the outage: the database is tried with these
             if not self._pending:
                 if self._closing:
                     return
-                with anyio.move_on_after(look_seconds):
+                wait = look_seconds
+                if self._replay_due:
+                    wait = max(0.0, min(wait or float("inf"), self._retry_at - time.monotonic()))
+                with anyio.move_on_after(wait):
                     await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
@@ -153,6 +165,8 @@ class SearchLog:
     async def _write_batch(self) -> bool:
         """Write the next batch; False when the writer must stop (closing and the database keeps failing)."""
         rows = [self._pending[i] for i in range(min(BATCH_SIZE, len(self._pending)))]
+        if time.monotonic() < self._retry_at and self._spilled(rows):
+            return True  # the database is known down: on disk until it is tried again
         try:
             await self._insert(rows)
         except (IntegrityError, DataError):
@@ -161,21 +175,61 @@ class SearchLog:
             delay = self.outage.failed()
             if self._closing and (self.outage.failures >= CLOSE_ATTEMPTS or isinstance(exc, TimeoutError)):
                 return False  # spilled by close (a database that stopped answering gets no second wait)
+            spilled = not self._closing and self._spilled(rows)
             logger.warning(
-                "search log: writing %d rows failed (%s); retrying in %.1f s (%d held, %d dropped so far)",
+                "search log: writing %d rows failed (%s); %s, retrying in %.1f s (%d held, %d dropped so far)",
                 len(rows),
                 exc,
+                "spilled" if spilled else "held",
                 delay,
                 len(self._pending),
                 self.outage.dropped,
             )
-            await anyio.sleep(0 if self._closing else delay)
+            if spilled:
+                self._retry_at = time.monotonic() + delay
+            else:
+                await anyio.sleep(0 if self._closing else delay)
             return True
         for _ in rows:
             self._pending.popleft()
         self.outage.wrote(caught_up=not self._pending)
+        self._retry_at = 0.0
         self.written += len(rows)
         self.batches += 1
+        if self._replay_due:
+            await self._replay_spilled()
+        return True
+
+    async def _replay_spilled(self) -> None:
+        """Write what this outage spilled; a database still down is tried again after the next backoff."""
+        self._replay_due = False
+        if self.spill is None:
+            return
+        try:
+            replayed = await self.spill.replay(self._insert_replayed)
+        except (SQLAlchemyError, OSError) as exc:
+            self._replay_due = True
+            self._retry_at = time.monotonic() + self.outage.failed()
+            logger.warning("search log: replaying %s failed (%s); will try again", self.spill.path, exc)
+            return
+        if replayed:
+            self.written += replayed
+            self.outage.wrote(caught_up=not self._pending)
+            logger.info("search log: database back, %d spilled rows written", replayed)
+
+    def _spilled(self, rows: list[dict[str, Any]]) -> bool:
+        """Set the batch aside in the spill file (durable on return); False, the rows still held, if it cannot be."""
+        if self.spill is None:
+            return False
+        try:
+            self.spill.append(rows)
+        except OSError as exc:
+            logger.error("search log: spilling to %s failed (%s); rows held in memory", self.spill.path, exc)
+            return False
+        for _ in rows:
+            self._pending.popleft()
+        self.spilled += len(rows)
+        self._replay_due = True
         return True
 
     async def _insert(self, rows: list[dict[str, Any]]) -> None:

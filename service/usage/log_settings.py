@@ -21,7 +21,6 @@ class LogSettings(BaseModel):
     # Rows deleted per transaction: one batch holds SQLite's write lock (PostgreSQL: row locks on old rows only)
     # for milliseconds (README: Retention).
     prune_batch: int = Field(default=2000, ge=1, le=5000)
-    # Search rows held in memory while the database does not take them (the oldest; those past it are dropped and
-    # counted, toolscout_search_log_dropped): 3.3 KB each at k=10, 33 MB at the default. The execution log holds
-    # none: it spills to disk.
+    # Search rows held in memory while neither the database nor the spill file takes them (the oldest; those past
+    # it are dropped and counted, toolscout_search_log_dropped): 3.3 KB each at k=10, 33 MB at the default.
     max_pending_searches: int = Field(default=10_000, ge=1)
