@@ -230,7 +230,7 @@ class Retriever:
         # The dense fields read a request without its quoted values (a message, a search string: what to pass, not
         # which tool); BM25 and the verbs read them. Seal-Tools R@5 .955 -> .957 (1,080 of its 2,054 requests quote).
         embedded_texts = [without_quoted(text) for text in (parts if from_parts else texts)]
-        embedding = self.resources.embed_then(embedded_texts, index_step)
+        embedding = self.resources.embed_then(embedded_texts, index_step, caller_id)
         with stage(self.resources, "embed") as embed_stage:
             embedded, done = await embedding
             if done is not None:
