@@ -6,6 +6,7 @@ import logging
 import queue
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ class _Request:
     texts: list[str]
     future: Future[Any] = field(default_factory=Future)
     then: Callable[[list[Vector]], Any] | None = None  # submit_then: (vectors, then(vectors) or None)
+    owner: str | None = None  # who asked: a pass takes the callers' requests in turn
 
 
 class MicroBatcher:
@@ -41,7 +43,11 @@ class MicroBatcher:
     `submit_then` hands the worker what the caller does next with the vectors (a search: its index step). The
     worker runs it right after the pass when the pass served that request alone and nobody waits for the next one:
     a search then crosses threads once instead of twice (back to the event loop, out to an index thread, back
-    again: about 0.45 ms of a 10k-tool search here). Under load it does not: the next pass would wait for it."""
+    again: about 0.45 ms of a 10k-tool search here). Under load it does not: the next pass would wait for it.
+
+    A pass takes the queued requests by owner in turn (one of each owner, then a second of each, ...), up to
+    `max_texts`: one key's eight queued 8-part searches used to fill the passes ahead of another caller's short
+    query, which now rides in the next pass."""
 
     def __init__(self, inner: Embedder, max_wait: float = 0.002, max_texts: int = 64) -> None:
         self.inner = inner
@@ -51,13 +57,15 @@ class MicroBatcher:
         self.passes = 0  # forward passes run
         self.requests = 0  # requests served
         self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._held: OrderedDict[str | None, deque[_Request]] = OrderedDict()  # the worker's, by owner, in turn
+        self._stopping = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._busy = False
 
-    def submit(self, texts: Sequence[str]) -> Future[list[Vector]]:
-        """Queue texts to embed; the future holds their vectors."""
-        request = _Request(list(texts))
+    def submit(self, texts: Sequence[str], owner: str | None = None) -> Future[list[Vector]]:
+        """Queue texts to embed for `owner`; the future holds their vectors."""
+        request = _Request(list(texts), owner=owner)
         if not request.texts:
             request.future.set_result([])
             return request.future
@@ -72,11 +80,11 @@ class MicroBatcher:
         self._queue.put(request)
 
     def submit_then(
-        self, texts: Sequence[str], then: Callable[[list[Vector]], Any]
+        self, texts: Sequence[str], then: Callable[[list[Vector]], Any], owner: str | None = None
     ) -> Future[tuple[list[Vector], Any]]:
         """Queue texts to embed; the future holds (their vectors, `then(vectors)` when the worker ran it, else
         None: the caller runs its next step itself). An exception of `then` is the future's."""
-        request = _Request(list(texts), then=then)
+        request = _Request(list(texts), then=then, owner=owner)
         if not request.texts:
             request.future.set_result(([], None))
             return request.future
@@ -101,27 +109,50 @@ class MicroBatcher:
             self._queue.put(None)
             thread.join(timeout=10)
 
-    def _collect(self, first: _Request) -> list[_Request]:
-        """The first request plus whatever is queued, waiting up to max_wait for more while under load."""
-        batch = [first]
-        size = len(first.texts)
+    def _hold(self, item: _Request | None) -> None:
+        if item is None:
+            self._stopping = True  # stop once what is held has been embedded
+        else:
+            self._held.setdefault(item.owner, deque()).append(item)
+
+    def _collect(self) -> list[_Request]:
+        """The next pass: what is queued (waiting up to max_wait for more while under load), taken one request per
+        owner in turn until the pass holds `max_texts` texts (at least one request)."""
+        held = sum(len(r.texts) for waiting in self._held.values() for r in waiting)
         deadline = time.perf_counter() + (self.max_wait if self._busy else 0.0)
-        while size < self.max_texts:
+        while not self._stopping:  # everything queued now: a caller's turn must not wait behind the pass's size
             try:
-                remaining = deadline - time.perf_counter()
+                remaining = deadline - time.perf_counter() if held < self.max_texts else 0.0
                 item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break
-            if item is None:
-                self._queue.put(None)  # stop after this pass
-                break
-            batch.append(item)
-            size += len(item.texts)
+            self._hold(item)
+            held += len(item.texts) if item is not None else 0
+        batch: list[_Request] = []
+        size = 0
+        while self._held and size < self.max_texts:
+            for owner in list(self._held):
+                waiting = self._held[owner]
+                request = waiting.popleft()
+                batch.append(request)
+                size += len(request.texts)
+                if waiting:
+                    self._held.move_to_end(owner)  # served this round: behind the others for the next
+                else:
+                    del self._held[owner]
+                if size >= self.max_texts:
+                    break
         return batch
 
     def _work(self) -> None:
-        while (first := self._queue.get()) is not None:
-            batch = self._collect(first)
+        while True:
+            if not self._held:
+                if self._stopping:
+                    self._stopping = False  # a later submit starts a new worker
+                    return
+                self._hold(self._queue.get())
+                continue
+            batch = self._collect()
             self._busy = len(batch) > 1
             texts = [text for request in batch for text in request.texts]
             embed = self._under_load if self._busy and self._under_load is not None else self.inner.embed
@@ -139,7 +170,7 @@ class MicroBatcher:
                 offset += len(request.texts)
                 if request.then is None:
                     request.future.set_result(own)
-                elif len(batch) == 1 and self._queue.empty():
+                elif len(batch) == 1 and not self._held and self._queue.empty():
                     try:
                         request.future.set_result((own, request.then(own)))
                     except Exception as exc:  # noqa: BLE001 - the caller's step failed: the caller's error

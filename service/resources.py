@@ -83,12 +83,13 @@ class Resources:
         return vectors
 
     def embed_then(
-        self, texts: list[str], then: Callable[[list[list[float]]], Any] | None = None
+        self, texts: list[str], then: Callable[[list[list[float]]], Any] | None = None, owner: str | None = None
     ) -> Awaitable[tuple[list[list[float]], Any]]:
         """Queue the embedding now (so the caller can work while the embedder does) and await it later: the
         vectors, and the result of what comes next, `then(vectors)`, run on the embedder's thread right after the
         pass when it serves this request alone (MicroBatcher.submit_then); None when it did not run (no `then`,
-        every text cached, or under load): the caller runs it then."""
+        every text cached, or under load): the caller runs it then. `owner`, the caller searching: the batcher takes
+        callers' texts in turn."""
         found, missing = self.embedder.lookup(texts)
 
         def complete(computed: list[list[float]]) -> list[list[float]]:
@@ -101,9 +102,9 @@ class Resources:
             if self.batcher is None:
                 self.batcher = MicroBatcher(self.embedder.inner)
             pending = asyncio.wrap_future(
-                self.batcher.submit(wanted)
+                self.batcher.submit(wanted, owner)
                 if then is None
-                else self.batcher.submit_then(wanted, lambda computed: then(complete(computed)))
+                else self.batcher.submit_then(wanted, lambda computed: then(complete(computed)), owner)
             )
 
         async def outcome() -> tuple[list[list[float]], Any]:

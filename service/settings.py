@@ -203,9 +203,9 @@ class PolicySettings(Section):
     """API keys, permissions file and rate limits."""
 
     permissions_file: Path | None = None
-    # per API key (or the open local user); 0 turns limits off
-    rate_limit_per_minute: float = Field(default=600.0, ge=0)
+    rate_limit_per_minute: float = Field(default=600.0, ge=0)  # per API key (or the open local user); 0 = no limits
     rate_limit_burst: int = Field(default=60, ge=1)
+    search_chars_per_token: int = Field(default=1000, ge=0)  # a search: a token per N query chars begun; 0: one
     approval_ttl_seconds: int = Field(default=900, ge=1)
     # Approvals one caller may have waiting at once: past it a destructive call with new arguments is a 429.
     max_pending_approvals: int = Field(default=20, ge=1)

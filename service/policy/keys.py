@@ -291,6 +291,27 @@ class KeyResolver:
             )
         return caller
 
+    def search_cost(self, query: str) -> int:
+        """Tokens a search of this query takes: one per started `policy.search_chars_per_token` characters, at
+        most the burst (a search the bucket cannot hold could never be paid for)."""
+        per_token = self.resources.settings.policy.search_chars_per_token
+        tokens = -(-len(query) // per_token) if per_token > 0 else 1
+        return max(1, min(tokens, int(self.limiter.burst)))
+
+    async def charge_search(self, caller: Caller, query: str) -> None:
+        """Take what a search costs beyond the token its request took: a long query embeds up to 8 parts, so a flood
+        of them meets the key's limit sooner than one of short queries costing as much CPU."""
+        cost = self.search_cost(query)
+        if cost > 1 and (wait := await self.limiter.acquire_async(caller.key_id or caller.id, cost - 1)) > 0:
+            per_token = self.resources.settings.policy.search_chars_per_token
+            raise RateLimited(
+                f"A search of {counted(len(query), 'character')} costs {counted(cost, 'rate-limit token')} (one per "
+                f"{per_token:,} characters, policy.search_chars_per_token) and the key's bucket holds too few now",
+                retry_after=wait,
+                limit="policy.search_chars_per_token",
+                cost=cost,
+            )
+
 
 def key_resolver(resources: Resources) -> KeyResolver:
     """The app's resolver, created on first use."""

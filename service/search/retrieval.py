@@ -226,10 +226,10 @@ class Retriever:
             vectors = with_whole(embedded)
             return vectors, *self._index_hits_now(index, list(zip(vectors, sparse, strict=True)), where, widths), began
 
-        # A search alone runs its index step on the embedder's thread right after its pass (Resources.embed_then).
-        # The dense fields read a request without its quoted values (a message, a search string: what to pass, not
-        # which tool); BM25 and the verbs read them. Seal-Tools R@5 .955 -> .957 (1,080 of its 2,054 requests quote).
-        embedding = self.resources.embed_then([without_quoted(t) for t in (parts if from_parts else texts)], index_step)
+        # A search alone runs its index step on the embedder's thread right after its pass (Resources.embed_then). The
+        # dense fields read it without quoted values, what to pass, not which tool (Seal-Tools R@5 .955 -> .957).
+        embedded_texts = [without_quoted(text) for text in (parts if from_parts else texts)]
+        embedding = self.resources.embed_then(embedded_texts, index_step, caller_id)
         with stage(self.resources, "embed") as embed_stage:
             embedded, done = await embedding
             if done is not None:

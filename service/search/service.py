@@ -20,6 +20,7 @@ from service.db.spill import spill_location
 from service.errors import InvalidRequest, body_pointer
 from service.observability import observe_search, span
 from service.policy.callers import OPEN_CALLER, Caller
+from service.policy.keys import key_resolver
 from service.policy.service import permission_filter
 from service.resources import Resources
 from service.search.availability import mark_availability
@@ -128,6 +129,7 @@ async def search_tools(
     )
     assert resources.retriever is not None
     where = _within_view(resources.retriever.directory, permission_filter(resources, caller, chosen))
+    await key_resolver(resources).charge_search(caller, query)
     with span("search", k=k):
         outcome = await resources.retriever.search(
             query,

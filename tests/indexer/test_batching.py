@@ -147,3 +147,54 @@ def test_the_next_step_failing_is_the_callers_error() -> None:
         batcher.submit_then(["query"], then).result()
     assert batcher.embed(["still serving"]) == HashingEmbedder().embed(["still serving"])
     batcher.close()
+
+
+class Gated(SlowRecorder):
+    """Records each pass's texts; its first pass waits until released, so the others queue behind it."""
+
+    def __init__(self) -> None:
+        super().__init__(seconds=0.0)
+        self.release = threading.Event()
+        self.texts: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        if not self.texts:
+            self.release.wait(10)
+        self.texts.append(list(texts))
+        return self.inner.embed(texts)
+
+
+def test_a_pass_serves_callers_in_turn_not_one_callers_queue_first() -> None:
+    # One key's eight queued 8-part searches filled the passes ahead of another caller's short query (its p90 went
+    # from 33 to 554 ms); a pass now takes one request of each caller in turn.
+    gated = Gated()
+    batcher = MicroBatcher(gated, max_wait=0.0, max_texts=16)
+    batcher.submit(["warm"], owner="attacker")
+    time.sleep(0.05)  # the worker is inside its first pass
+    floods = [batcher.submit([f"long {i} part {p}" for p in range(8)], owner="attacker") for i in range(6)]
+    victim = batcher.submit(["short query"], owner="victim")
+    gated.release.set()
+    assert victim.result(10) == HashingEmbedder().embed(["short query"])
+    for future in floods:
+        future.result(10)
+    batcher.close()
+    passes = gated.texts[1:]
+    # The first pass after the gate: the attacker's first search, the victim's (sent after all six), then the
+    # attacker's second (a round of each caller, then another, until 16 texts): not behind the attacker's six.
+    long = [[f"long {i} part {p}" for p in range(8)] for i in range(6)]
+    assert passes[0] == [*long[0], "short query", *long[1]]
+    # Then the attacker's others, in the order sent.
+    assert passes[1:] == [long[2] + long[3], long[4] + long[5]]
+
+
+def test_without_owners_requests_are_served_in_arrival_order() -> None:
+    gated = Gated()
+    batcher = MicroBatcher(gated, max_wait=0.0, max_texts=4)
+    batcher.submit(["warm"])
+    time.sleep(0.05)
+    futures = [batcher.submit([f"q{i}"]) for i in range(10)]
+    gated.release.set()
+    for future in futures:
+        future.result(10)
+    batcher.close()
+    assert gated.texts[1:] == [["q0", "q1", "q2", "q3"], ["q4", "q5", "q6", "q7"], ["q8", "q9"]]

@@ -12,6 +12,7 @@ import pytest
 from service.db.models import Execution
 from service.execution.runtime import get_gateway
 from service.policy.console_sessions import COOKIE
+from service.policy.keys import key_resolver
 from tests.security.conftest import assert_problem, bearer, cli_key, count_rows, make_settings, running, statements
 
 
@@ -49,6 +50,47 @@ async def test_a_batch_larger_than_the_burst_is_refused_as_invalid_not_told_to_r
         await anyio.sleep(0.2)
         fits = await http.post("/execute/batch", json={"calls": calls[:5]}, headers=bearer(admin))
         assert fits.status_code == 200 and fits.json()["failed"] == 5, fits.text
+
+
+def query_of(chars: int) -> str:
+    """A query of exactly `chars` characters, of words (several intents, as a long request reads)."""
+    return ("read the newest file, then email the summary to my team and " * (chars // 60 + 1))[: chars - 1] + "x"
+
+
+async def test_a_long_search_takes_more_of_the_keys_bucket_than_a_short_one(tmp_path: Path) -> None:
+    # One key sending 8,000-character searches 8 at a time raised another caller's p90 from 33 to 554 ms: each
+    # cost ~96 ms of CPU against ~9 for a short one, yet one token like it. Now one token per 1,000 characters.
+    settings = make_settings(tmp_path, permissions=None, policy={"rate_limit_per_minute": 1, "rate_limit_burst": 10})
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        long_query = {"query": query_of(3500)}  # 4 tokens
+        for _ in range(2):  # 8 of the 10 tokens
+            assert (await http.post("/search", json=long_query, headers=bearer(admin))).status_code == 200
+        refused = await http.post("/search", json=long_query, headers=bearer(admin))  # its request took a 9th
+        body = assert_problem(refused, 429, "rate-limited")
+        assert body["limit"] == "policy.search_chars_per_token" and body["cost"] == 4
+        assert "3500 characters costs 4 rate-limit tokens" in body["detail"]
+        assert int(refused.headers["retry-after"]) >= 1
+        # The refused search took no more than its request's token: one short search still fits, then none.
+        assert (await http.post("/search", json={"query": "read a file"}, headers=bearer(admin))).status_code == 200
+        assert_problem(await http.post("/search", json={"query": "read a file"}, headers=bearer(admin)), 429)
+
+
+async def test_short_searches_cost_one_token_each_and_the_longest_at_most_the_burst(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, permissions=None, policy={"rate_limit_per_minute": 1, "rate_limit_burst": 5})
+    async with running(settings) as (app, http):
+        resolver = key_resolver(app.state.resources)
+        assert [resolver.search_cost(query_of(n)) for n in (1, 999, 1000, 1001, 3000, 8000)] == [1, 1, 1, 2, 3, 5]
+        admin = await cli_key(app, "root", ["admin"])
+        # 8,000 characters would be 8 tokens: capped at the bucket's 5, it is paid for, never refused for ever.
+        assert (await http.post("/search", json={"query": query_of(8000)}, headers=bearer(admin))).status_code == 200
+        assert_problem(await http.post("/search", json={"query": "read a file"}, headers=bearer(admin)), 429)
+    settings = make_settings(tmp_path, permissions=None, policy={"rate_limit_per_minute": 1, "rate_limit_burst": 5})
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        for _ in range(5):  # under 1,000 characters a search is one token, as before
+            assert (await http.post("/search", json={"query": query_of(999)}, headers=bearer(admin))).status_code == 200
+        assert_problem(await http.post("/search", json={"query": "read a file"}, headers=bearer(admin)), 429)
 
 
 # A wrong credential of each kind: how it is presented, the requests that present it, the table its lookup reads.
