@@ -257,6 +257,41 @@ def test_an_analytics_window_of_no_days_or_ending_before_it_starts_is_one_line(
     ]
 
 
+def test_an_empty_analytics_answer_names_its_window_and_what_to_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every empty table read "no data in this window", naming neither the window nor what was missing."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    assert main(["keys", "create", "--caller", "first", "--role", "admin"]) == 0  # makes the database
+    capsys.readouterr()
+    said = {}
+    for argv in (
+        ["tools", "--since", "2026-12-01", "--until", "2026-12-03T12:00"],
+        ["callers", "--since", "2026-12-01", "--caller", "bob"],
+        ["timeseries", "--since", "2026-12-01", "--until", "2026-12-02"],
+        ["cooccurrence", "--since", "2026-12-01", "--until", "2026-12-02"],
+        ["unanswered", "--since", "2026-12-01", "--until", "2026-12-02"],
+        ["unanswered", "--kind", "no_call", "--since", "2026-12-01", "--until", "2026-12-02"],
+    ):
+        assert main(["analytics", *argv]) == 0
+        said[" ".join(argv[:3])] = capsys.readouterr().out
+    window = "from 2026-12-01 00:00 to 2026-12-02 00:00 UTC"
+    assert said == {
+        "tools --since 2026-12-01": "no calls from 2026-12-01 00:00 to 2026-12-03 12:00 UTC; widen it with --days or "
+        "--since\n",
+        "callers --since 2026-12-01": "no calls from 2026-12-01 00:00 to now UTC, caller bob; widen it with --days or "
+        "--since\n",
+        "timeseries --since 2026-12-01": f"no calls or searches {window}; widen it with --days or --since\n",
+        "cooccurrence --since 2026-12-01": f"no two tools called one after the other by one caller {window}\n",
+        "unanswered --since 2026-12-01": f"no search without a result {window}; --kind no_call lists the searches no "
+        "call followed\n",
+        "unanswered --kind no_call": f"no search left without a call {window}; --kind no_result lists the searches "
+        "that found nothing\n",
+    }
+    assert main(["analytics", "tools"]) == 0
+    assert capsys.readouterr().out.endswith(" to now UTC (--days 30); widen it with --days or --since\n")
+
+
 def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
