@@ -27,7 +27,7 @@ async def scope_dep(
     until: Annotated[datetime | None, Query(description="Until, exclusive (ISO 8601, UTC)")] = None,
     days: Annotated[
         float | None,
-        Query(gt=0, le=36500, description=f"The window when `since` is not given: this many days back ({DEFAULT_DAYS})"),
+        Query(gt=0, le=36500, description=f"The window when `since` is not given: so many days back ({DEFAULT_DAYS})"),
     ] = None,
     of_caller: Annotated[str | None, Query(alias="caller", description="Only this caller (admins)")] = None,
 ) -> Scope:
