@@ -402,6 +402,9 @@ async def test_the_mistakes_a_user_makes_say_where_and_what_to_do(world: dict[st
         2,
         "search_tools(...) (line 1) returns a promise, not its result: write `await search_tools(...)` to read .map",
     )
+    # The run ended with its search in flight: the searches after it still answer (the embedder's thread ended).
+    after = await run(client, "return (await search_tools('commit log', 1)).length;", timeout_seconds=10)
+    assert (after["error"], after["result"]) == (None, 1)
     unawaited_tool = await run(client, "const r = tools.t__echo({text: 'a'});\n\nreturn r.result;")
     assert (unawaited_tool["error"]["type"], unawaited_tool["error"]["line"]) == ("script_error", 3)
     assert unawaited_tool["error"]["message"] == (
