@@ -103,15 +103,28 @@ def _window(args: argparse.Namespace) -> str:
     return span + (f", caller {args.caller}" if args.caller else "")
 
 
-def _emit(
-    args: argparse.Namespace, body: Any, rows: list[dict[str, Any]], columns: list[str], empty: str = ""
-) -> int:
+def _readable(row: dict[str, Any]) -> dict[str, Any]:
+    """A table row as a person reads it (the JSON keeps the values): a rate in percent (0.3333 read as a
+    fraction or a share nobody could tell), a moment to the second in UTC, a tool no search returned "never"."""
+    out = dict(row)
+    for key, value in row.items():
+        rate = key.endswith("_rate") or (key == "value" and str(row.get("metric", "")).endswith("_rate"))
+        if rate and isinstance(value, float):
+            out[key] = f"{value:.1%}"
+        elif key.endswith("_at") and isinstance(value, str):
+            out[key] = f"{datetime.fromisoformat(value).astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
+    if "last_returned_at" in row and row["last_returned_at"] is None:
+        out["last_returned_at"] = "never"
+    return out
+
+
+def _emit(args: argparse.Namespace, body: Any, rows: list[dict[str, Any]], columns: list[str], empty: str = "") -> int:
     if args.json:
         print(json.dumps(body, indent=2))
     elif not rows:
         print(empty or f"no calls {_window(args)}; widen it with --days or --since")
     else:
-        print_table(rows, columns)
+        print_table([_readable(row) for row in rows], columns)
     return 0
 
 
@@ -167,8 +180,10 @@ def cmd_unanswered(args: argparse.Namespace) -> int:
     scope = _scope(args)
     rows = _run(lambda s: analytics.unanswered_searches(s, scope, args.kind, args.limit))
     what = "no search without a result" if args.kind == "no_result" else "no search left without a call"
-    other = "--kind no_call lists the searches no call followed" if args.kind == "no_result" else (
-        "--kind no_result lists the searches that found nothing"
+    other = (
+        "--kind no_call lists the searches no call followed"
+        if args.kind == "no_result"
+        else ("--kind no_result lists the searches that found nothing")
     )
     empty = f"{what} {_window(args)}; {other}"
     return _emit(args, rows, rows, ["count", "callers", "last_at", "query"], empty)
