@@ -8,7 +8,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,7 +160,7 @@ class MicroBatcher:
                 vectors = embed(texts)
             except Exception as exc:  # noqa: BLE001 - handed to every waiting caller
                 for request in batch:
-                    request.future.set_exception(exc)
+                    _settle(request.future, error=exc)
                 continue
             self.passes += 1
             self.requests += len(batch)
@@ -169,11 +169,26 @@ class MicroBatcher:
                 own = vectors[offset : offset + len(request.texts)]
                 offset += len(request.texts)
                 if request.then is None:
-                    request.future.set_result(own)
+                    _settle(request.future, own)
+                elif request.future.cancelled():  # its caller left: no index step for nobody
+                    continue
                 elif len(batch) == 1 and not self._held and self._queue.empty():
                     try:
-                        request.future.set_result((own, request.then(own)))
+                        _settle(request.future, (own, request.then(own)))
                     except Exception as exc:  # noqa: BLE001 - the caller's step failed: the caller's error
-                        request.future.set_exception(exc)
+                        _settle(request.future, error=exc)
                 else:
-                    request.future.set_result((own, None))
+                    _settle(request.future, (own, None))
+
+
+def _settle(future: Future[Any], value: Any = None, error: BaseException | None = None) -> None:
+    """Hand a waiting caller its answer; a caller that gave up (its future cancelled: a code-mode run that ended
+    with its `search_tools` in flight, a client gone) gets none. Setting a cancelled future raised
+    InvalidStateError, which ended the worker thread, and every later search waited for ever."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+    except InvalidStateError:
+        pass

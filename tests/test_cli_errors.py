@@ -4,6 +4,7 @@ working straight on a data folder when it reached no service), a service that wa
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -255,6 +256,78 @@ def test_an_analytics_window_of_no_days_or_ending_before_it_starts_is_one_line(
         f"{prefix}--until: 2020-01-01 00:00 is not after the window's start (30 days ago, --days){hint}",
         f"{prefix}--until: 2026-12-01 00:00 is not after --since{hint}",
     ]
+
+
+def test_an_empty_analytics_answer_names_its_window_and_what_to_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every empty table read "no data in this window", naming neither the window nor what was missing."""
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    assert main(["keys", "create", "--caller", "first", "--role", "admin"]) == 0  # makes the database
+    capsys.readouterr()
+    said = {}
+    for argv in (
+        ["tools", "--since", "2026-12-01", "--until", "2026-12-03T12:00"],
+        ["callers", "--since", "2026-12-01", "--caller", "bob"],
+        ["timeseries", "--since", "2026-12-01", "--until", "2026-12-02"],
+        ["cooccurrence", "--since", "2026-12-01", "--until", "2026-12-02"],
+        ["unanswered", "--since", "2026-12-01", "--until", "2026-12-02"],
+        ["unanswered", "--kind", "no_call", "--since", "2026-12-01", "--until", "2026-12-02"],
+    ):
+        assert main(["analytics", *argv]) == 0
+        said[" ".join(argv[:3])] = capsys.readouterr().out
+    window = "from 2026-12-01 00:00 to 2026-12-02 00:00 UTC"
+    assert said == {
+        "tools --since 2026-12-01": "no calls from 2026-12-01 00:00 to 2026-12-03 12:00 UTC; widen it with --days or "
+        "--since\n",
+        "callers --since 2026-12-01": "no calls from 2026-12-01 00:00 to now UTC, caller bob; widen it with --days or "
+        "--since\n",
+        "timeseries --since 2026-12-01": f"no calls or searches {window}; widen it with --days or --since\n",
+        "cooccurrence --since 2026-12-01": f"no two tools called one after the other by one caller {window}\n",
+        "unanswered --since 2026-12-01": f"no search without a result {window}; --kind no_call lists the searches no "
+        "call followed\n",
+        "unanswered --kind no_call": f"no search left without a call {window}; --kind no_result lists the searches "
+        "that found nothing\n",
+    }
+    assert main(["analytics", "tools"]) == 0
+    assert capsys.readouterr().out.endswith(" to now UTC (--days 30); widen it with --days or --since\n")
+
+
+def test_analytics_tables_read_rates_in_percent_and_moments_to_the_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """success_rate read 0.3333 and last_at 2026-12-07T16:53:39.148579+00:00; --json keeps the values."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from service.db.models import Execution, Search
+
+    monkeypatch.setenv("TOOLSCOUT_DATA_DIR", str(tmp_path))
+    assert main(["keys", "create", "--caller", "first", "--role", "admin"]) == 0
+    at = datetime.now(UTC).replace(microsecond=148579) - timedelta(hours=1)
+    engine = create_engine(f"sqlite:///{tmp_path / 'toolscout.db'}")
+    with Session(engine) as session:
+        for n, status in enumerate(["ok", "tool_error", "tool_error"]):
+            session.add(Execution(
+                id=f"e{n}", caller="bob", tool="git__git_log", server_id="git", arguments_digest="0" * 64,
+                status=status, duration_ms=10.0, started_at=at, finished_at=at + timedelta(milliseconds=10),
+            ))
+        session.add(Search(
+            id="s1", caller="bob", query="show the log", k=3, results=[{"name": "git__git_log", "score": 1.0}],
+            result_count=1, created_at=at,
+        ))
+        session.commit()
+    engine.dispose()
+    capsys.readouterr()
+    assert main(["analytics", "tools"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[:3] == ["git__git_log", "3", "33.3%"]
+    assert main(["analytics", "unanswered", "--kind", "no_call"]) == 0
+    row = capsys.readouterr().out.splitlines()[2].split()
+    assert row[:4] == ["1", "1", f"{at:%Y-%m-%d}", f"{at:%H:%M:%S}Z"]
+    assert main(["analytics", "tools", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["success_rate"] == 0.3333
 
 
 def test_keys_and_analytics_of_a_folder_without_a_database_say_where_they_looked(

@@ -94,13 +94,37 @@ def _run(query: Callable[[AsyncSession], Awaitable[Any]]) -> Any:
     return asyncio.run(with_database(Settings(), run))
 
 
-def _emit(args: argparse.Namespace, body: Any, rows: list[dict[str, Any]], columns: list[str]) -> int:
+def _window(args: argparse.Namespace) -> str:
+    """The window an empty answer covered, as the user can check it ("no data in this window" named none)."""
+    since = as_utc(args.since) or datetime.now(UTC) - timedelta(days=args.days)
+    until = as_utc(args.until)
+    span = f"from {since:%Y-%m-%d %H:%M} to {f'{until:%Y-%m-%d %H:%M}' if until else 'now'} UTC"
+    span += f" (--days {args.days:g})" if args.since is None else ""
+    return span + (f", caller {args.caller}" if args.caller else "")
+
+
+def _readable(row: dict[str, Any]) -> dict[str, Any]:
+    """A table row as a person reads it (the JSON keeps the values): a rate in percent (0.3333 read as a
+    fraction or a share nobody could tell), a moment to the second in UTC, a tool no search returned "never"."""
+    out = dict(row)
+    for key, value in row.items():
+        rate = key.endswith("_rate") or (key == "value" and str(row.get("metric", "")).endswith("_rate"))
+        if rate and isinstance(value, float):
+            out[key] = f"{value:.1%}"
+        elif key.endswith("_at") and isinstance(value, str):
+            out[key] = f"{datetime.fromisoformat(value).astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
+    if "last_returned_at" in row and row["last_returned_at"] is None:
+        out["last_returned_at"] = "never"
+    return out
+
+
+def _emit(args: argparse.Namespace, body: Any, rows: list[dict[str, Any]], columns: list[str], empty: str = "") -> int:
     if args.json:
         print(json.dumps(body, indent=2))
     elif not rows:
-        print("no data in this window")
+        print(empty or f"no calls {_window(args)}; widen it with --days or --since")
     else:
-        print_table(rows, columns)
+        print_table([_readable(row) for row in rows], columns)
     return 0
 
 
@@ -127,6 +151,7 @@ def cmd_timeseries(args: argparse.Namespace) -> int:
         rows,
         rows,
         ["bucket", "calls", "success_rate", "mean_latency_ms", "callers", "searches", "empty_searches"],
+        f"no calls or searches {_window(args)}; widen it with --days or --since",
     )
 
 
@@ -140,7 +165,8 @@ def cmd_cooccurrence(args: argparse.Namespace) -> int:
     scope = _scope(args)
     rows = _run(lambda s: analytics.cooccurrence(s, scope, limit=args.limit))
     flat = [{"tool_a": r["tools"][0], "tool_b": r["tools"][1], "count": r["count"]} for r in rows]
-    return _emit(args, rows, flat, ["tool_a", "tool_b", "count"])
+    empty = f"no two tools called one after the other by one caller {_window(args)}"
+    return _emit(args, rows, flat, ["tool_a", "tool_b", "count"], empty)
 
 
 def cmd_conversion(args: argparse.Namespace) -> int:
@@ -153,10 +179,18 @@ def cmd_conversion(args: argparse.Namespace) -> int:
 def cmd_unanswered(args: argparse.Namespace) -> int:
     scope = _scope(args)
     rows = _run(lambda s: analytics.unanswered_searches(s, scope, args.kind, args.limit))
-    return _emit(args, rows, rows, ["count", "callers", "last_at", "query"])
+    what = "no search without a result" if args.kind == "no_result" else "no search left without a call"
+    other = (
+        "--kind no_call lists the searches no call followed"
+        if args.kind == "no_result"
+        else ("--kind no_result lists the searches that found nothing")
+    )
+    empty = f"{what} {_window(args)}; {other}"
+    return _emit(args, rows, rows, ["count", "callers", "last_at", "query"], empty)
 
 
 def cmd_never_found(args: argparse.Namespace) -> int:
     scope = Scope(since=as_utc(args.since))
     rows = _run(lambda s: analytics.never_found(s, scope, limit=args.limit))
-    return _emit(args, rows, rows, ["tool", "server", "calls", "first_seen_at", "last_returned_at"])
+    empty = "every active tool was returned by a search" + (f" since {args.since:%Y-%m-%d %H:%M}" if args.since else "")
+    return _emit(args, rows, rows, ["tool", "server", "calls", "first_seen_at", "last_returned_at"], empty)

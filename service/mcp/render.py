@@ -148,6 +148,8 @@ def run_result(body: Mapping[str, Any]) -> types.CallToolResult:
             shown["error"]["call"] = {"name": call.get("name"), "status": call.get("status")}
         if error.get("type") == "approval_required":
             shown["hint"] = "Once granted, run the same script again with approval_ids."
+    if body.get("notes"):  # a run without `return`: the model read a bare null
+        shown["notes"] = body["notes"]
     shown["calls"] = len(body.get("calls") or [])
     screened = [
         {"call": call.get("index"), "name": call.get("name"), **warning}

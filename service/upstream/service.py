@@ -22,7 +22,7 @@ from service.cluster.changes import SERVER_ADDED, record_change
 from service.cluster.state import announce, cluster_state
 from service.db.among import among
 from service.db.engine import SERVER_ADD_LOCKS, lock_key, one_at_a_time
-from service.db.models import Server
+from service.db.models import Server, as_utc
 from service.errors import Conflict, NotFound, UpstreamError
 from service.resources import Resources
 from service.settings import Settings
@@ -82,7 +82,8 @@ def server_view(
         "config": spec.public_config() if spec else {},
         "tools": tools,
         "held_tools": held or [],  # held for an admin's review (service/catalog/holds.py): name and reason
-        "last_sync_at": row.last_sync_at.isoformat() if row and row.last_sync_at else None,
+        # SQLite hands it back naive: it read 2026-12-07T16:54:53.239427, with no zone, beside health's +00:00.
+        "last_sync_at": as_utc(row.last_sync_at).isoformat() if row and row.last_sync_at else None,
     }
     if connection is not None:
         health = connection.health.as_dict()

@@ -49,6 +49,12 @@ def _iso(value: datetime | str | None) -> str | None:
     return as_utc(value).isoformat()
 
 
+def _day(value: datetime | str | None) -> str | None:
+    """A UTC day as 2026-12-07 (it read 2026-12-07T00:00:00+00:00, a midnight the caller never saw)."""
+    iso = _iso(value)
+    return iso[:10] if iso else None
+
+
 def _int(value: Any) -> int:
     return int(value or 0)
 
@@ -176,9 +182,10 @@ async def timeseries(session: AsyncSession, scope: Scope, bucket: Bucket = "hour
         raise ValueError(f"bucket must be hour or day, not {bucket!r}")
 
     def key(value: Any) -> str:
+        # An hour reads as its start in UTC, a day as a day (it read 2026-12-07T00:00:00Z, a midnight).
         if isinstance(value, datetime):
-            return as_utc(value).strftime("%Y-%m-%dT%H:00:00Z")
-        return str(value)
+            return as_utc(value).strftime("%Y-%m-%dT%H:00:00Z" if bucket == "hour" else "%Y-%m-%d")
+        return str(value)[:10] if bucket == "day" else str(value)
 
     series: dict[str, dict[str, Any]] = {}
     for row in (await session.execute(calls_query)).all():
@@ -249,7 +256,7 @@ async def top_callers(session: AsyncSession, scope: Scope, limit: int = 20) -> l
             "successes": _int(row.successes),
             "success_rate": _ratio(_int(row.successes), _int(row.calls)),
             "tools": _int(row.tools),
-            "last_active_day": _iso(row.last_day),
+            "last_active_day": _day(row.last_day),
             "searches": searches.get(row.caller, 0),
         }
         for row in rows

@@ -25,9 +25,14 @@ async def scope_dep(
         datetime | None, Query(description=f"From (ISO 8601, UTC); default {DEFAULT_DAYS} days ago")
     ] = None,
     until: Annotated[datetime | None, Query(description="Until, exclusive (ISO 8601, UTC)")] = None,
+    days: Annotated[
+        float | None,
+        Query(gt=0, le=36500, description=f"The window when `since` is not given: so many days back ({DEFAULT_DAYS})"),
+    ] = None,
     of_caller: Annotated[str | None, Query(alias="caller", description="Only this caller (admins)")] = None,
 ) -> Scope:
-    return build_scope(resources, caller, since, until, of_caller)
+    # `days` is the command line's --days: the two took different window options.
+    return build_scope(resources, caller, since, until, of_caller, default_days=days or DEFAULT_DAYS)
 
 
 ScopeDep = Annotated[Scope, Depends(scope_dep)]

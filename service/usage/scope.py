@@ -98,7 +98,7 @@ def build_scope(
     since: datetime | None,
     until: datetime | None,
     of_caller: str | None,
-    default_days: int | None = DEFAULT_DAYS,
+    default_days: float | None = DEFAULT_DAYS,
 ) -> Scope:
     """The rows this reader may aggregate over; a window whose `until` is not after its `since` is a 422."""
     since_given = since is not None
@@ -110,7 +110,7 @@ def build_scope(
         of_caller = caller.id
     start, end = _window_bound("since", since), _window_bound("until", until)
     if start is not None and end is not None and end <= start:  # an empty window: every figure would be 0
-        start_said = "`since`" if since_given else f"`since` (by default {default_days} days ago, {start:%Y-%m-%d})"
+        start_said = "`since`" if since_given else f"`since` ({default_days:g} days ago, `days`, {start:%Y-%m-%d})"
         reason = f"until ({end.isoformat()}) is not after {start_said}"
         raise InvalidRequest(f"The window is empty: {reason}", errors=[{"pointer": "/query/until", "reason": reason}])
     return Scope(start, end, of_caller, visible_names(resources, caller))

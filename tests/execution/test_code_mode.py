@@ -393,6 +393,53 @@ async def test_errors_name_the_script_line_and_search_is_available(world: dict[s
     assert "git__git_log" in found["result"] and len(found["result"]) == 3
 
 
+async def test_the_mistakes_a_user_makes_say_where_and_what_to_do(world: dict[str, Any]) -> None:
+    """A forgotten `await` was "TypeError: not a function" (search_tools(...).map) or a quiet null (a tool
+    result's field); a missing tool said only "No tool named ..."; a script without `return` a bare null."""
+    client = world["client"]
+    unawaited_search = (await run(client, "const hits = search_tools('commit log', 2);\nreturn hits.map(t => t.name);"))
+    assert (unawaited_search["error"]["line"], unawaited_search["error"]["message"]) == (
+        2,
+        "search_tools(...) (line 1) returns a promise, not its result: write `await search_tools(...)` to read .map",
+    )
+    # The run ended with its search in flight: the searches after it still answer (the embedder's thread ended).
+    after = await run(client, "return (await search_tools('commit log', 1)).length;", timeout_seconds=10)
+    assert (after["error"], after["result"]) == (None, 1)
+    unawaited_tool = await run(client, "const r = tools.t__echo({text: 'a'});\n\nreturn r.result;")
+    assert (unawaited_tool["error"]["type"], unawaited_tool["error"]["line"]) == ("script_error", 3)
+    assert unawaited_tool["error"]["message"] == (
+        "tools.t__echo(...) (line 1) returns a promise, not its result: write `await tools.t__echo(...)` to read "
+        ".result"
+    )
+    # What a promise has still reads through: await, then, Promise.all, String().
+    awaited = await run(
+        client,
+        "const p = tools.t__echo({text: 'a'});\nconst [x, y] = await Promise.all([p, tools.t__echo({text: 'b'})]);\n"
+        "return [x.result, y.result, await tools.t__echo({text: 'c'}).then(r => r.result), String(p)];",
+    )
+    assert (awaited["error"], awaited["result"]) == (None, ["a", "b", "c", "[object Promise]"])
+    missing = await run(client, "let a = 1;\nreturn await tools.t__nope({});")
+    assert (missing["error"]["line"], missing["error"]["message"]) == (
+        2,
+        "No tool named 't__nope': `await search_tools(\"what it should do\")` lists the tools this key may call",
+    )
+    nothing = await run(client, "await tools.t__echo({text: 'a'});")
+    assert (nothing["result"], nothing["error"], nothing["notes"]) == (
+        None,
+        None,
+        [
+            "the script returned nothing (undefined), so `result` is null: end it with `return VALUE` to get a value "
+            "back"
+        ],
+    )
+    assert (await run(client, "return null;"))["notes"] == []
+    endless = await run(client, "let i = 0;\nwhile (true) { i++; }", timeout_seconds=1)
+    assert endless["error"]["message"] == (
+        "the script ran out of its 1 s wall-clock budget: look for a loop that never ends, or ask for less with "
+        "timeout_seconds; its calls' statuses are in `calls`"
+    )
+
+
 async def test_run_script_works_through_the_mcp_front_end(world: dict[str, Any]) -> None:
     settings = world["app"].state.resources.settings
     frontend = create_frontend(settings, mode="lazy", transport="memory", api_transport=ASGITransport(world["app"]))
@@ -402,7 +449,16 @@ async def test_run_script_works_through_the_mcp_front_end(world: dict[str, Any])
         ok = await client.call_tool("run_script", {"script": script})
         failed = await client.call_tool("run_script", {"script": "\nawait tools.t__pid({});"})
         missing = await client.call_tool("run_script", {})
+        no_return = await client.call_tool("run_script", {"script": "await tools.t__echo({text: 'a'});"})
     assert "run_script" in listed
+    assert json.loads(no_return.content[0].text) == {
+        "result": None,
+        "notes": [
+            "the script returned nothing (undefined), so `result` is null: end it with `return VALUE` to get a value "
+            "back"
+        ],
+        "calls": 1,
+    }
     assert ok.is_error is False
     assert json.loads(ok.content[0].text) == {"result": 5, "logs": ["hi hi"], "calls": 1}
     assert failed.is_error is True

@@ -198,3 +198,23 @@ def test_without_owners_requests_are_served_in_arrival_order() -> None:
         future.result(10)
     batcher.close()
     assert gated.texts[1:] == [["q0", "q1", "q2", "q3"], ["q4", "q5", "q6", "q7"], ["q8", "q9"]]
+
+
+@pytest.mark.parametrize("then", [None, lambda vectors: len(vectors)])
+def test_a_caller_that_gave_up_does_not_stop_the_worker(then: object) -> None:
+    """A code-mode run that ended with its `search_tools` in flight cancelled the search's future; setting it raised
+    InvalidStateError in the worker thread, which ended, and every later search of the service hung."""
+    recorder = SlowRecorder(seconds=0.2)
+    batcher = MicroBatcher(recorder, max_wait=0.002)
+    try:
+        first = batcher.submit(["keep the pass busy"])
+        time.sleep(0.05)  # the worker is in its first pass
+        texts = ["nobody waits"]
+        gone = batcher.submit(texts) if then is None else batcher.submit_then(texts, then)  # type: ignore[arg-type]
+        assert gone.cancel()
+        first.result(timeout=5)
+        time.sleep(0.3)  # the worker has served (and skipped) the cancelled request
+        later = batcher.submit(["a later search"])
+        assert later.result(timeout=5) == HashingEmbedder().embed(["a later search"])
+    finally:
+        batcher.close()

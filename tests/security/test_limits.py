@@ -136,7 +136,7 @@ async def test_an_analytics_window_that_ends_before_it_starts_is_422(tmp_path: P
     assert assert_problem(answers[0], 422)["errors"][0]["reason"] == (
         "until (2026-12-01T00:00:00+00:00) is not after `since`"
     )
-    assert "`since` (by default 30 days ago, " in assert_problem(before_default, 422)["detail"]
+    assert "`since` (30 days ago, `days`, " in assert_problem(before_default, 422)["detail"]
     assert fine.status_code == 200 and fine.json() == {"tools": []}
 
 
@@ -216,3 +216,19 @@ async def test_a_search_filter_is_bounded_and_each_value_costs_once(tmp_path: Pa
             assert body["limit"] == "search.max_filter_values" and body["errors"][0]["pointer"] == f"/body/{field}"
             assert "search.max_filter_values" in body["detail"]
         assert len(seen) == 1  # the refused ones never reached the index
+
+
+async def test_analytics_take_the_window_in_days_as_the_command_line_does(tmp_path: Path) -> None:
+    """`toolscout analytics tools --days 7` had no counterpart: `GET /analytics/tools?days=7` was a 422."""
+    settings = make_settings(tmp_path, permissions=None)
+    async with running(settings) as (_app, http):
+        week = await http.get("/analytics/tools", params={"days": "7"})
+        half = await http.get("/analytics/callers", params={"days": "0.5"})
+        none = await http.get("/analytics/tools", params={"days": "0"})
+        huge = await http.get("/analytics/tools", params={"days": "1e12"})
+        before = await http.get("/analytics/conversion", params={"days": "2", "until": "2020-01-01T00:00:00Z"})
+    assert (week.status_code, week.json()) == (200, {"tools": []})
+    assert (half.status_code, half.json()) == (200, {"callers": []})
+    for answer in (none, huge):
+        assert assert_problem(answer, 422, "invalid-request")["errors"][0]["pointer"] == "/query/days"
+    assert "`since` (2 days ago, `days`, " in assert_problem(before, 422)["detail"]

@@ -193,6 +193,16 @@ async def test_what_a_server_says_at_initialize_is_kept_for_ranking(tmp_path: Pa
     assert servers == ["t"]
 
 
+async def test_a_servers_last_sync_names_its_zone(tmp_path: Path) -> None:
+    """GET /servers gave last_sync_at as 2026-12-07T16:54:53.239427 (SQLite's naive value) beside health's +00:00."""
+    async with running(tmp_path, {"t": local_server("stdio")}) as (_app, client):
+        view = (await client.get("/servers/t")).json()
+    assert view["last_sync_at"].endswith("+00:00") and view["health"]["last_sync_at"].endswith("+00:00")
+    synced = datetime.fromisoformat(view["last_sync_at"])
+    connected = datetime.fromisoformat(view["health"]["connected_at"])
+    assert abs((synced - connected).total_seconds()) < 60
+
+
 async def test_list_changed_from_a_stdio_child_resyncs_the_catalog(tmp_path: Path) -> None:
     async with running(tmp_path, {"t": local_server("stdio")}) as (_, client):
         assert (await client.get("/tools/t__zeta")).status_code == 404

@@ -15,7 +15,8 @@
     const count = bucket === "hour" ? hours : Math.ceil(hours / 24);
     const out = [];
     for (let i = count - 1; i >= 0; i--) {
-      const label = new Date(last - i * stepMs).toISOString().replace(/:00\.000Z$/, ":00Z");
+      const iso = new Date(last - i * stepMs).toISOString();  // a day bucket is labelled 2026-12-07
+      const label = bucket === "hour" ? iso.replace(/:00\.000Z$/, ":00Z") : iso.slice(0, 10);
       out.push(byLabel.get(label) || { bucket: label, calls: 0, failures: 0, searches: 0, empty_searches: 0 });
     }
     return out;

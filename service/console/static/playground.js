@@ -4,6 +4,14 @@
 (function (TS) {
   const { h, post, fmt, card, charts, problemBox } = TS;
 
+  // The bars' names are the explain's signal keys, which only the README told apart.
+  const LEGEND = () => h("p", { class: "muted", id: "signals-legend" },
+    "The number beside a tool is its fused score; each bar is one signal's share of it (z-scored over the candidates, " +
+    "weighted): name, description, params — how near the request is to that field of the tool; lexical — the " +
+    "request's words (BM25); server — how near it is to the tool's server; name_verb, lead_verb, question_read, " +
+    "opposed_verb — the verb rules; part — the penalty of a tool found by one part of a split request; usage, " +
+    "adapter — learned from use. See the README's Search section.");
+
   function resultView(result, rank, scale, search, callPanel) {
     const ex = result.explain || {};
     const badges = [
@@ -69,6 +77,7 @@
         const scale = Math.max(0.01, ...r.results.flatMap((x) => Object.values((x.explain || {}).signals || {}).map(Math.abs)));
         TS.fill(out,
           h("p", { class: "muted", id: "search-meta" }, fmt.count(r.results.length, "tool") + " in " + fmt.ms(r.latency_ms) + " · search ", h("code", {}, r.search_id)),
+          r.results.length ? LEGEND() : null,
           r.parts && r.parts.length ? h("div", { class: "parts", id: "parts" }, "Request split into ", String(r.parts.length), " parts: ",
             r.parts.map((p) => h("span", { class: "badge part" }, p))) : null,
           r.results.length ? h("ol", { class: "results" }, r.results.map((x, i) => resultView(x, i + 1, scale, r, (t, s) => renderCall(panel, t, s))))

@@ -15,7 +15,7 @@
   const hostCall = globalThis.__ts_host_call, hostLog = globalThis.__ts_host_log;
   const hostDone = globalThis.__ts_host_done;
   delete globalThis.__ts_host_call; delete globalThis.__ts_host_log; delete globalThis.__ts_host_done;
-  const { Promise, Error, TypeError, String, Number, Object, WeakMap } = globalThis;
+  const { Promise, Error, TypeError, String, Number, Object, WeakMap, Proxy } = globalThis;
   const { stringify, parse } = JSON, apply = Reflect.apply, then = Promise.prototype.then;
   const reject = Promise.reject, define = Object.defineProperty, freeze = Object.freeze;
   const recall = WeakMap.prototype.get, remember = WeakMap.prototype.set;
@@ -67,8 +67,24 @@
     const line = where(__ts_here()).line;
     const id = hostCall(kind, stringify(name), line ?? 0, payload);
     if (typeof id !== "number") return refuse(String(id));
-    return new Promise((resolve, reject) => { pending[id] = { __proto__: null, resolve, reject, line }; });
+    const promise = new Promise((resolve, reject) => { pending[id] = { __proto__: null, resolve, reject, line }; });
+    const label = kind === "tool" ? `tools.${cut(name, 256)}(...)` : "search_tools(...)";
+    // The engine counts the opening line of the function the script is wrapped in: the script's line is one less.
+    return unawaited(promise, line > 1 ? `${label} (line ${line - 1})` : label, label);
   }
+  // A call's promise that says so when the script reads a field of it: without `await`, `hits.map(...)` was
+  // "TypeError: not a function" and `(tools.x()).datetime` quietly undefined. What a promise has (then, catch,
+  // symbols, Object.prototype's) still reads through, so `await`, Promise.all and String() work as before.
+  const unawaited = (promise, said, label) => new Proxy(promise, {
+    __proto__: null,
+    get: function __ts_unawaited(target, key) {
+      if (typeof key !== "string" || key in target) {
+        const value = target[key];
+        return typeof value === "function" ? (...args) => apply(value, target, args) : value;
+      }
+      throw new TypeError(`${said} returns a promise, not its result: write \`await ${label}\` to read .${cut(key, 64)}`);
+    },
+  });
   const settle = (id, ok, json) => {
     const waiter = pending[id];
     if (!waiter) return;
@@ -114,7 +130,7 @@
   const finish = (ok, value) => {
     let error;
     if (ok) {
-      try { return hostDone(true, json(value === undefined ? null : value)); }
+      try { return hostDone(true, json(value === undefined ? null : value), value === undefined); }
       catch (e) {
         error = { __proto__: null, name: "TypeError", message: `the script's return value is not JSON: ${e.message}` };
       }

@@ -58,6 +58,9 @@ class RunResponse(BaseModel):
         "engine_error), message, line, and the failing call"
     )
     memory_bytes: int
+    notes: list[str] = Field(
+        default_factory=list, description="What looks like a mistake in a run that ended well (no `return`)"
+    )
     queued_ms: float
     duration_ms: float
 

@@ -50,6 +50,12 @@ from service.security.request_body import NUL_REASON
 from .sandbox import Sandbox
 
 
+# A script that ends without `return` finishes with a null result and no error, which read as a lost answer.
+NO_RETURN = (
+    "the script returned nothing (undefined), so `result` is null: end it with `return VALUE` to get a value back"
+)
+
+
 def script_error(kind: str, message: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
     """The error of a run that did not finish."""
     return {"type": kind, "message": message, "line": line, **extra}
@@ -195,7 +201,11 @@ class CodeMode:
             async with asyncio.timeout(budget):
                 return await self._converse(run, sandbox)
         except TimeoutError:
-            return failure("timeout", f"the script ran out of its {budget:g} s wall-clock budget")
+            return failure(
+                "timeout",
+                f"the script ran out of its {budget:g} s wall-clock budget: look for a loop that never ends, or ask "
+                "for less with timeout_seconds; its calls' statuses are in `calls`",
+            )
         finally:
             await sandbox.close()
             await self._cancel_calls(run)
@@ -280,7 +290,10 @@ class CodeMode:
             )
             record.error = error.problem()
             record.execution_id = error.extensions.get("execution_id")
-            value, ok = {"message": error.detail, "status": record.status, "problem": record.error}, False
+            message = error.detail
+            if record.status == "not_found" and record.kind == "tool":  # the same words for a hidden tool
+                message += ": `await search_tools(\"what it should do\")` lists the tools this key may call"
+            value, ok = {"message": message, "status": record.status, "problem": record.error}, False
         finally:
             record.duration_ms = round((time.perf_counter() - started) * 1000, 3)
         if not ok:
@@ -374,6 +387,7 @@ class CodeMode:
             "calls": [record.as_dict() for record in run.calls],
             "error": error,
             "memory_bytes": int(outcome.get("memory_bytes") or 0),
+            "notes": [NO_RETURN] if outcome.get("ok") and outcome.get("undefined") else [],
         }
 
     async def _bounded(self, run: ScriptRun, value: Any) -> Any:

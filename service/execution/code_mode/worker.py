@@ -136,13 +136,14 @@ class Child:
             line = json.loads(text) if isinstance(text, str) else ""
             send({"op": "log", "text": str(line)[: int(self.config["max_log_chars"])]})
 
-    def host_done(self, ok: Any, payload: Any) -> None:
+    def host_done(self, ok: Any, payload: Any, undefined: Any = False) -> None:
         if self.outcome is not None:
             return
         if ok is True:
             copied(payload)
             try:
-                self.outcome = {"ok": True, "value": readable(payload, int(self.config["max_value_chars"]))}
+                value = readable(payload, int(self.config["max_value_chars"]))
+                self.outcome = {"ok": True, "value": value, "undefined": undefined is True}
             except Refused as exc:
                 self.outcome = failure("script_error", f"the script's return value is {exc}")
             return
