@@ -15,7 +15,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -36,7 +35,7 @@ from service.errors import (
     unexpected_error,
     verb,
 )
-from service.execution.executor import ExecutionResult, status_of
+from service.execution.executor import status_of
 from service.execution.results import measure
 from service.execution.runtime import get_gateway
 from service.policy.approvals import arguments_digest
@@ -47,70 +46,8 @@ from service.resources import Resources
 from service.search.service import log_search, result_view, search_tools
 from service.security.request_body import NUL_REASON
 
+from .run_state import NO_RETURN, CallRecord, ScriptRun, failure, script_error, value_of
 from .sandbox import Sandbox
-
-
-# A script that ends without `return` finishes with a null result and no error, which read as a lost answer.
-NO_RETURN = (
-    "the script returned nothing (undefined), so `result` is null: end it with `return VALUE` to get a value back"
-)
-
-
-def script_error(kind: str, message: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
-    """The error of a run that did not finish."""
-    return {"type": kind, "message": message, "line": line, **extra}
-
-
-def failure(kind: str, message: str, line: int | None = None, **extra: Any) -> dict[str, Any]:
-    """An outcome that is an error of this kind."""
-    return {"ok": False, "error": script_error(kind, message, line, **extra)}
-
-
-@dataclass
-class CallRecord:
-    """One call a script made, as the response lists it."""
-
-    index: int
-    kind: str
-    name: str
-    line: int | None
-    status: str = "running"
-    execution_id: str | None = None
-    duration_ms: float = 0.0
-    error: dict[str, Any] | None = None
-    warnings: list[dict[str, str]] = field(default_factory=list)  # the result's screening (ExecutionResult)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class ScriptRun:
-    """The state of one run while it goes."""
-
-    run_id: str
-    caller: Caller
-    approvals: dict[tuple[str, str], list[str]]
-    calls: list[CallRecord] = field(default_factory=list)
-    logs: list[str] = field(default_factory=list)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    error: dict[str, Any] | None = None
-    found: set[str] = field(default_factory=set)  # the tools its searches told of
-
-    def halt(self, error: dict[str, Any]) -> None:
-        """End the script with this error (the first one wins)."""
-        if self.error is None:
-            self.error = error
-        self.stop.set()
-
-
-def value_of(result: ExecutionResult) -> Any:
-    """What a tool call returns inside a script: the structured content, else the text of the result."""
-    structured = result.structured_content if result.structured_content is not None else result.left_out
-    if structured is not None:
-        return structured
-    return "\n".join(str(b.get("text", "")) for b in result.content if b.get("type") == "text")
 
 
 class CodeMode:
