@@ -1,7 +1,9 @@
 """`toolscout keys create | list | revoke`: API keys, written straight to the database.
 
-Works whether the service runs or not; a running service notices new and revoked keys within
-`policy.key_cache_seconds`."""
+Works whether the service runs or not; a running service notices new keys within `policy.key_cache_seconds`. A
+revocation goes through the running service when it takes the CLI's key (TOOLSCOUT_FRONTEND__API_KEY, an admin's),
+which forgets the key at once and tells its replicas; else it is written to the database and announced on Redis in
+cluster mode. Written alone, a leaked key went on working for `key_cache_seconds` (an operator's 300 s: 5 minutes)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ import argparse
 import asyncio
 import json
 import sys
+from urllib.parse import quote
 
+from service.cli.core import _service_request, fail
 from service.cli.database import missing_database, print_table, with_database
-from service.errors import InvalidRequest, NotFound
+from service.cli.terminal import printable
+from service.errors import IndexUnavailable, InvalidRequest, NotFound
 from service.policy import keys as auth
 from service.resources import Resources
 from service.settings import Settings
@@ -141,16 +146,58 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
-    async def run(resources: Resources) -> dict[str, object]:
-        async with resources.session() as session:
-            row = await auth.revoke_key(session, args.key)
-            await session.commit()
-            return auth.key_view(row)
-
+    settings = Settings()
     try:
-        view = asyncio.run(with_database(Settings(), run))
+        response = _service_request(settings, "DELETE", f"/keys/{quote(args.key, safe='')}")
+    except IndexUnavailable as exc:  # this folder's service listens at another address than the CLI's
+        response, why = None, exc.detail
+    else:
+        why = f"no service answered at {settings.frontend.api_url} (TOOLSCOUT_FRONTEND__API_URL)"
+    if response is not None and response.status_code == 200:
+        view = response.json()
+        print(f"{_revoked(view)}; the running service refuses it now, and so do its replicas")
+        return 0
+    if response is not None and response.status_code not in (401, 403):
+        return fail(response.json())  # e.g. no such key: the service's database is the record
+    if response is not None:
+        why = (
+            f"the service at {settings.frontend.api_url} refused the revocation ({response.json().get('detail')}): "
+            "with an admin key in TOOLSCOUT_FRONTEND__API_KEY it ends the key at once"
+        )
+    try:
+        view, told = asyncio.run(with_database(settings, lambda resources: _revoked_in_database(resources, args.key)))
     except NotFound as exc:
         print(f"error: {exc.detail}", file=sys.stderr)
         return 1
-    print(f"revoked {view['id']} ({view['prefix']}, caller {view['caller']})")
+    if told:
+        print(f"{_revoked(view)} in the database; the replicas were told over Redis and refuse it now")
+        return 0
+    seconds = settings.policy.key_cache_seconds
+    print(
+        f"{_revoked(view)} in the database; a running service refuses it within policy.key_cache_seconds "
+        f"({seconds:g} s)"
+    )
+    print(f"note: {printable(why)}", file=sys.stderr)
     return 0
+
+
+def _revoked(view: dict[str, object]) -> str:
+    return f"revoked {view['id']} ({view['prefix']}, caller {printable(view['caller'])})"
+
+
+async def _revoked_in_database(resources: Resources, key: str) -> tuple[dict[str, object], bool]:
+    """Revoke the key in the database and, in cluster mode, announce it as `DELETE /keys` does: whether the
+    replicas were told (False without Redis, or with Redis down)."""
+    from service.cluster.state import KEYS_EVENT, cluster_state
+
+    async with resources.session() as session:
+        row = await auth.revoke_key(session, key)
+        await session.commit()
+        view = auth.key_view(row)
+    bus = cluster_state(resources).bus
+    if bus is None:
+        return view, False
+    try:
+        return view, await bus.publish(KEYS_EVENT)
+    finally:
+        await bus.close()

@@ -63,8 +63,9 @@ async def test_revoking_a_key_ends_its_event_stream(world: dict[str, Any]) -> No
 async def test_a_key_revoked_by_another_process_ends_its_stream_within_the_key_cache_time(
     world: dict[str, Any],
 ) -> None:
-    """`toolscout keys revoke` writes the database only: no replica hears of it, so the stream's key is looked up
-    again once `policy.key_cache_seconds` has passed, as a cached key is on every other route."""
+    """A revocation written to the database only (`toolscout keys revoke` with no admin key and no Redis): no
+    replica hears of it, so the stream's key is looked up again once `policy.key_cache_seconds` has passed, as a
+    cached key is on every other route."""
     from service.policy.keys import key_resolver, revoke_key
 
     admin, dev = world["admin"], world["dev"]
