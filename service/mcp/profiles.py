@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from indexer.json_pointer import pointer_token
-from indexer.tools import normalize_server_id
+from indexer.tools import SEPARATOR, normalize_server_id
 from service.errors import BadRequest
 
 
@@ -57,6 +57,12 @@ class Profile(BaseModel):
     def allows_server(self, server: str) -> bool:
         """Whether a server's tools may be in scope at all."""
         return not self.servers or normalize_server_id(server) in self.servers
+
+    def may_concern(self, server: str) -> bool:
+        """Whether a change to a server's tools may change this scope: one of its servers, or the server of an
+        always-listed tool (a qualified name starts with its server's id)."""
+        server = normalize_server_id(server)
+        return self.allows_server(server) or any(name.startswith(f"{server}{SEPARATOR}") for name in self.always_listed)
 
 
 def load_profiles(path: Path | None) -> dict[str, Profile]:

@@ -188,6 +188,8 @@ class Frontend:
 
     async def _catalog_changed(self, server: str | None) -> None:
         """An upstream server's tools changed: refresh what sessions activated, then tell every client."""
+        if server is not None and self.profile is not None and not self.profile.may_concern(server):
+            return  # outside the profile: a notification alone would tell its clients of that part of the catalog
         if self.mode == "dynamic":
             await self._refresh_active(server)
         await self.notifier.tools_changed(None)

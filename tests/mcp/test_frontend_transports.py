@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import ToolsListChanged
 
+from service.mcp.profiles import Profile
 from service.mcp.serve import http_app
 from service.mcp.server import Frontend, create_frontend
 from service.settings import Settings
@@ -194,3 +195,34 @@ async def test_catalog_registrations_and_deletions_reach_full_mode_clients(
             assert (await http.delete("/servers/time")).status_code == 200
             await recorder.wait_changed()
             assert len((await client.list_tools()).tools) == 85 + 7 + 1 - 2
+
+
+@pytest.mark.parametrize("mode", ["full", "dynamic"])
+async def test_a_change_outside_the_profile_reaches_no_client_of_it(
+    frontend_settings: Settings, live_api: tuple[str, FastAPI], mode: str
+) -> None:
+    # A notification alone tells the client that something changed in a part of the catalog it must not know of.
+    url, _ = live_api
+    profile = Profile(name="coding", servers=("git",), always_listed=("time__get_current_time",))
+    async with frontend_of(frontend_settings, None, mode, profile=profile) as frontend:  # type: ignore[arg-type]
+        await wait_for_events(frontend)
+        recorder = Recorder()
+        async with (
+            Client(frontend.server, mode="legacy", message_handler=recorder) as client,
+            httpx.AsyncClient(base_url=url) as http,
+        ):
+            before = [t.name for t in (await client.list_tools()).tools]
+            outside = {"server": "notes", "name": "add_note", "description": "Add a note"}
+            assert (await http.post("/tools", json={"tools": [outside]})).status_code == 200
+            inside = {"server": "git", "name": "git_blame", "description": "Who changed each line"}
+            assert (await http.post("/tools", json={"tools": [inside]})).status_code == 200
+            await recorder.wait_changed()
+            await anyio.sleep(1)  # time for a second notification, had the change outside made one
+            assert recorder.list_changed == 1
+            after = [t.name for t in (await client.list_tools()).tools]
+            assert set(after) == (set(before) | {"git__git_blame"} if mode == "full" else set(before))
+            # The always-listed tool's server is not in the profile, but a change there concerns its clients.
+            assert (await http.delete("/tools/time__get_current_time")).status_code == 204
+            await recorder.wait_changed()
+            await anyio.sleep(1)
+            assert recorder.list_changed == 2
