@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -185,10 +186,8 @@ def _settle(future: Future[Any], value: Any = None, error: BaseException | None 
     """Hand a waiting caller its answer; a caller that gave up (its future cancelled: a code-mode run that ended
     with its `search_tools` in flight, a client gone) gets none. Setting a cancelled future raised
     InvalidStateError, which ended the worker thread, and every later search waited for ever."""
-    try:
+    with contextlib.suppress(InvalidStateError):
         if error is not None:
             future.set_exception(error)
         else:
             future.set_result(value)
-    except InvalidStateError:
-        pass

@@ -8,6 +8,7 @@ file may be a stale one's, and another program may hold that port since."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from pathlib import Path
 
@@ -21,25 +22,22 @@ FILE_NAME = "serve.url"
 def served_url(host: str, port: int) -> str:
     """The URL a client on this machine reaches a service bound to host:port at (every address: loopback)."""
     if host in ("", "0.0.0.0"):
-        host = "127.0.0.1"
-    elif host in ("::", "[::]"):
-        host = "[::1]"
-    else:
-        try:
-            if ipaddress.ip_address(host.strip("[]")).version == 6:
-                host = f"[{host.strip('[]')}]"
-        except ValueError:
-            pass  # a name
-    return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{port}"
+    if host in ("::", "[::]"):
+        return f"http://[::1]:{port}"
+    bare = host.strip("[]")
+    try:
+        ipv6 = ipaddress.ip_address(bare).version == 6
+    except ValueError:
+        ipv6 = False  # a host name, written as it is
+    return f"http://[{bare}]:{port}" if ipv6 else f"http://{host}:{port}"
 
 
 def write_served_url(data_dir: Path, host: str, port: int) -> None:
     """Say, in the data folder, where its service listens (best effort: an unwritable folder fails the start later,
     with its own message)."""
-    try:
+    with contextlib.suppress(OSError):
         (data_dir / FILE_NAME).write_text(served_url(host, port) + "\n")
-    except OSError:
-        pass
 
 
 def remove_served_url(data_dir: Path) -> None:

@@ -109,11 +109,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_remove(args: argparse.Namespace) -> int:
     from urllib.parse import quote
 
-    from service.cli.tools import _locally, _through_service
+    from service.cli.tools import service_or_local
 
-    body = _through_service("DELETE", f"/servers/{quote(args.server, safe='')}")
-    if body is None:
-        body = _locally(lambda resources: _removed_locally(resources, args.server))
+    path = f"/servers/{quote(args.server, safe='')}"
+    body = service_or_local("DELETE", path, lambda resources: _removed_locally(resources, args.server))
     if isinstance(body, int):
         return body
     if args.json:

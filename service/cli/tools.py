@@ -30,34 +30,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     approve.set_defaults(func=cmd_approve)
 
 
-def _through_service(method: str, path: str, **options: Any) -> dict[str, Any] | int | None:
-    """The service's answer (an exit status on an error), or None when no service runs."""
+def service_or_local(method: str, path: str, local: Any, **options: Any) -> dict[str, Any] | int:
+    """The running service's answer to `method path`, or, when no service runs, `local(resources)` on the data
+    folder, which must hold a database (made empty, it said "0 tools held" of a folder that was not the service's);
+    an exit status on an error."""
     response = _service_request(Settings(), method, path, **options)
-    if response is None:
-        return None
-    body: dict[str, Any] = response.json()
-    return fail(body) if response.status_code >= 400 else body
-
-
-def _locally(fn: Any) -> dict[str, Any] | int:
-    """fn on the local data folder, which must hold a database: made empty, it said "0 tools held" of a folder
-    that was not the service's."""
+    if response is not None:
+        body: dict[str, Any] = response.json()
+        return fail(body) if response.status_code >= 400 else body
     from service.cli.database import elsewhere, missing_database  # the database layer only when no service answers
 
     missing = missing_database(Settings())
     if missing is not None:
         return fail(NotFound(elsewhere(missing)))
     try:
-        return dict(asyncio.run(_direct(fn)))
+        return dict(asyncio.run(_direct(local)))
     except ToolscoutError as exc:
         return fail(exc)
 
 
 def cmd_held(args: argparse.Namespace) -> int:
     params = {"held": "true", "limit": 1000, **({"server": args.server} if args.server else {})}
-    body = _through_service("GET", "/tools", params=params)
-    if body is None:
-        body = _locally(lambda resources: _held_locally(resources, args.server))
+    body = service_or_local("GET", "/tools", lambda resources: _held_locally(resources, args.server), params=params)
     if isinstance(body, int):
         return body
     if args.json:
@@ -82,9 +76,7 @@ async def _held_locally(resources: Any, server: str | None) -> dict[str, Any]:
 def cmd_approve(args: argparse.Namespace) -> int:
     from service.catalog.review import approve_tool
 
-    body = _through_service("POST", f"/tools/{quote(args.name, safe='')}/approve")
-    if body is None:
-        body = _locally(lambda resources: approve_tool(resources, args.name))
+    body = service_or_local("POST", f"/tools/{quote(args.name, safe='')}/approve", lambda r: approve_tool(r, args.name))
     if isinstance(body, int):
         return body
     if args.json:
