@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import httpx
 import pytest
@@ -25,6 +25,9 @@ from service.search.service import WARM_UP, start_search
 from service.settings import SearchSettings, Settings
 from service.upstream.demo import NODE_DEMO, PYTHON_DEMO, ensure_node_packages, ensure_python_packages, node_available
 from tests.upstream.upstream_support import toolchain_path
+
+if TYPE_CHECKING:
+    from tests.database_link import DatabaseLink
 
 FIXTURES = Path(__file__).parent / "fixtures"
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -110,6 +113,21 @@ def postgres_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
     with fresh_database() as url:
         yield url
+
+
+@pytest.fixture
+def linked() -> Iterator[tuple[DatabaseLink, str]]:
+    """A fresh PostgreSQL database, migrated, and its URL through a link the test can cut."""
+    from service.db.engine import upgrade_database
+    from tests.database_link import DatabaseLink
+
+    link = DatabaseLink()
+    with fresh_database() as url:
+        upgrade_database(url)
+        try:
+            yield link, link.url(url)
+        finally:
+            link.restore()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

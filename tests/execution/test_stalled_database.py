@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -31,24 +31,12 @@ from service.execution.log import ExecutionLog
 from service.main import create_app
 from service.search.log import SearchLog
 from service.supervisor import Supervisor
-from tests.conftest import fresh_database, make_settings
+from tests.conftest import make_settings
 from tests.database_link import DatabaseLink
 from tests.execution.test_execute_log import make_row
 from tests.search.test_search_log import _row
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def linked() -> Iterator[tuple[DatabaseLink, str]]:
-    """A fresh database, migrated, and its URL through a link the test can cut."""
-    link = DatabaseLink()
-    with fresh_database() as url:
-        upgrade_database(url)
-        try:
-            yield link, link.url(url)
-        finally:
-            link.restore()
 
 
 @asynccontextmanager

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -21,29 +20,17 @@ import pytest
 from sqlalchemy import func, select
 
 from indexer.embedding import HashingEmbedder
-from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
+from service.db.engine import create_engine_for, create_sessionmaker
 from service.db.models import Execution, Search, utcnow
 from service.execution.log import ExecutionLog
 from service.main import create_app
 from service.search.log import SearchLog
 from service.settings import Settings
-from tests.conftest import fresh_database, make_settings
+from tests.conftest import make_settings
 from tests.database_link import DatabaseLink
 from tests.execution.test_execute_log import make_row
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def linked() -> Iterator[tuple[DatabaseLink, str]]:
-    """A fresh database, migrated, and its URL through a link the test can cut."""
-    link = DatabaseLink()
-    with fresh_database() as url:
-        upgrade_database(url)
-        try:
-            yield link, link.url(url)
-        finally:
-            link.restore()
 
 
 async def count(url: str, table: type) -> int:
