@@ -14,7 +14,8 @@ Either way the database is tried again after a doubling wait (service/db/outage.
 
 A row the database refuses on its own is set aside in the spill file, and so is everything still pending
 when a shutdown finds the database down. The spill file (service/db/spill.py) is replayed at the next start,
-and as soon as the database is back when rows were spilled because it was down. In a shared spill folder the
+and as soon as the database is back when rows were spilled because it was down (tried after each backoff wait
+even when no call comes: the next call's batch is not waited for). In a shared spill folder the
 writer also replays, within seconds, the files of replicas that are gone (one killed during an outage of its own)."""
 
 from __future__ import annotations
@@ -177,10 +178,15 @@ class ExecutionLog:
         while True:
             if time.monotonic() >= self._retry_at and self.spill.orphans_waiting():
                 await self._replay_now()  # a replica that is gone left answered calls in the shared folder
+            if self._replay_due and not self._pending and time.monotonic() >= self._retry_at:
+                await self._replay_now()  # no call came since the outage: the database is tried with these
             if not self._pending:
                 if self._closing:
                     return
-                with anyio.move_on_after(self.spill.look_seconds):
+                wait = self.spill.look_seconds
+                if self._replay_due:
+                    wait = max(0.0, min(wait or float("inf"), self._retry_at - time.monotonic()))
+                with anyio.move_on_after(wait):
                     await self._wakeup.wait()
                 self._wakeup.clear()
                 continue
@@ -249,6 +255,7 @@ class ExecutionLog:
         except (SQLAlchemyError, OSError) as exc:
             logger.warning("execution log: replaying %s failed (%s); will try again", self.spill_path, exc)
             self._replay_due = True
+            self._retry_at = time.monotonic() + self.outage.failed()
             return
         if replayed:
             logger.info("execution log: database back, %d spilled rows written", replayed)

@@ -181,3 +181,29 @@ async def test_batched_execution_rows_go_to_the_spill_file_while_the_database_is
         tg.cancel_scope.cancel()
     await engine.dispose()
     assert await count(url, Execution) == 10_001
+
+
+async def test_calls_spilled_during_an_outage_are_written_once_it_ends_with_no_call_after(
+    tmp_path: Path, linked: tuple[DatabaseLink, str]
+) -> None:
+    """Before, only the next batch the database took brought the spilled rows: a replica that answered calls during
+    an outage and none after (the balancer had sent its traffic elsewhere) kept them on disk, out of the log, the
+    statistics and the usage signal until its next start, and did not write them at its shutdown either."""
+    link, url = linked
+    engine = create_engine_for(url, timeout_seconds=1.0)
+    log = ExecutionLog(create_sessionmaker(engine), tmp_path / "spill.jsonl", "commit", 1.0)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(log.run)
+        link.refuse()
+        for _ in range(20):
+            waiter = log.record(make_row())
+            assert waiter is not None
+            await waiter  # answered: durable in the spill file
+        assert log.spilled == 20 and log.written == 0
+        link.restore()
+        await wait_for(lambda: log.written == 20, 20)  # no call needed: the writer tries the database again
+        assert not log.spill.has_own_rows()
+        await log.close()
+        tg.cancel_scope.cancel()
+    await engine.dispose()
+    assert await count(url, Execution) == 20
