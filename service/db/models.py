@@ -122,6 +122,8 @@ class Search(Base):
             sqlite_where=text("counted_at IS NULL"),
             postgresql_where=text("counted_at IS NULL"),
         ),
+        # 0014: the usage signal reads the searches counted since its mark (usage/signal.py).
+        Index("ix_searches_counted", "counted_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -157,6 +159,8 @@ class Execution(Base):
             sqlite_where=text("counted_at IS NULL"),
             postgresql_where=text("counted_at IS NULL"),
         ),
+        # 0014: the usage signal reads the calls counted since its mark, in counted_at order (usage/signal.py).
+        Index("ix_executions_counted", "counted_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)

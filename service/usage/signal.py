@@ -18,12 +18,18 @@ LLM-written and real requests for one tool come in several phrasings, and a cent
 `toolscout bench learning --signal usage`). A scope never reads another scope's evidence, and inside a scope each
 query keeps its caller: the searcher's own past is read as above, each other caller's latest QUERIES_PER_OTHER_CALLER
 with at most `usage_evidence_per_caller` of evidence, in a softmax of their own whose energies are weighted by that
-evidence (one caller adds at most usage_weight * evidence(0.1) = 0.14 and cannot dilute the searcher's own past)."""
+evidence (one caller adds at most usage_weight * evidence(0.1) = 0.14 and cannot dilute the searcher's own past).
+
+A call and its search are two rows of two logs, which may reach the database in either order and late (another
+replica's writer, a spill file replayed after an outage): a pair is read once both are counted by the statistics
+(usage/stats.py sets `counted_at` whenever a row arrives), by whichever of the two was counted last. So every
+replica, running or started later, learns the same calls, each once, in the time order of the calls."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import insort
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +37,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import InstrumentedAttribute
 
 from indexer.intents import split_intents, whole_from_parts, whole_from_parts_applies
 from indexer.query_text import normalize_query, read_request, without_quoted
@@ -46,6 +53,9 @@ EMBED_CACHE_SIZE = 50_000  # query texts kept embedded (a few MB at 384 floats)
 # Of each other caller, a tool's usage signal reads the latest queries only (with learning.usage_evidence_per_caller
 # of evidence at most): a flood of one request by one caller is two near neighbours, not 32.
 QUERIES_PER_OTHER_CALLER = 2
+# A pair is read when its second row is counted (`counted_at`, stamped before the consumer's transaction commits, by
+# whichever replica's clock): each reading goes back this far past its mark, and the ids read meanwhile are skipped.
+OVERLAP_SECONDS = 30.0
 
 
 def scope_key(roles: Iterable[str]) -> str:
@@ -71,13 +81,13 @@ class ToolUsage:
     capped: dict[str, float] = field(default_factory=dict)  # per caller, the evidence other callers read of it
 
     def keep(self, query: str, at: datetime, caller: str, bound: int) -> None:
-        """Keep a query; when full, the oldest one of a caller holding the most goes (one caller's flood of a tool
-        pushes out its own past, not its colleagues')."""
-        if len(self.queries) >= bound:
+        """Keep a query in time order (one read late lands among its peers); past the bound, the oldest one of a
+        caller holding the most goes (one caller's flood of a tool pushes out its own past, not its colleagues')."""
+        insort(self.queries, (query, at, caller), key=lambda kept: kept[1])
+        if len(self.queries) > bound:
             held = Counter(c for _, _, c in self.queries)
             most = max(held.values())
             del self.queries[next(i for i, (_, _, c) in enumerate(self.queries) if held[c] == most)]
-        self.queries.append((query, at, caller))
 
     def weigh(self, weights: np.ndarray, s: LearningSettings) -> None:
         """Set the decayed weights and what other callers read of each caller."""
@@ -100,7 +110,8 @@ class UsageVectors:
     tools: dict[tuple[str, str], ToolUsage] = field(default_factory=dict)
     by_scope: dict[str, dict[str, ToolUsage]] = field(default_factory=dict)
     cache: dict[str, np.ndarray] = field(default_factory=dict)  # query text -> unit embedding
-    mark: tuple[datetime, str] | None = None  # the last execution read (finished_at, id)
+    marks: dict[str, datetime] = field(default_factory=dict)  # per log completing pairs, the latest counted_at read
+    seen: dict[str, datetime] = field(default_factory=dict)  # the executions read within the overlap (id -> counted_at)
     added: dict[str, int] = field(default_factory=dict)  # per scope, the evidence read so far (the maps retrain on it)
     maps: dict[str, ScopeMaps] = field(default_factory=dict)  # per scope, its query maps (usage/adapter_training.py)
     maps_checked: dict[str, int] = field(default_factory=dict)  # per scope, the evidence count its maps were due at
@@ -187,34 +198,82 @@ async def _embedded(resources: Resources, state: UsageVectors, texts: set[str]) 
             state.cache[text] = _unit(np.asarray(vector, dtype=np.float32))
 
 
-async def _read_evidence(resources: Resources, state: UsageVectors, batch: int) -> set[tuple[str, str]]:
-    """Fold the successful, searched executions after the mark into the bounded sets; the keys touched."""
+CountedAt = InstrumentedAttribute[datetime | None]
+
+
+def _completing(pair_by: str) -> tuple[CountedAt, CountedAt]:
+    """Of a pair (a successful call and the search it came from), the row whose counting completes it, and the other."""
+    return (
+        (Execution.counted_at, Search.counted_at)
+        if pair_by == "executions"
+        else (Search.counted_at, Execution.counted_at)
+    )
+
+
+async def _read_completed(resources: Resources, state: UsageVectors, pair_by: str, batch: int) -> set[tuple[str, str]]:
+    """Fold the pairs completed (both rows counted) by the counting of `pair_by`'s rows since this log's mark, less
+    the overlap; the keys touched. A call counted with or after its search completes its pair; a search counted
+    after its call (written late, as a replica cut off from the database writes it) completes it: each pair is in one
+    of the two readings, read when its second row is counted, whatever the rows' own times."""
     settings = resources.settings.learning
+    completed_at, other_at = _completing(pair_by)
+    mark = state.marks.get(pair_by)
+    since = mark - timedelta(seconds=OVERLAP_SECONDS) if mark is not None else None
     touched: set[tuple[str, str]] = set()
-    horizon = utcnow() - timedelta(seconds=settings.refresh_lag_seconds)  # the log is written in batches
+    page: tuple[datetime, str] | None = None
     while True:
         statement = (
-            select(Execution.id, Execution.finished_at, Execution.tool, Search.query, Search.scope, Search.caller)
+            select(
+                Execution.id,
+                completed_at,
+                Execution.finished_at,
+                Execution.tool,
+                Search.query,
+                Search.scope,
+                Search.caller,
+            )
             # The searcher's own calls only: a caller naming another's search id (its own roles, its own
             # permissions) must not teach that search's scope.
             .join(Search, and_(Search.id == Execution.search_id, Search.caller == Execution.caller))
-            .where(Execution.status == "ok", Execution.finished_at <= horizon, Search.scope.is_not(None))
-            .order_by(Execution.finished_at, Execution.id)
+            .where(Execution.status == "ok", Search.scope.is_not(None), completed_at.is_not(None))
+            .where(other_at <= completed_at if pair_by == "executions" else other_at < completed_at)
+            .order_by(completed_at, Execution.id)
             .limit(batch)
         )
-        if state.mark is not None:
-            at, last = state.mark
+        if page is not None:
             statement = statement.where(
-                or_(Execution.finished_at > at, and_(Execution.finished_at == at, Execution.id > last))
+                or_(completed_at > page[0], and_(completed_at == page[0], Execution.id > page[1]))
             )
+        elif since is not None:
+            statement = statement.where(completed_at > since)
         async with resources.session() as session:
             rows = (await session.execute(statement)).all()
-        for execution_id, finished_at, tool, query, scope, caller in rows:
+        for execution_id, counted_at, finished_at, tool, query, scope, caller in rows:
+            page = (counted_at, execution_id)
+            counted_at = as_utc(counted_at)
+            if mark is None or counted_at > mark:
+                mark = counted_at
+            if execution_id in state.seen:
+                continue
+            state.seen[execution_id] = counted_at
             state.add(scope, tool, caller, query, as_utc(finished_at), settings.usage_max_queries)
             touched.add((scope, tool))
-            state.mark = (finished_at, execution_id)
         if len(rows) < batch:
+            if mark is not None:
+                state.marks[pair_by] = mark
             return touched
+
+
+async def _read_evidence(resources: Resources, state: UsageVectors, batch: int) -> set[tuple[str, str]]:
+    """Fold the pairs completed since the last reading into the bounded sets; the keys touched."""
+    touched: set[tuple[str, str]] = set()
+    for pair_by in ("executions", "searches"):
+        touched |= await _read_completed(resources, state, pair_by, batch)
+    if state.marks:
+        # An id read before the overlap of both readings is never read again: forget it.
+        oldest = min(state.marks.values()) - timedelta(seconds=OVERLAP_SECONDS)
+        state.seen = {i: at for i, at in state.seen.items() if at >= oldest}
+    return touched
 
 
 async def refresh_usage(resources: Resources, state: UsageVectors) -> int:
