@@ -81,8 +81,9 @@ class ClusterBus:
         self._on_connect.append(handler)
 
     def mark_down(self, exc: BaseException) -> None:
-        """Any Redis failure seen by a user of the connection (the rate limiter) counts as Redis down."""
-        if self.healthy:
+        """Any Redis failure seen by a user of the connection (the rate limiter) counts as Redis down: said once,
+        when Redis was up or at the first attempt (a replica started while Redis is down says so too)."""
+        if self.healthy or self.last_error is None:
             logger.warning("Redis is unreachable or takes no writes (%s): degraded to local limits and polling", exc)
         self.healthy = False
         self.last_error = f"{exc.__class__.__name__}: {exc}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import subprocess
 import time
@@ -94,6 +95,20 @@ async def test_readyz_says_degraded_while_redis_is_down(tmp_path: Path) -> None:
     assert body["checks"]["background"] == "ok"
     assert {body["background"][name]["state"] for name in ("cluster-bus", "catalog-follower")} == {"running"}
     assert codes == [200, 200, 429]  # the local bucket holds the limit meanwhile
+
+
+async def test_a_replica_started_without_redis_says_so_once_in_its_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, the warning was said only when a Redis seen up went down: a replica started while Redis was down
+    logged nothing about it (only /readyz said `degraded`) until Redis came and went again."""
+    caplog.set_level(logging.WARNING, logger="service.cluster.bus")
+    async with limited_app(tmp_path, NO_REDIS) as client:
+        await asyncio.sleep(1.0)  # the bus tries again meanwhile (after 0.2 and 0.4 s)
+        assert (await client.get("/readyz")).json()["status"] == "degraded"
+    said = [r.getMessage() for r in caplog.records if r.name == "service.cluster.bus"]
+    assert len(said) == 1, said
+    assert said[0].startswith("Redis is unreachable or takes no writes (") and "degraded to local limits" in said[0]
 
 
 @pytest.mark.postgres
