@@ -111,7 +111,8 @@ class UsageVectors:
     by_scope: dict[str, dict[str, ToolUsage]] = field(default_factory=dict)
     cache: dict[str, np.ndarray] = field(default_factory=dict)  # query text -> unit embedding
     marks: dict[str, datetime] = field(default_factory=dict)  # per log completing pairs, the latest counted_at read
-    seen: dict[str, datetime] = field(default_factory=dict)  # the executions read within the overlap (id -> counted_at)
+    # Per log completing pairs, the executions read within its overlap (id -> counted_at).
+    seen: dict[str, dict[str, datetime]] = field(default_factory=dict)
     added: dict[str, int] = field(default_factory=dict)  # per scope, the evidence read so far (the maps retrain on it)
     maps: dict[str, ScopeMaps] = field(default_factory=dict)  # per scope, its query maps (usage/adapter_training.py)
     maps_checked: dict[str, int] = field(default_factory=dict)  # per scope, the evidence count its maps were due at
@@ -219,6 +220,7 @@ async def _read_completed(resources: Resources, state: UsageVectors, pair_by: st
     completed_at, other_at = _completing(pair_by)
     mark = state.marks.get(pair_by)
     since = mark - timedelta(seconds=OVERLAP_SECONDS) if mark is not None else None
+    seen = state.seen.setdefault(pair_by, {})
     touched: set[tuple[str, str]] = set()
     page: tuple[datetime, str] | None = None
     while True:
@@ -253,14 +255,17 @@ async def _read_completed(resources: Resources, state: UsageVectors, pair_by: st
             counted_at = as_utc(counted_at)
             if mark is None or counted_at > mark:
                 mark = counted_at
-            if execution_id in state.seen:
+            if execution_id in seen:
                 continue
-            state.seen[execution_id] = counted_at
+            seen[execution_id] = counted_at
             state.add(scope, tool, caller, query, as_utc(finished_at), settings.usage_max_queries)
             touched.add((scope, tool))
+        if mark is not None:
+            state.marks[pair_by] = mark
+            # An id counted before the overlap is never read again (pages and readings go forward): forget it.
+            oldest = mark - timedelta(seconds=OVERLAP_SECONDS)
+            seen = state.seen[pair_by] = {i: at for i, at in seen.items() if at >= oldest}
         if len(rows) < batch:
-            if mark is not None:
-                state.marks[pair_by] = mark
             return touched
 
 
@@ -269,10 +274,6 @@ async def _read_evidence(resources: Resources, state: UsageVectors, batch: int) 
     touched: set[tuple[str, str]] = set()
     for pair_by in ("executions", "searches"):
         touched |= await _read_completed(resources, state, pair_by, batch)
-    if state.marks:
-        # An id read before the overlap of both readings is never read again: forget it.
-        oldest = min(state.marks.values()) - timedelta(seconds=OVERLAP_SECONDS)
-        state.seen = {i: at for i, at in state.seen.items() if at >= oldest}
     return touched
 
 
