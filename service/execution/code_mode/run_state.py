@@ -20,7 +20,7 @@ NO_RETURN = (
 # What a script has of its own: a name of the MCP front end's meta-tools, or a tool written bare, was only the
 # engine's "call_tool is not defined", though run_script's own description says `tools.<name>`.
 SCRIPT_GLOBALS = ("tools", "search_tools", "console")
-_CALL_A_TOOL = "in a script a tool is called as `await tools.NAME(arguments)` (or `tools[\"NAME\"](arguments)`)"
+_CALL_A_TOOL = 'in a script a tool is called as `await tools.NAME(arguments)` (or `tools["NAME"](arguments)`)'
 _FRONT_END_NAMES = {
     "call_tool": f"{_CALL_A_TOOL}; call_tool is the MCP front end's meta-tool",
     "fetch_result": (
