@@ -54,6 +54,28 @@ async def test_a_body_field_the_route_does_not_define_names_its_fields_and_the_n
     assert reason.endswith("; did you mean arguments?)")
 
 
+async def test_another_apis_name_for_a_field_is_pointed_at_ours(client: httpx.AsyncClient) -> None:
+    """Anthropic's tool_use block holds `input`, other gateways `tool` or `top_k`: far from our names in spelling,
+    they were told the route's fields with no nearest."""
+    said = {
+        ("/execute", '{"name": "time__get_current_time", "input": {}}'): (
+            "/body/input",
+            "name, arguments, search_id, approval_id; did you mean arguments?",
+        ),
+        ("/execute", '{"name": "x", "tool": "time__get_current_time"}'): (
+            "/body/tool",
+            "name, arguments, search_id, approval_id; did you mean name?",
+        ),
+        ("/search", '{"query": "time", "top_k": 3}'): ("/body/top_k", "query, k, servers, tags, explain; did you mean k?"),
+        ("/search", '{"query": "time", "unrelated": 3}'): ("/body/unrelated", "query, k, servers, tags, explain"),
+    }
+    for (route, body), (pointer, fields) in said.items():
+        response = await client.post(route, content=body, headers={"content-type": "application/json"})
+        assert response.status_code == 422, body
+        extra = [e for e in response.json()["errors"] if e["pointer"] == pointer]
+        assert extra == [{"pointer": pointer, "reason": f"Extra inputs are not permitted (its fields: {fields})"}]
+
+
 async def test_the_root_sends_a_browser_to_the_console_and_tells_a_client_where_to_look(
     client: httpx.AsyncClient,
 ) -> None:

@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from service.errors import InvalidArguments
 from service.security.json_body import strict_json
-
-# Other gateways' and APIs' names for a meta-tool's arguments: Anthropic's tool_use block holds `input`, others
-# `args` or `parameters`. Ignored, `{"name": ..., "input": {...}}` ran the tool without its arguments and the
-# answer spoke only of the tool's missing fields.
-_ALIASES = {
-    "arguments": ("input", "args", "parameters", "params", "tool_input", "tool_args", "kwargs"),
-    "name": ("tool", "tool_name", "toolName", "function"),
-    "query": ("q", "task", "text", "request", "prompt"),
-    "k": ("limit", "top_k", "topK", "n", "max_results"),
-}
+from service.security.route_errors import nearest_field
 
 
-def known_arguments(arguments: Mapping[str, Any], tool: str, names: Sequence[str]) -> None:
+def known_arguments(arguments: Mapping[str, Any], tool: str, names: tuple[str, ...]) -> None:
     """Refuse an argument the meta-tool `tool` does not take, naming the ones it does and the nearest."""
     unknown = [str(key) for key in arguments if key not in names]
     if not unknown:
         return
     errors = []
     for key in unknown[:5]:
-        close = [name for name in names if key in _ALIASES.get(name, ())]
-        close = close or difflib.get_close_matches(key, names, n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        close = nearest_field(key, names)
+        hint = f"; did you mean {close}?" if close else ""
         reason = f"not an argument of {tool} (its arguments: {', '.join(names)}{hint})"
         errors.append({"pointer": f"/{key[:64]}", "reason": reason})
     said = "; ".join(f"`{e['pointer'][1:]}` is {e['reason']}" for e in errors)

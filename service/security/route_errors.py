@@ -14,6 +14,22 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 DOCS_UI_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc")
+# Other APIs' names for a field of ours, that spelling alone does not bring near: Anthropic's tool_use block holds
+# `input`, other gateways `args` or `parameters`; `limit` or `top_k` for k. (/execute's `input` was named with the
+# route's fields but no nearest; the MCP front end's call_tool ran the tool without its arguments.)
+FIELD_ALIASES = {
+    "arguments": ("input", "args", "parameters", "params", "tool_input", "tool_args", "kwargs"),
+    "name": ("tool", "tool_name", "toolName", "function"),
+    "query": ("q", "task", "text", "request", "prompt"),
+    "k": ("limit", "top_k", "topK", "n", "max_results"),
+}
+
+
+def nearest_field(key: str, names: list[str] | tuple[str, ...]) -> str | None:
+    """The field of `names` that `key` meant: one it is another API's name for, else the closest spelling."""
+    aliased = [name for name in names if key in FIELD_ALIASES.get(name, ())]
+    close = aliased or difflib.get_close_matches(key, names, n=1)
+    return close[0] if close else None
 
 
 def http_detail(method: str, path: str, exc: HTTPException) -> str:
@@ -42,8 +58,8 @@ def extra_field_reason(route: object, loc: tuple[int | str, ...], reason: str) -
     if model is None:
         return reason
     names = [field.alias or name for name, field in model.model_fields.items()]
-    close = difflib.get_close_matches(str(loc[-1]), names, n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
+    close = nearest_field(str(loc[-1]), names)
+    hint = f"; did you mean {close}?" if close else ""
     return f"{reason} (its fields: {', '.join(names)}{hint})"
 
 
