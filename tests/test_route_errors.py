@@ -15,10 +15,26 @@ async def test_a_get_of_a_post_route_names_the_method_it_takes(client: httpx.Asy
     assert body["detail"] == "GET is not a method of /search: it takes POST"
 
 
-async def test_an_unknown_route_points_to_the_openapi_document(client: httpx.AsyncClient) -> None:
-    response = await client.post("/serch", json={"query": "time"})
-    assert response.status_code == 404
-    assert response.json()["detail"] == "Nothing at /serch: the API's routes are in /openapi.json"
+async def test_an_unknown_route_points_to_the_openapi_document_and_the_nearest_route(
+    client: httpx.AsyncClient,
+) -> None:
+    """The CLI's `analytics unanswered` and `never-found` are /analytics/searches/unanswered and
+    /analytics/tools/never-found: a user who guessed the path from the command got only "Nothing at"."""
+    said = {
+        "/serch": "Nothing at /serch (did you mean /search?): the API's routes are in /openapi.json",
+        "/analytics/unanswered": (
+            "Nothing at /analytics/unanswered (did you mean /analytics/searches/unanswered?): the API's routes are in "
+            "/openapi.json"
+        ),
+        "/analytics/never-found": (
+            "Nothing at /analytics/never-found (did you mean /analytics/tools/never-found?): the API's routes are in "
+            "/openapi.json"
+        ),
+        "/nothing/like/any/route": "Nothing at /nothing/like/any/route: the API's routes are in /openapi.json",
+    }
+    for path, detail in said.items():
+        response = await client.post(path, json={"query": "time"}) if path == "/serch" else await client.get(path)
+        assert (response.status_code, response.json()["detail"]) == (404, detail)
 
 
 async def test_the_docs_ui_while_off_says_which_setting_serves_it(client: httpx.AsyncClient) -> None:

@@ -7,9 +7,11 @@ A newcomer's `curl http://127.0.0.1:8765/search` (a GET) was told "Method Not Al
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
+from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
@@ -32,15 +34,24 @@ def nearest_field(key: str, names: list[str] | tuple[str, ...]) -> str | None:
     return close[0] if close else None
 
 
-def http_detail(method: str, path: str, exc: HTTPException) -> str:
-    """The problem's detail for a router's 404 or 405 (`path` as echoed); another HTTP error's own detail."""
+def api_paths(app: FastAPI) -> list[str]:
+    """The paths /openapi.json lists (the document is built once, then cached on the app)."""
+    return list(app.openapi().get("paths", {}))
+
+
+def http_detail(method: str, path: str, exc: HTTPException, routes: Iterable[str] = ()) -> str:
+    """The problem's detail for a router's 404 (with the nearest of the API's `routes`, as /openapi.json lists them)
+    or 405 (`path` as echoed); another HTTP error's own detail."""
     if exc.status_code == 404 and exc.detail == "Not Found":
         if path in DOCS_UI_PATHS:
             return (
                 "Swagger UI (/docs) and ReDoc (/redoc) are off: TOOLSCOUT_DOCS_UI=true serves them (their scripts come "
                 "from a CDN); the OpenAPI document is at /openapi.json"
             )
-        return f"Nothing at {path}: the API's routes are in /openapi.json"
+        # `/analytics/unanswered`, as the CLI names it, is /analytics/searches/unanswered: only "Nothing at".
+        near = difflib.get_close_matches(path, [r for r in routes if "{" not in r], n=1, cutoff=0.75)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        return f"Nothing at {path}{hint}: the API's routes are in /openapi.json"
     if exc.status_code == 405 and exc.detail == "Method Not Allowed":
         allowed = (exc.headers or {}).get("Allow")
         return f"{method[:16]} is not a method of {path}" + (f": it takes {allowed}" if allowed else "")
