@@ -358,7 +358,8 @@ class Frontend:
         await self.sessions.save(state)
         if activated:
             await self.notifier.tools_changed(session, origin=self._origin(ctx))
-        return _text(render.search_text(results, self.mode))
+        notes = [str(w.get("reason")) for w in body.get("warnings") or [] if server and "/servers/" in str(w)]
+        return _text(render.search_text(results, self.mode, notes))
 
     async def _call(
         self,
