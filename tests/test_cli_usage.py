@@ -319,4 +319,4 @@ def test_the_summary_of_servers_names_each_of_its_commands(capsys: pytest.Captur
     with pytest.raises(SystemExit):
         main(["--help"])
     said = " ".join(capsys.readouterr().out.split())
-    assert "servers install, list or remove the upstream MCP servers" in said
+    assert "servers install the demo servers, list the upstream MCP servers or remove one" in said

@@ -358,7 +358,8 @@ class Frontend:
         await self.sessions.save(state)
         if activated:
             await self.notifier.tools_changed(session, origin=self._origin(ctx))
-        notes = [str(w.get("reason")) for w in body.get("warnings") or [] if server and "/servers/" in str(w)]
+        warned = [w for w in body.get("warnings") or [] if str(w.get("pointer")).startswith("/body/servers/")]
+        notes = [str(w.get("reason")) for w in warned] if server else []
         return _text(render.search_text(results, self.mode, notes))
 
     async def _call(
