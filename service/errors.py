@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from indexer.json_pointer import pointer_token
 from service.observability.tracing import current_ids
-from service.security.route_errors import extra_field_reason, http_detail
+from service.security.route_errors import api_paths, extra_field_reason, http_detail
 
 logger = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ def install_error_handlers(app: FastAPI) -> None:
             reason = unreadable_body(exc.__cause__)
             error = InvalidRequest(f"Invalid request: /body: {reason}", errors=[{"pointer": "/body", "reason": reason}])
             return problem_response(error, request)
-        error = ToolscoutError(http_detail(request.method, echoed_path(request.url.path), exc))
+        error = ToolscoutError(http_detail(request.method, echoed_path(request.url.path), exc, api_paths(request.app)))
         error.status = exc.status_code
         error.slug = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}.get(
             exc.status_code, "http-error"

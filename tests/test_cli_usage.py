@@ -312,3 +312,11 @@ def test_a_key_of_a_role_the_permissions_file_does_not_have_is_noted(
         [],
         [],
     ]
+
+
+def test_the_summary_of_servers_names_each_of_its_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """`toolscout --help` said "install or list the upstream MCP servers" of a command that also removes one."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "servers install the demo servers, list the upstream MCP servers or remove one" in said

@@ -15,10 +15,26 @@ async def test_a_get_of_a_post_route_names_the_method_it_takes(client: httpx.Asy
     assert body["detail"] == "GET is not a method of /search: it takes POST"
 
 
-async def test_an_unknown_route_points_to_the_openapi_document(client: httpx.AsyncClient) -> None:
-    response = await client.post("/serch", json={"query": "time"})
-    assert response.status_code == 404
-    assert response.json()["detail"] == "Nothing at /serch: the API's routes are in /openapi.json"
+async def test_an_unknown_route_points_to_the_openapi_document_and_the_nearest_route(
+    client: httpx.AsyncClient,
+) -> None:
+    """The CLI's `analytics unanswered` and `never-found` are /analytics/searches/unanswered and
+    /analytics/tools/never-found: a user who guessed the path from the command got only "Nothing at"."""
+    said = {
+        "/serch": "Nothing at /serch (did you mean /search?): the API's routes are in /openapi.json",
+        "/analytics/unanswered": (
+            "Nothing at /analytics/unanswered (did you mean /analytics/searches/unanswered?): the API's routes are in "
+            "/openapi.json"
+        ),
+        "/analytics/never-found": (
+            "Nothing at /analytics/never-found (did you mean /analytics/tools/never-found?): the API's routes are in "
+            "/openapi.json"
+        ),
+        "/nothing/like/any/route": "Nothing at /nothing/like/any/route: the API's routes are in /openapi.json",
+    }
+    for path, detail in said.items():
+        response = await client.post(path, json={"query": "time"}) if path == "/serch" else await client.get(path)
+        assert (response.status_code, response.json()["detail"]) == (404, detail)
 
 
 async def test_the_docs_ui_while_off_says_which_setting_serves_it(client: httpx.AsyncClient) -> None:
@@ -52,6 +68,28 @@ async def test_a_body_field_the_route_does_not_define_names_its_fields_and_the_n
     assert response.json()["errors"][0]["pointer"] == "/body/calls/0/argumentz"
     assert reason.startswith("Extra inputs are not permitted (its fields: name, arguments,")
     assert reason.endswith("; did you mean arguments?)")
+
+
+async def test_another_apis_name_for_a_field_is_pointed_at_ours(client: httpx.AsyncClient) -> None:
+    """Anthropic's tool_use block holds `input`, other gateways `tool` or `top_k`: far from our names in spelling,
+    they were told the route's fields with no nearest."""
+    said = {
+        ("/execute", '{"name": "time__get_current_time", "input": {}}'): (
+            "/body/input",
+            "name, arguments, search_id, approval_id; did you mean arguments?",
+        ),
+        ("/execute", '{"name": "x", "tool": "time__get_current_time"}'): (
+            "/body/tool",
+            "name, arguments, search_id, approval_id; did you mean name?",
+        ),
+        ("/search", '{"query": "time", "top_k": 3}'): ("/body/top_k", "query, k, servers, tags, explain; did you mean k?"),
+        ("/search", '{"query": "time", "unrelated": 3}'): ("/body/unrelated", "query, k, servers, tags, explain"),
+    }
+    for (route, body), (pointer, fields) in said.items():
+        response = await client.post(route, content=body, headers={"content-type": "application/json"})
+        assert response.status_code == 422, body
+        extra = [e for e in response.json()["errors"] if e["pointer"] == pointer]
+        assert extra == [{"pointer": pointer, "reason": f"Extra inputs are not permitted (its fields: {fields})"}]
 
 
 async def test_the_root_sends_a_browser_to_the_console_and_tells_a_client_where_to_look(

@@ -317,6 +317,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def _print_results(body: dict[str, Any], servers: list[str] | None) -> None:
     print(f"{counted(len(body['results']), 'tool')} in {body['latency_ms']:.1f} ms")
+    for warning in body.get("warnings") or []:  # a server no tool has, with the nearest one
+        print(f"--server: {printable(warning['reason'])}", file=sys.stderr)
     if not body["results"] and servers:
         # A filter that leaves nothing is not an empty catalog (`toolscout servers list` shows the ids).
         names = ", ".join(printable(server) for server in servers)
@@ -354,7 +356,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             return fail({"detail": tried + elsewhere(missing)})
         from service.policy.callers import OPEN_CALLER
         from service.search.routes import search_json
-        from service.search.service import search_tools
+        from service.search.service import filter_warnings, search_tools
 
         k = settings.search.default_k if args.k is None else args.k
 
@@ -363,7 +365,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                 resources, OPEN_CALLER, args.query, k=k, servers=args.server, explain=args.explain
             )
             # The answer POST /search gives, `parts` of a split request with --explain included.
-            return json.loads(search_json(search_id, args.query, k, outcome, args.explain))
+            warnings = filter_warnings(resources, OPEN_CALLER, args.server, None)
+            return json.loads(search_json(search_id, args.query, k, outcome, args.explain, warnings))
 
         try:
             body = asyncio.run(_direct(run))

@@ -19,7 +19,7 @@ from service.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    servers = subparsers.add_parser("servers", help="install or list the upstream MCP servers")
+    servers = subparsers.add_parser("servers", help="install the demo servers, list the upstream MCP servers or remove one")
     commands = servers.add_subparsers(dest="servers_command", required=True)
     install = commands.add_parser(
         "install",

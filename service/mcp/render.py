@@ -278,12 +278,11 @@ def search_entry(result: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def search_text(results: Sequence[Mapping[str, Any]], mode: Mode) -> str:
-    """The text of a search_tools (or help_<server>) result."""
+def search_text(results: Sequence[Mapping[str, Any]], mode: Mode, notes: Sequence[str] = ()) -> str:
+    """The text of a search_tools (or help_<server>) result; `notes`, what the API said of its `server`."""
     if not results:
-        return compact(
-            {"tools": [], "hint": "No tool matched; rephrase the task or check status for servers."}
-        )
+        said = f"No tool matched: {'; '.join(notes)}" if notes else "No tool matched; rephrase the task or check status"
+        return compact({"tools": [], "hint": f"{said} (status lists the servers)."})
     if mode == "dynamic":
         hint = (
             "These tools are now in your tool list: call them directly, or with call_tool(name, arguments)."

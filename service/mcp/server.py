@@ -34,7 +34,7 @@ from indexer.tools import normalize_server_id
 from service.errors import PermissionDenied, ToolscoutError
 from service.mcp import MODES, Mode, render
 from service.mcp.api import ApiError, ToolscoutApi
-from service.mcp.arguments import integer_argument, object_argument, run_arguments, string_argument
+from service.mcp.arguments import call_arguments, fetch_arguments, help_query, run_arguments, search_arguments
 from service.mcp.catalog import CatalogView
 from service.mcp.notify import Notifier
 from service.mcp.profiles import Profile
@@ -303,25 +303,18 @@ class Frontend:
         if name == STATUS:
             return await self._status(ctx)
         if name == SEARCH:
-            query = string_argument(arguments, "query", required=True)
-            k = integer_argument(arguments, "k", 1, self.settings.search.max_k)
-            return await self._search(ctx, str(query), k, string_argument(arguments, "server", required=False))
+            query, k, server = search_arguments(arguments, self.settings.search.max_k)
+            return await self._search(ctx, query, k, server)
         if name == CALL:
-            target = string_argument(arguments, "name", required=True)
-            inner = object_argument(arguments, "arguments")
-            approval_id = string_argument(arguments, "approval_id", required=False)
-            return await self._call(ctx, str(target), inner or {}, approval_id)
+            return await self._call(ctx, *call_arguments(arguments))
         if name == RUN and self.run_script:
             return render.run_result(await self.api.run(*run_arguments(arguments)))
         if name == FETCH:
-            result_id = string_argument(arguments, "result_id", required=True)
-            body = await self.api.fetch_result(str(result_id), integer_argument(arguments, "offset", 0))
-            return _text(render.fetch_result_text(body))
+            return _text(render.fetch_result_text(await self.api.fetch_result(*fetch_arguments(arguments))))
         if self.mode == "grouped" and name.startswith(HELP_PREFIX):
             server = await self._help_server(name)
             if server is not None:
-                query = string_argument(arguments, "query", required=True)
-                return await self._search(ctx, str(query), None, server)
+                return await self._search(ctx, help_query(arguments, name), None, server)
         return await self._call(ctx, name, arguments)
 
     async def _help_server(self, name: str) -> str | None:
@@ -365,7 +358,9 @@ class Frontend:
         await self.sessions.save(state)
         if activated:
             await self.notifier.tools_changed(session, origin=self._origin(ctx))
-        return _text(render.search_text(results, self.mode))
+        warned = [w for w in body.get("warnings") or [] if str(w.get("pointer")).startswith("/body/servers/")]
+        notes = [str(w.get("reason")) for w in warned] if server else []
+        return _text(render.search_text(results, self.mode, notes))
 
     async def _call(
         self,

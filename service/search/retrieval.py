@@ -85,15 +85,15 @@ class NameDirectory:
         self._close = CloseNameIndex()
         self.verbs: dict[str, str] = {}  # qualified name -> the stemmed verb its name leads with
         self._version = 0  # changes with every entry
-        self._labels: dict[frozenset[str], tuple[int, frozenset[str], frozenset[str]]] = {}
+        self._labels: dict[frozenset[str] | None, tuple[int, frozenset[str], frozenset[str]]] = {}
 
-    def labels(self, names: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
-        """The servers and the tags of these tools (a caller's allowed set: the policy hands out one object until
-        the catalog or the permissions change, so each is gathered once per change of either: 8 ms for 10k tools,
-        ~0.1 s for 100k, as the index's own scope of the set costs)."""
+    def labels(self, names: frozenset[str] | None) -> tuple[frozenset[str], frozenset[str]]:
+        """The servers and the tags of these tools, or of every tool (a caller's allowed set: the policy hands out one
+        object until the catalog or the permissions change, so each is gathered once per change of either: 8 ms for
+        10k tools, ~0.1 s for 100k, as the index's own scope of the set costs)."""
         kept = self._labels.get(names)
         if kept is None or kept[0] != self._version:
-            entries = [entry for entry in map(self._entries.get, names) if entry is not None]
+            entries = [e for e in (self._entries.values() if names is None else map(self._entries.get, names)) if e]
             servers = frozenset(map(attrgetter("server"), entries))
             tags = frozenset(chain.from_iterable(map(attrgetter("tags"), entries)))
             if len(self._labels) >= 16:

@@ -12,7 +12,7 @@ from pydantic_core import to_jsonable_python
 
 from service.deps import CallerDep, ResourcesDep
 from service.search.retrieval import SearchOutcome
-from service.search.service import log_search, result_view, search_tools
+from service.search.service import filter_warnings, log_search, result_view, search_tools
 from service.security.json_body import StrictJsonBodyRoute
 from service.security.request_body import RequestBody, Text
 
@@ -73,9 +73,16 @@ class SearchResponse(BaseModel):
     results: list[SearchResult]
     latency_ms: float
     parts: list[str] | None = Field(default=None, description="With explain: the parts of a multi-intent request")
+    warnings: list[dict[str, str]] | None = Field(
+        default=None,
+        description="A server or tag of the request that no tool the caller may use has ({pointer, reason}, with "
+        "the nearest the caller has): the search found nothing there",
+    )
 
 
-def search_json(search_id: str, query: str, k: int, outcome: SearchOutcome, explain: bool) -> bytes:
+def search_json(
+    search_id: str, query: str, k: int, outcome: SearchOutcome, explain: bool, warnings: list[dict[str, str]]
+) -> bytes:
     """The SearchResponse of a search as JSON, written by orjson without validating it again: the shape
     `response_model_exclude_none` gave (no null field of the models; nulls inside schemas and explain stay)."""
     body: dict[str, Any] = {
@@ -89,6 +96,8 @@ def search_json(search_id: str, query: str, k: int, outcome: SearchOutcome, expl
     }
     if explain and outcome.parts is not None:
         body["parts"] = outcome.parts
+    if warnings:
+        body["warnings"] = warnings
     return orjson.dumps(body, default=to_jsonable_python, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
@@ -103,4 +112,6 @@ async def search(request: SearchRequest, resources: ResourcesDep, caller: Caller
     )
     # Queued for the batched writer before the answer leaves (it never blocks): no background task to schedule.
     await log_search(resources, search_id, caller, request.query, k, outcome)
-    return Response(search_json(search_id, request.query, k, outcome, request.explain), media_type="application/json")
+    warnings = filter_warnings(resources, caller, request.servers, request.tags)
+    body = search_json(search_id, request.query, k, outcome, request.explain, warnings)
+    return Response(body, media_type="application/json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import uuid
 from dataclasses import replace
@@ -11,6 +12,7 @@ import anyio
 
 from indexer.index.base import SearchFilter
 from indexer.query_text import normalize_query
+from indexer.tools import normalize_server_id
 from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import last_seq
 from service.cluster.state import cluster_state
@@ -125,7 +127,7 @@ async def search_tools(
         reason = "must hold words, not only invisible characters, symbols or markdown"
         raise InvalidRequest(f"query {reason}", errors=[{"pointer": body_pointer("query"), "reason": reason}])
     chosen = SearchFilter(
-        servers=_filter_values("servers", servers, settings), tags=_filter_values("tags", tags, settings)
+        servers=_filter_values("servers", server_ids(servers), settings), tags=_filter_values("tags", tags, settings)
     )
     assert resources.retriever is not None
     where = _within_view(resources.retriever.directory, permission_filter(resources, caller, chosen))
@@ -162,6 +164,52 @@ def _within_view(directory: NameDirectory, where: SearchFilter) -> SearchFilter:
         servers=tuple(dict.fromkeys(s if s in servers else NO_LABEL for s in where.servers)),
         tags=tuple(dict.fromkeys(t if t in tags else NO_LABEL for t in where.tags)),
     )
+
+
+def filter_warnings(
+    resources: Resources, caller: Caller, servers: list[str] | None, tags: list[str] | None
+) -> list[dict[str, str]]:
+    """A warning for each server or tag of a search that no tool the caller may use has, with the nearest one it has:
+    `servers: ["tiem"]` (or `"Time"`) found nothing and said nothing. Tools the caller may not use are never named."""
+    if not (servers or tags) or resources.retriever is None:
+        return []
+    allowed = permission_filter(resources, caller, SearchFilter()).allowed
+    known_servers, known_tags = resources.retriever.directory.labels(allowed)
+    warnings = []
+    # Each value as the caller wrote it, and as the catalog would hold it.
+    written = [
+        ("servers", servers or [], server_ids(servers) or [], known_servers),
+        ("tags", tags or [], tags or [], known_tags),
+    ]
+    for field, values, ids, known in written:
+        for i, (value, label) in enumerate(zip(values[:MAX_FILTER_WARNINGS], ids, strict=False)):
+            if label not in known:
+                near = nearest_label(label, known)
+                said = f"; did you mean {near}?" if near else ""
+                reason = f"no tool this key may use has {field[:-1]} {value[:64]!r}{said}"
+                warnings.append({"pointer": body_pointer(field, i), "reason": reason})
+    return warnings
+
+
+def server_ids(servers: list[str] | None) -> list[str] | None:
+    """A search's servers as the catalog stores them: `Big Data/Cloud computing` of a catalog file is registered as
+    `Big_Data_Cloud_computing`, and searching within the name as written found nothing."""
+    return [normalize_server_id(s) if s.strip() else s for s in servers] if servers else servers
+
+
+MAX_FILTER_WARNINGS = 20
+NEAREST_LABEL_POOL = 2000  # difflib over more labels than this would cost the search more than it helps
+
+
+def nearest_label(value: str, known: frozenset[str]) -> str | None:
+    """The known server or tag a filter value most likely meant: the same but for case, else the closest spelling
+    among a few thousand."""
+    if len(known) > NEAREST_LABEL_POOL:
+        return None
+    folded = value.casefold()
+    same = sorted(label for label in known if label.casefold() == folded)
+    close = same or difflib.get_close_matches(value, sorted(known), n=1)
+    return close[0] if close else None
 
 
 def _filter_values(field: str, values: list[str] | None, settings: SearchSettings) -> tuple[str, ...]:

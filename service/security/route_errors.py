@@ -7,24 +7,51 @@ A newcomer's `curl http://127.0.0.1:8765/search` (a GET) was told "Method Not Al
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
+from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 DOCS_UI_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc")
+# Other APIs' names for a field of ours, that spelling alone does not bring near: Anthropic's tool_use block holds
+# `input`, other gateways `args` or `parameters`; `limit` or `top_k` for k. (/execute's `input` was named with the
+# route's fields but no nearest; the MCP front end's call_tool ran the tool without its arguments.)
+FIELD_ALIASES = {
+    "arguments": ("input", "args", "parameters", "params", "tool_input", "tool_args", "kwargs"),
+    "name": ("tool", "tool_name", "toolName", "function"),
+    "query": ("q", "task", "text", "request", "prompt"),
+    "k": ("limit", "top_k", "topK", "n", "max_results"),
+}
 
 
-def http_detail(method: str, path: str, exc: HTTPException) -> str:
-    """The problem's detail for a router's 404 or 405 (`path` as echoed); another HTTP error's own detail."""
+def nearest_field(key: str, names: list[str] | tuple[str, ...]) -> str | None:
+    """The field of `names` that `key` meant: one it is another API's name for, else the closest spelling."""
+    aliased = [name for name in names if key in FIELD_ALIASES.get(name, ())]
+    close = aliased or difflib.get_close_matches(key, names, n=1)
+    return close[0] if close else None
+
+
+def api_paths(app: FastAPI) -> list[str]:
+    """The paths /openapi.json lists (the document is built once, then cached on the app)."""
+    return list(app.openapi().get("paths", {}))
+
+
+def http_detail(method: str, path: str, exc: HTTPException, routes: Iterable[str] = ()) -> str:
+    """The problem's detail for a router's 404 (with the nearest of the API's `routes`, as /openapi.json lists them)
+    or 405 (`path` as echoed); another HTTP error's own detail."""
     if exc.status_code == 404 and exc.detail == "Not Found":
         if path in DOCS_UI_PATHS:
             return (
                 "Swagger UI (/docs) and ReDoc (/redoc) are off: TOOLSCOUT_DOCS_UI=true serves them (their scripts come "
                 "from a CDN); the OpenAPI document is at /openapi.json"
             )
-        return f"Nothing at {path}: the API's routes are in /openapi.json"
+        # `/analytics/unanswered`, as the CLI names it, is /analytics/searches/unanswered: only "Nothing at".
+        near = difflib.get_close_matches(path, [r for r in routes if "{" not in r], n=1, cutoff=0.75)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        return f"Nothing at {path}{hint}: the API's routes are in /openapi.json"
     if exc.status_code == 405 and exc.detail == "Method Not Allowed":
         allowed = (exc.headers or {}).get("Allow")
         return f"{method[:16]} is not a method of {path}" + (f": it takes {allowed}" if allowed else "")
@@ -42,8 +69,8 @@ def extra_field_reason(route: object, loc: tuple[int | str, ...], reason: str) -
     if model is None:
         return reason
     names = [field.alias or name for name, field in model.model_fields.items()]
-    close = difflib.get_close_matches(str(loc[-1]), names, n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
+    close = nearest_field(str(loc[-1]), names)
+    hint = f"; did you mean {close}?" if close else ""
     return f"{reason} (its fields: {', '.join(names)}{hint})"
 
 

@@ -440,6 +440,38 @@ async def test_the_mistakes_a_user_makes_say_where_and_what_to_do(world: dict[st
     )
 
 
+async def test_a_meta_tool_or_a_bare_tool_name_in_a_script_says_how_a_script_calls_tools(
+    world: dict[str, Any],
+) -> None:
+    """A model that has just used the front end's call_tool writes it in its script too: the engine's answer was
+    only "call_tool is not defined" (and "t__echo is not defined" for a tool written bare)."""
+    client = world["client"]
+    said = {
+        "return await call_tool('t__echo', {text: 'a'});": (
+            "call_tool is not defined: in a script a tool is called as `await tools.NAME(arguments)` (or "
+            '`tools["NAME"](arguments)`); call_tool is the MCP front end\'s meta-tool'
+        ),
+        "\nreturn await t__echo({text: 'a'});": (
+            "t__echo is not defined: a tool is called as `await tools.t__echo(arguments)`"
+        ),
+        "return await search_tool('commit log');": (
+            "search_tool is not defined: did you mean search_tools? A script has tools, search_tools, console"
+        ),
+        "return await fetch_result('abc');": (
+            "fetch_result is not defined: a script gets each tool's whole result; fetch_result is the MCP front "
+            "end's meta-tool, for a return value that comes back cut (its result_id)"
+        ),
+        "return undefinedThing + 1;": "undefinedThing is not defined",
+    }
+    for script, message in said.items():
+        error = (await run(client, script))["error"]
+        assert (error["type"], error["name"], error["message"]) == ("script_error", "ReferenceError", message), script
+        assert error["line"] == script.count("\n") + 1, script
+    # A script's own ReferenceError inside a caught call stays the script's to handle.
+    caught = await run(client, "try { call_tool(); } catch (e) { return e.message; }")
+    assert caught["result"] == "call_tool is not defined"
+
+
 async def test_run_script_works_through_the_mcp_front_end(world: dict[str, Any]) -> None:
     settings = world["app"].state.resources.settings
     frontend = create_frontend(settings, mode="lazy", transport="memory", api_transport=ASGITransport(world["app"]))

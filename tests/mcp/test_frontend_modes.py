@@ -125,16 +125,70 @@ async def test_meta_tool_argument_errors_are_tool_results(
         missing = await client.call_tool("search_tools", {})
         assert missing.is_error and "`query` is required" in text_of(missing)
         misspelt = await client.call_tool("search_tools", {"qery": "time", "k": 2})
-        said = "Arguments do not match the tool's input schema: `query` is required (given: 'qery', 'k')"
+        said = (
+            "Arguments do not match the tool's input schema: `qery` is not an argument of search_tools (its "
+            "arguments: query, k, server; did you mean query?)"
+        )
         assert text_of(misspelt) == said
+        only_k = await client.call_tool("search_tools", {"k": 2})
+        assert text_of(only_k) == "Arguments do not match the tool's input schema: `query` is required (given: 'k')"
         blank = await client.call_tool("search_tools", {"query": " \t"})
         assert text_of(blank) == "Arguments do not match the tool's input schema: `query` must not be blank"
         bad_k = await client.call_tool("search_tools", {"query": "x", "k": 500})
         assert bad_k.is_error and "`k` must be an integer 1..50" in text_of(bad_k)
         bad_args = await client.call_tool("call_tool", {"name": "git__git_status", "arguments": "nope"})
-        assert bad_args.is_error and "`arguments` must be an object" in text_of(bad_args)
+        assert text_of(bad_args) == (
+            "Arguments do not match the tool's input schema: `arguments` must be an object (a string was given, "
+            "and it is not the JSON text of one)"
+        )
+        listed = await client.call_tool("call_tool", {"name": "git__git_status", "arguments": "[1]"})
+        assert text_of(listed) == "Arguments do not match the tool's input schema: `arguments` must be an object"
         # The session survives every error.
         assert [t.name for t in (await client.list_tools()).tools] == META
+
+
+async def test_a_meta_tools_argument_under_another_name_is_named_not_dropped(
+    settings: Settings, api_transport: httpx.ASGITransport
+) -> None:
+    """Anthropic's tool_use block holds `input`: `call_tool {"name", "input"}` ran the tool with no arguments, and the
+    answer spoke only of the tool's own missing field; `arguments` sent as its JSON text, as models often do, was
+    refused though it holds an object (FastMCP reads it)."""
+    async with frontend_of(settings, api_transport, "grouped") as frontend, client_of(frontend) as (client, _):
+        prefix = "Arguments do not match the tool's input schema: "
+        said = {
+            ("call_tool", '{"name": "time__get_current_time", "input": {"timezone": "UTC"}}'): (
+                "`input` is not an argument of call_tool (its arguments: name, arguments, approval_id; did you mean "
+                "arguments?)"
+            ),
+            ("call_tool", '{"tool": "time__get_current_time", "arguments": {}}'): (
+                "`tool` is not an argument of call_tool (its arguments: name, arguments, approval_id; did you mean "
+                "name?)"
+            ),
+            ("search_tools", '{"query": "time", "limit": 2, "servers": "time"}'): (
+                "`limit` is not an argument of search_tools (its arguments: query, k, server; did you mean k?); "
+                "`servers` is not an argument of search_tools (its arguments: query, k, server; did you mean "
+                "server?)"
+            ),
+            ("fetch_result", '{"id": "abc"}'): (
+                "`id` is not an argument of fetch_result (its arguments: result_id, offset)"
+            ),
+            ("run_script", '{"code": "return 1"}'): (
+                "`code` is not an argument of run_script (its arguments: script, approval_ids, timeout_seconds)"
+            ),
+            ("help_git", '{"q": "log"}'): "`q` is not an argument of help_git (its arguments: query; did you mean "
+            "query?)",
+        }
+        for (tool, arguments), message in said.items():
+            result = await client.call_tool(tool, json.loads(arguments))
+            assert (result.is_error, text_of(result)) == (True, prefix + message), tool
+        as_text = await client.call_tool("call_tool", {"name": "git__git_status", "arguments": '{"repo_path": 5}'})
+        as_object = await client.call_tool("call_tool", {"name": "git__git_status", "arguments": {"repo_path": 5}})
+        assert text_of(as_text) == text_of(as_object) == (
+            "Arguments do not match the input schema of git__git_status: /repo_path: 5 is not of type 'string'"
+        )
+        # status takes no argument and ignores what it is given; a catalog tool's arguments are its schema's.
+        assert not (await client.call_tool("status", {"verbose": True})).is_error
+        assert [t.name for t in (await client.list_tools()).tools][:5] == META
 
 
 async def test_an_unreachable_api_is_an_error_result_not_a_crash(settings: Settings) -> None:

@@ -115,5 +115,17 @@ def test_a_search_whose_server_filter_leaves_nothing_says_so_not_that_the_catalo
     printed = capsys.readouterr()
     assert printed.out.startswith("0 tools in ")
     assert printed.err == (
+        "--server: no tool this key may use has server 'nosuch'\n"
+        "--server: no tool this key may use has server 'other'\n"
         "No tool of the servers nosuch, other matched (`toolscout servers list` lists the servers).\n"
+    )
+    # A server of the file by the name the file gives it, which the catalog holds as Big_Data_Cloud_computing.
+    assert main(["search", "cloud", "--server", "Big Data/Cloud computing", "--json"]) == 0
+    printed = capsys.readouterr()
+    found = json.loads(printed.out)
+    assert found["results"] and {r["server"] for r in found["results"]} == {"Big_Data_Cloud_computing"}
+    assert "warnings" not in found and printed.err == ""
+    assert main(["search", "cloud", "--server", "Big Data/Cloud computin"]) == 0
+    assert capsys.readouterr().err.startswith(
+        "--server: no tool this key may use has server 'Big Data/Cloud computin'; did you mean Big_Data_Cloud_computing?"
     )

@@ -122,7 +122,7 @@ async def test_a_field_the_body_does_not_define_is_a_422_naming_it(client: httpx
         [error] = response.json()["errors"]
         assert error["pointer"] == pointer
         assert error["reason"].startswith("Extra inputs are not permitted (its fields: ")
-    assert search.json()["errors"][0]["reason"].endswith(" (its fields: query, k, servers, tags, explain)")
+    assert search.json()["errors"][0]["reason"].endswith(" (its fields: query, k, servers, tags, explain; did you mean k?)")
     assert call.json()["errors"][0]["reason"].endswith("; did you mean arguments?)")
 
 

@@ -46,7 +46,7 @@ from service.resources import Resources
 from service.search.service import log_search, result_view, search_tools
 from service.security.request_body import NUL_REASON
 
-from .run_state import NO_RETURN, CallRecord, ScriptRun, failure, script_error, value_of
+from .run_state import NO_RETURN, CallRecord, ScriptRun, failure, script_error, undefined_name_hint, value_of
 from .sandbox import Sandbox
 
 
@@ -310,7 +310,7 @@ class CodeMode:
 
     async def _response(self, run: ScriptRun, outcome: dict[str, Any]) -> dict[str, Any]:
         calls = {record.index: record for record in run.calls}
-        error = outcome.get("error") if not outcome.get("ok") else None
+        error = undefined_name_hint(outcome["error"]) if not outcome.get("ok") and outcome.get("error") else None
         if error is not None and isinstance(error.get("call"), int) and error["call"] in calls:
             record = calls[error["call"]]
             error["call"] = record.as_dict()
