@@ -122,7 +122,9 @@ def name_files(text: str) -> str:
     return _FILE_NAME.sub(lambda m: m.group(0) if m.group(2).lower() in _WEB_SUFFIXES else "file " + m.group(0), text)
 
 
-_QUOTED = re.compile(r"""(?<!\w)(['"])[^'"\n]{1,200}\1(?!\w)""")
+# A quoted key of inline JSON or a dict (`{"time": "16:00"}`: the `time` before its colon) names a parameter, which says
+# which tool; its value is what to pass.
+_QUOTED = re.compile(r"""(?<!\w)(['"])[^'"\n]{1,200}\1(?!\w)(?!\s*:)""")
 
 
 def without_quoted(text: str) -> str:

@@ -95,6 +95,10 @@ def test_a_bare_file_name_is_read_as_a_file(written: str, read: str) -> None:
         ("send 'deploy done' to #ops", "send '' to #ops"),
         ('commit with message "fix the login bug"', 'commit with message ""'),
         ("rename 'a' to 'b'", "rename '' to ''"),
+        # A key of inline JSON names a parameter (which tool), its value is what to pass.
+        ('{"time": "16:00", "target_timezone": "Asia/Tokyo"}', '{"time": "", "target_timezone": ""}'),
+        ("call it with {'owner': 'acme', 'pull_number': 12}", "call it with {'owner': '', 'pull_number': 12}"),
+        ('set "name" : "Dana"', 'set "name" : ""'),
         # Apostrophes are no quotes; a quote left open quotes nothing.
         ("what's bob's slack title", "what's bob's slack title"),
         ("the users' names and 'open", "the users' names and 'open"),
