@@ -95,8 +95,6 @@ Holders = Callable[[Sequence[str]], Sequence[float]]
 
 def unknown_words(text: str) -> list[str]:
     """The words of a request (outside its quoted values) that could be misspelt: no English word known."""
-    if not any(c.islower() for c in text):
-        return []
     bare = without_quoted(text)  # what to pass, not which tool: a name or a message as the caller wrote it
     stems = known_stems()
     return list(dict.fromkeys(w for w in _WORD.findall(bare) if _stem(w) not in stems))
