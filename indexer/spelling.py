@@ -18,9 +18,10 @@ from indexer.lexical import _stem
 from indexer.query_text import without_quoted
 
 MIN_CHARS = 4  # "tz", "ls", "cwd": abbreviations, not misspellings; a three-letter word has too many neighbours
-# A word of letters only, lower case (a capitalised one is a name), not part of a path, an address, an identifier
-# or a file name (`src/utlis`, `a.lsit`, `get_lsit`).
-_WORD = re.compile(rf"(?<![\w./@:#$-])[a-z]{{{MIN_CHARS},}}(?![\w/@-]|\.\w)")
+# A word of letters only, not part of a path, an address, an identifier or a file name (`src/utlis`, `a.lsit`,
+# `get_lsit`).
+_WORD = re.compile(rf"(?<![\w./@:#$-])[A-Za-z]{{{MIN_CHARS},}}(?![\w/@-]|\.\w)")
+_LETTERS = re.compile(r"[^\W\d_]+")
 
 
 def within_one_edit(word: str, other: str) -> bool:
@@ -97,7 +98,18 @@ def unknown_words(text: str) -> list[str]:
     """The words of a request (outside its quoted values) that could be misspelt: no English word known."""
     bare = without_quoted(text)  # what to pass, not which tool: a name or a message as the caller wrote it
     stems = known_stems()
-    return list(dict.fromkeys(w for w in _WORD.findall(bare) if _stem(w) not in stems))
+    words = _WORD.findall(bare)
+    if not _case_says_nothing(bare):
+        words = [w for w in words if w.islower()]  # a capitalised word among lower-case ones is a name: "Binance"
+    return list(dict.fromkeys(w for w in map(str.lower, words) if _stem(w) not in stems))
+
+
+def _case_says_nothing(text: str) -> bool:
+    """Whether a request of several words is written all in capitals or with every word capitalised: then a capital
+    marks no name, and its words are read as the same request in lower case would be ("COMIT MY CHANGES", "Comit My
+    Changes"). A word alone ("Binance", "TSLA") is a name."""
+    words = _LETTERS.findall(text)
+    return len(words) > 1 and (all(w.isupper() for w in words) or all(w[0].isupper() for w in words))
 
 
 def correct_spelling(text: str, holders: Holders) -> str:
@@ -117,7 +129,7 @@ def correct_spelling(text: str, holders: Holders) -> str:
             meant[word] = best
     if not meant:
         return text
-    return _WORD.sub(lambda m: meant.get(m.group(0), m.group(0)), text)
+    return _WORD.sub(lambda m: meant.get(m.group(0).lower(), m.group(0)), text)
 
 
 def warm_spelling() -> None:

@@ -54,10 +54,17 @@ def test_the_words_one_edit_away_are_the_vocabularys() -> None:
         ("lsit the direcotry contents of src", ["lsit", "direcotry"]),
         # English words the model's vocabulary lacks (cl100k's words, and stems: `head` of "headings").
         ("find trendy routers and headings", []),
-        # Three letters, capitalised names, quoted values, paths, file names and identifiers are left alone.
+        # Three letters, quoted values, paths, file names and identifiers are left alone.
         ("ls cwd tz", []),
-        ("ask Xqzvw about 'teh plna'", []),
+        ("ask about 'teh plna'", []),
         ("open src/utlis/helpr.py and run get_lsit", []),
+        # A capitalised word among lower-case ones is a name, and a word alone; a request all in capitals or with
+        # every word capitalised is read as in lower case.
+        ("trade on Binance and Xqzvw", []),
+        ("Binance", []),
+        ("TSLA", []),
+        ("COMIT MY CHANGES", ["comit"]),
+        ("Lsit The Direcotry", ["lsit", "direcotry"]),
     ],
 )
 def test_the_words_that_could_be_misspelt_are_no_english_words(text: str, unknown: list[str]) -> None:
@@ -71,6 +78,7 @@ def test_the_words_that_could_be_misspelt_are_no_english_words(text: str, unknow
         ("lsit the direcotry contents of src", "list the directory contents of src"),
         ("mrege pull reqest 31", "merge pull request 31"),
         ("show slak history", "show slack history"),
+        ("COMIT MY CHANGES", "commit MY CHANGES"),
         # No word of the scope one edit away: as written.
         ("maak een nieuwe map", "maak een nieuwe map"),
         ("", ""),
