@@ -27,6 +27,9 @@ from indexer.query_text import expand_shorthand, name_files, normalize_query, wi
         ("open a pull request from my\n  feature branch", "open a pull request from my feature branch"),
         ("- search flights\n- book a hotel", "search flights\nbook a hotel"),
         ("Hey, could you commit it? Thanks!", "could you commit it?"),
+        # Quoted whole, its thanks are read as bare (they were kept: the quote ended the text, not the thanks).
+        ("\u201creply in the thread, thanks\u201d", "reply in the thread"),
+        ("\"Hi there, list my files\"", "list my files"),
         ("Hi there! what time is it. Thank you for your help.", "what time is it."),
     ],
 )
