@@ -8,6 +8,7 @@ from functools import lru_cache
 
 from indexer.documents import split_identifier
 from indexer.lexical import STOPWORDS, _stem
+from indexer.spelling import model_vocabulary
 
 MIN_VERB_CHARS = 3
 LEAD_CHARS = 200
@@ -147,8 +148,24 @@ def asks(text: str) -> bool:
     return _leading_word(text) in QUESTION_WORDS
 
 
+def past_tense(word: str) -> bool:
+    """Whether a word is a verb's past form ("created", "added", "replied", "stopped": a vocabulary word with its
+    ending taken off), which says what happened, not what is asked ("who replied in that thread"); not "embed",
+    "need" or "proceed"."""
+    if len(word) < 5 or word[-2:] != "ed" or word[-3] == "e":
+        return False
+    vocabulary = model_vocabulary()
+    return (
+        word[:-1] in vocabulary
+        or word[:-2] in vocabulary
+        or (word.endswith("ied") and word[:-3] + "y" in vocabulary)
+        or (word[-3] == word[-4] and word[:-3] in vocabulary)
+    )
+
+
 def query_stems(query: str) -> frozenset[str]:
     """The stemmed words of a request once its framing is gone, stop-words included (a verb like `get` or `find`
     is one; the `show` of "show me ..." or the `help` of "help me ..." asks for nothing). Punctuation stays on its
     word ("commit?"): stripping it moved R@5 by -.0003 on both dev sets."""
-    return frozenset(_stem(w) for w in split_identifier(without_framing(query)).split())
+    words = split_identifier(without_framing(query)).split()
+    return frozenset(_stem(w) for w in words if not (w[-2:] == "ed" and past_tense(w)))

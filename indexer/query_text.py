@@ -77,12 +77,13 @@ def normalize_query(text: str) -> str:
     plain = (_LINE_EDGES.sub("\n", plain) if "\n" in plain else plain).strip()
     if _MAYBE_REPEATED.search(plain):
         plain = _REPEATED_MARKS.sub(lambda m: m.group(1) or m.group(2), plain)
+    # Unwrapped first: a request quoted whole is read as written bare, its greeting and thanks too.
+    if unwrapped := _WRAPPING_QUOTES.match(plain):
+        plain = unwrapped.group(2).strip()
     polite = _GREETING.sub("", plain)
     if _MAYBE_THANKS.search(polite):
         polite = _THANKS.sub("", polite)
-    plain = polite if polite.strip(" ,.!?") else plain  # "Thanks!" alone stays a request
-    unwrapped = _WRAPPING_QUOTES.match(plain)
-    return unwrapped.group(2).strip() if unwrapped else plain
+    return polite if polite.strip(" ,.!?") else plain  # "Thanks!" alone stays a request
 
 
 # Chat shorthand for the things tools act on, which tool texts spell out: "list open PRs" met `memory__open_nodes`
@@ -122,7 +123,9 @@ def name_files(text: str) -> str:
     return _FILE_NAME.sub(lambda m: m.group(0) if m.group(2).lower() in _WEB_SUFFIXES else "file " + m.group(0), text)
 
 
-_QUOTED = re.compile(r"""(?<!\w)(['"])[^'"\n]{1,200}\1(?!\w)""")
+# A quoted key of inline JSON or a dict (`{"time": "16:00"}`: the `time` before its colon) names a parameter, which says
+# which tool; its value is what to pass.
+_QUOTED = re.compile(r"""(?<!\w)(['"])[^'"\n]{1,200}\1(?!\w)(?!\s*:)""")
 
 
 def without_quoted(text: str) -> str:

@@ -130,6 +130,9 @@ class VectorIndex(Protocol):
     def search(self, queries: Sequence[SignalQuery], where: SearchFilter) -> list[list[Hit]]:
         """Run each signal query inside the filter; one list of hits per query, best first."""
 
+    def term_holders(self, terms: Sequence[int], where: SearchFilter) -> list[int]:
+        """How many tools inside the filter's permissions hold each lexical term (0: none)."""
+
     def count(self) -> int:
         """Number of points."""
 

@@ -293,6 +293,9 @@ class EdgeIndex:
                 hits.append(Hit(name, p.score))
         return hits
 
+    def term_holders(self, terms: Sequence[int], where: SearchFilter) -> list[int]:
+        return self.terms.holders(terms, where)
+
     def count(self) -> int:
         """Number of points."""
         with _backend("count"):

@@ -347,6 +347,9 @@ class QdrantIndex:
         found = dict(zip(requests, self._query_batch(list(requests.values())), strict=True))
         return [found.get(g, []) for g in range(len(groups))]
 
+    def term_holders(self, terms: Sequence[int], where: SearchFilter) -> list[int]:
+        return self.scopes.holders(terms, where)
+
     def count(self) -> int:
         """Number of points."""
         return self._call("count", lambda: self._client.count(self.collection, exact=True).count)

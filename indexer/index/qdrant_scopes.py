@@ -56,6 +56,10 @@ class ScopeStatistics:
         """The query terms that some tool in the caller's scope holds, and their IDF there (`TermCounts`)."""
         return self._term_counts().weights(terms, where)
 
+    def holders(self, terms: Sequence[int], where: SearchFilter) -> list[int]:
+        """How many tools of the caller's scope hold each term (`TermCounts`)."""
+        return self._term_counts().holders(terms, where)
+
     def written(self, documents: Iterable[Document]) -> None:
         """This adapter upserted (terms) or deleted (None) these tools in the collection."""
         with self._lock:

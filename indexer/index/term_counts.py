@@ -53,14 +53,21 @@ class TermCounts:
 
     def weights(self, terms: Sequence[int], where: SearchFilter) -> tuple[list[int], list[float]]:
         """The query terms that some tool in the caller's scope holds, and their IDF there."""
-        with self._lock:
-            if where.permissions is None:
-                tools, holding = len(self._terms), [self._holding.get(term, 0) for term in terms]
-            else:
-                scope = self._scope(where.permissions)
-                tools, holding = scope.tools, scope.holding(terms)
+        tools, holding = self._counted(terms, where)
         kept = [(term, idf(tools, n)) for term, n in zip(terms, holding, strict=True) if n]
         return [term for term, _ in kept], [weight for _, weight in kept]
+
+    def holders(self, terms: Sequence[int], where: SearchFilter) -> list[int]:
+        """How many tools of the caller's scope hold each term (0: none)."""
+        return self._counted(terms, where)[1]
+
+    def _counted(self, terms: Sequence[int], where: SearchFilter) -> tuple[int, list[int]]:
+        """The tools of the caller's scope and how many of them hold each term."""
+        with self._lock:
+            if where.permissions is None:
+                return len(self._terms), [self._holding.get(term, 0) for term in terms]
+            scope = self._scope(where.permissions)
+            return scope.tools, scope.holding(terms)
 
     def _drop(self, name: str) -> bool:
         held = self._terms.pop(name, None)

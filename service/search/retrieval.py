@@ -38,6 +38,7 @@ from service.search.ranking import (
     max_merge,
     rank,
 )
+from service.search.spelling import spelled_right
 from service.usage.adapter import adapter_changes
 
 if TYPE_CHECKING:
@@ -130,8 +131,7 @@ class NameDirectory:
         return sorted(q for q in found if self._passes(q, where))
 
     def exact_tiers(self, query: str, where: SearchFilter, spelled: str | None = None) -> dict[str, int]:
-        """The exact matches with their spelling tier: the tool spelled as the query comes before `math.gcd`
-        vs `math_gcd` look-alikes."""
+        """The exact matches with their spelling tier: the one spelled as the query before `math.gcd`/`math_gcd`."""
         return {q: spelling_tier(query, (q, self._original[q]), spelled) for q in self.exact(query, where)}
 
     def _passes(self, qualified: str, where: SearchFilter) -> bool:
@@ -207,7 +207,7 @@ class Retriever:
         settings = self.resources.settings.search
         if where.matches_nothing:
             return SearchOutcome([], 0.0)
-        read = read_request(query)  # what every signal but the exact name reads
+        read = await spelled_right(self.resources, read_request(query), where)  # all signals but the exact name
         texts = [read]
         parts = split_intents(read) if settings.split_multi_intent else []
         texts.extend(parts)

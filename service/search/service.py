@@ -12,6 +12,7 @@ import anyio
 
 from indexer.index.base import SearchFilter
 from indexer.query_text import normalize_query
+from indexer.spelling import warm_spelling
 from indexer.tools import normalize_server_id
 from service.catalog.server_vectors import refresh_servers
 from service.cluster.changes import last_seq
@@ -60,6 +61,7 @@ async def warm_search(resources: Resources) -> None:
     assert resources.retriever is not None
     where = permission_filter(resources, OPEN_CALLER, SearchFilter())
     observability, resources.observability = resources.observability, None  # no stage metrics either
+    await anyio.to_thread.run_sync(warm_spelling)
     try:
         for text in WARM_UP:
             await resources.retriever.search(

@@ -437,3 +437,9 @@ def test_open_index_rejects_bad_arguments(tmp_path: Path) -> None:
         open_index("edge", path=None, url=None, api_key=None, collection="c", dimension=DIM)
     with pytest.raises(ValueError):
         open_index("qdrant", path=None, url=None, api_key=None, collection="c", dimension=DIM)
+
+
+def test_term_holders_counts_the_tools_of_the_permissions_only(catalog: VectorIndex) -> None:
+    assert catalog.term_holders([COMMON, RARE, 999], NOTHING) == [4, 1, 0]
+    assert catalog.term_holders([COMMON, RARE], SearchFilter(allowed=frozenset({"s1.a", "s2.b"}))) == [2, 0]
+    assert catalog.term_holders([COMMON, RARE], SearchFilter(denied=frozenset({"s1.c"}))) == [3, 0]

@@ -17,6 +17,7 @@ from indexer.names import (
     lead_verb,
     name_verb,
     opposed_verbs,
+    past_tense,
     query_stems,
     spelling_tier,
     without_framing,
@@ -120,6 +121,17 @@ def test_show_me_and_tell_me_frame_a_request_and_name_no_action() -> None:
     assert asks("Tell me what laws protect tenants") and not asks("Tell me the water quality of the lake")
     assert lead_verb("give me a random number") == "" and lead_verb("let me see the open issues") == ""
     assert lead_verb("show the contents of a file") == "show"  # no "me": the action itself
+
+
+def test_a_past_form_says_what_happened_and_names_no_action() -> None:
+    """ "the intern created a bunch of junk links ...; please remove the relation ..." put memory__create_relations
+    before delete_relations on the bundled catalog by the name verb of "created" (3.505 against 3.314)."""
+    assert [w for w in ("created", "added", "replied", "stopped", "listed", "staged") if not past_tense(w)] == []
+    assert [w for w in ("embed", "need", "proceed", "speed", "hundred", "used", "red", "create") if past_tense(w)] == []
+    assert query_stems("the intern created junk links, remove the relation") == frozenset(
+        {"the", "intern", "junk", "links,", "remov", "relat"}
+    )
+    assert "creat" in query_stems("create the relation")
 
 
 def test_the_lead_verb_bonus_goes_to_the_sibling_at_the_head_that_does_what_was_asked() -> None:

@@ -27,6 +27,9 @@ from indexer.query_text import expand_shorthand, name_files, normalize_query, wi
         ("open a pull request from my\n  feature branch", "open a pull request from my feature branch"),
         ("- search flights\n- book a hotel", "search flights\nbook a hotel"),
         ("Hey, could you commit it? Thanks!", "could you commit it?"),
+        # Quoted whole, its thanks are read as bare (they were kept: the quote ended the text, not the thanks).
+        ("\u201creply in the thread, thanks\u201d", "reply in the thread"),
+        ("\"Hi there, list my files\"", "list my files"),
         ("Hi there! what time is it. Thank you for your help.", "what time is it."),
     ],
 )
@@ -95,6 +98,10 @@ def test_a_bare_file_name_is_read_as_a_file(written: str, read: str) -> None:
         ("send 'deploy done' to #ops", "send '' to #ops"),
         ('commit with message "fix the login bug"', 'commit with message ""'),
         ("rename 'a' to 'b'", "rename '' to ''"),
+        # A key of inline JSON names a parameter (which tool), its value is what to pass.
+        ('{"time": "16:00", "target_timezone": "Asia/Tokyo"}', '{"time": "", "target_timezone": ""}'),
+        ("call it with {'owner': 'acme', 'pull_number': 12}", "call it with {'owner': '', 'pull_number': 12}"),
+        ('set "name" : "Dana"', 'set "name" : ""'),
         # Apostrophes are no quotes; a quote left open quotes nothing.
         ("what's bob's slack title", "what's bob's slack title"),
         ("the users' names and 'open", "the users' names and 'open"),

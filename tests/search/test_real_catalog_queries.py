@@ -1,8 +1,8 @@
 """Requests a new user would make against the bundled catalogs of real MCP servers (tests/fixtures/retrieval/
 real_catalog_queries.jsonl): the expected tool must be in the top 1 or top 3, as each line says. The `blind-`
 requests were written before any of their rankings was seen (a held-out check of the configuration), their line's
-top as first measured. A line with `"all": true` names several tasks in one message: each of its tools must be in
-its top."""
+top as first measured (`blind15-` and `blind16-`: set as written, before the first run). A line with `"all": true`
+names several tasks in one message: each of its tools must be in its top."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.model
 CASES = [json.loads(line) for line in (FIXTURES / "retrieval" / "real_catalog_queries.jsonl").read_text().splitlines()]
 # Still wrong with MiniLM and today's signals (issue 12): the position of the expected tool, measured.
 KNOWN_MISSES = {
-    "own-14": "git__git_reset is 7th: only BM25 matches 'unstage' to its 'Unstages all staged changes'; the dense "
+    "own-14": "git__git_reset is 6th: only BM25 matches 'unstage' to its 'Unstages all staged changes'; the dense "
     "fields put git_add ('added') and the filesystem tools ('file') nearer",
     "own-34": "no memory tool in the top 10: nothing in the memory server's text is near 'Remember that Bob prefers "
     "tea over coffee' for MiniLM, and the lead verb's write verbs only reorder a text's three best",
@@ -54,6 +54,25 @@ KNOWN_MISSES = {
     "blind15-59": "github__update_issue is not in the top 10: one sentence, no split at 'and close', and 'pull "
     "request' spelled out fills the top with its tools",
     "blind15-60": "git__git_status is 7th: the whole request's staged-diff and commit tools lead its own part",
+    # Written blind (2026-12-07, round 16) before any ranking was looked at; as measured after its round's fixes
+    # (torch here; where the served ONNX int8 differs, said so):
+    "blind16-18": "filesystem__list_allowed_directories is 5th (6th on ONNX): 'which directories you can touch' "
+    "is the listing tools' text, 'allowed' is no word of the request",
+    "blind16-20": "filesystem__write_file is not in the top 10: 'save it' names no tool's verb and 'it' nothing, "
+    "and the path notes/summary.txt is read as written, not as a file",
+    "blind16-21": "git__git_commit is 6th: 'ok now commit that' has nothing but the verb, and the name verb's 0.2 "
+    "does not lift it past the commit-listing tools",
+    "blind16-25": "time__get_current_time is 2nd, after git_add: 'and what's it in Tokyo then?' names no time",
+    "blind16-37": "time__convert_time is 2nd after get_current_time (1st on ONNX): 'tz conv' spells neither word",
+    "blind16-41": "git__git_status is not in the top 10: Italian ('mostrami lo stato') is no language of MiniLM's",
+    "blind16-42": "time__get_current_time is 10th (8th on ONNX): 'che ore sono' says nothing to MiniLM",
+    "blind16-43": "github__create_issue is 3rd after get_issue and update_issue: 'criar' is no verb it reads",
+    "blind16-44": "filesystem__read_file is 3rd (2nd on ONNX) after gzip-file-as-resource: 'ler o arquivo' is "
+    "Portuguese, only config.yaml says file",
+    "blind16-45": "filesystem__create_directory is not in the top 10: Dutch ('maak een nieuwe map'), nothing of it "
+    "is English",
+    "blind16-47": "git__git_add is not in the top 10: one sentence, no split at ', stage' nor 'and commit'",
+    "blind16-50": "memory__read_graph is 4th: the delete part's three delete tools lead, 'dump' names no read verb",
 }
 
 
