@@ -123,6 +123,33 @@ def test_fuse_keeps_only_the_tools_that_can_still_reach_the_top_k() -> None:
     assert len(fuse(scores, weights, keep=(500, 0.0))) == len(full)  # k beyond the union keeps everything
 
 
+def test_fuse_scores_are_numpys_z_scores_to_the_last_bit() -> None:
+    """The fused score of each tool is the weighted sum of numpy's own z-scores (mean by `ndarray.mean`), the missed
+    tools at each signal's floor, bit for bit: fusion's faster arithmetic must not move a score (issue #11's rule:
+    the same top 10 and scores)."""
+    import random
+
+    import numpy as np
+
+    rnd = random.Random(11)
+    pool = [f"t{i}" for i in range(250)]
+    weights = {"name": 0.1, "description": 0.45, "params": 0.1, "lexical": 0.35}
+    for _ in range(30):
+        scores = {s: {n: rnd.gauss(0.3, 0.2) for n in rnd.sample(pool, rnd.randint(2, 100))} for s in weights}
+        names = list(dict.fromkeys(n for hits in scores.values() for n in hits))
+        expected = dict.fromkeys(names, 0.0)
+        for signal, hits in scores.items():
+            values = np.array(list(hits.values()))
+            centred = values - values.mean()
+            z = centred / math.sqrt(float(centred @ centred) / len(values))
+            floor = float(z.min())
+            column = {n: floor for n in names} | dict(zip(hits, z.tolist(), strict=True))
+            for name in names:
+                expected[name] += column[name] * weights[signal]
+        fused = fuse(scores, weights)
+        assert {n: c.score for n, c in fused.items()} == expected  # exact, not approx
+
+
 def test_fuse_past_the_head_keeps_the_heads_scores_and_puts_the_others_after() -> None:
     """stats_of=n: longer lists (a search of k past search.candidates) z-score by their first n hits, and the tools
     of those first n score as with the first n alone: a larger k keeps a smaller k's order and scores."""
