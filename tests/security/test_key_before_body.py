@@ -80,3 +80,16 @@ async def test_a_valid_key_is_charged_once_and_its_body_still_read_strictly(tmp_
         assert answer.status_code != 429, answer.text  # the fourth request: each took one token, not two
         # The refused body took its token too (its key was checked first): a malformed body cost nothing before.
         assert_problem(await http.post("/search", json={"query": "weather"}, headers=dev), 429, "rate-limited")
+
+
+async def test_the_console_sign_in_reads_a_key_not_megabytes(world: dict[str, Any]) -> None:
+    """The sign-in is read before any key is known, and holds one key: a body past 4 KiB is a 413 unread."""
+    http, console = world["http"], {"X-Toolscout-Console": "1"}
+    body = small_values_body("key")
+    answer, peak = await post_traced(http, "/console/api/session", body, console)
+    problem = assert_problem(answer, 413, "payload-too-large")
+    assert (problem["max_bytes"], problem["limit"]) == (4096, "the console's sign-in, one key"), problem
+    assert peak < 4 * len(body), f"{peak / 1e6:.1f} MB allocated for a {len(body) / 1e6:.1f} MB body"
+    # Before: parsed whole (50 MB), then a 422 for a key that is no string.
+    signed_in = await http.post("/console/api/session", json={"key": world["dev"]}, headers=console)
+    assert signed_in.status_code == 200 and signed_in.json()["caller"] == "dev-agent", signed_in.text
