@@ -35,7 +35,7 @@ from jsonschema.validators import validator_for
 from service.db.models import Tool
 from service.errors import InvalidArguments, InvalidTool, UpstreamError, json_pointer
 from service.execution.keywords import METER, Meter, TooCostly, Unmatchable, checking_class
-from service.execution.turns import Turns
+from service.security.turns import Turns
 
 logger = logging.getLogger(__name__)
 

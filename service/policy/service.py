@@ -31,7 +31,7 @@ from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
 from service.security.hosts import ANY_ORIGIN_MARK
-from service.security.json_body import before_body
+from service.security.json_body import PARSE_TURN, before_body
 from service.security.openmode import not_local, open_mode_allowed, refuse_unsafe_start
 
 logger = logging.getLogger(__name__)
@@ -275,6 +275,7 @@ async def resolve_caller(request: Request) -> Caller:
     request.state.caller = caller  # for the request's log line (observability reads it when the request ends)
     await ensure_fresh(resources)
     request.scope[RESOLVED_CALLER] = caller
+    request.scope[PARSE_TURN] = caller.key_id or caller.id  # its long bodies take the parse thread in turn
     return caller
 
 

@@ -35,7 +35,6 @@ from service.security.json_body import collector_paused
 from service.security.scrub import REDACTED, Scrubber
 from service.upstream.children import ChildRegistry, wrap_command
 from service.upstream.health import exit_reason, said
-from service.upstream.stray_lines import StrayLines, may_be_message
 from service.upstream.result_bounds import (
     MAX_RESULT_BLOCKS,
     TOO_MANY_BLOCKS,
@@ -43,6 +42,7 @@ from service.upstream.result_bounds import (
     bounded_reads,
     refused_unparsed,
 )
+from service.upstream.stray_lines import StrayLines, may_be_message
 
 logger = logging.getLogger(__name__)
 

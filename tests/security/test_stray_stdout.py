@@ -17,7 +17,7 @@ PLAIN_LINES = 20_000
 BRACED_LINES = 500  # `{...` lines that are no JSON: parsed before they are known to be stray
 NOISY_SERVER = """
 plain, braced = int(sys.argv[1]), int(sys.argv[2])
-tools = [{"name": "noisy", "description": "Prints debug lines on stdout, then answers.", "inputSchema": {"type": "object"}}]
+tools = [{"name": "noisy", "description": "Prints debug lines, then answers.", "inputSchema": {"type": "object"}}]
 def handle(method, mid, msg):
     if method == "tools/list":
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
@@ -65,7 +65,8 @@ async def test_a_server_printing_thousands_of_lines_on_stdout_costs_the_log_a_fe
     assert len([r for r in during if "not a JSON-RPC message on stdout" in r.getMessage()]) == 5
     assert len(during) <= 10, [r.getMessage()[:120] for r in during]
     said = [r.getMessage() for r in stray_records(caplog) if "were not logged" in r.getMessage()]
-    assert said == [f"{2 * (PLAIN_LINES + BRACED_LINES) - 5} more lines on stdout that are not JSON-RPC were not logged"]
+    left_out = 2 * (PLAIN_LINES + BRACED_LINES) - 5
+    assert said == [f"{left_out} more lines on stdout that are not JSON-RPC were not logged"]
 
 
 def test_each_window_logs_its_first_lines_then_says_how_many_it_left_out() -> None:
