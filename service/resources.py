@@ -16,7 +16,7 @@ from indexer.batching import MicroBatcher
 from indexer.embedding import CachedEmbedder, Embedder, create_embedder
 from indexer.index.base import VectorIndex
 from indexer.lexical import Bm25Encoder
-from service.db.engine import create_engine_for, create_sessionmaker, upgrade_database
+from service.db.engine import create_engine_for, create_sessionmaker, private_folder, upgrade_database
 from service.settings import Settings
 from service.supervisor import Supervisor
 
@@ -155,7 +155,7 @@ async def start_resources(resources: Resources, index: VectorIndex | None = None
     resources.engine = create_engine_for(settings.database_url, settings.db.echo, settings.db.timeout_seconds)
     resources.sessionmaker = create_sessionmaker(resources.engine)
     if index is None:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        private_folder(settings.data_dir)
         index = await anyio.to_thread.run_sync(
             lambda: open_index(
                 settings.index.backend,

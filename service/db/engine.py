@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -85,14 +87,47 @@ def write_bound(url: str, seconds: float) -> float | None:
     return seconds if make_url(url).get_backend_name() == "postgresql" else None
 
 
+logger = logging.getLogger(__name__)
+
+# The data folder and the SQLite database hold every caller's queries, call records and stored results (a tool's
+# whole answer): a folder and files other users of the machine could read were made with the umask's 0755 and 0644.
+PRIVATE_FOLDER_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def private_folder(path: Path) -> None:
+    """Create a folder (its parents as usual) that only this user may enter; one that exists keeps its mode."""
+    if not path.is_dir():
+        path.mkdir(mode=PRIVATE_FOLDER_MODE, parents=True, exist_ok=True)
+
+
+def private_file(path: Path) -> None:
+    """Create a file only this user may read (an empty file is a new SQLite database, and SQLite gives its -wal and
+    -shm files the database's mode), or take group and others' access away from one this user owns."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
+    for each in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            status = each.stat()
+        except FileNotFoundError:
+            continue
+        if status.st_mode & 0o077 and status.st_uid == os.getuid():
+            each.chmod(status.st_mode & PRIVATE_FILE_MODE)  # chmod(2) reads the permission bits only
+            logger.warning("%s was readable by other users of this machine; it is now this user's only", each)
+
+
+def private_sqlite(database: str | None) -> None:
+    """The folder and the file of a SQLite database, made private (not an in-memory one)."""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        private_folder(Path(database).parent)
+        private_file(Path(database))
+
+
 def create_engine_for(url: str, echo: bool = False, timeout_seconds: float = 10.0) -> AsyncEngine:
     """An async engine for the catalog database; SQLite gets WAL and foreign keys, PostgreSQL connections the
     timeouts of `postgres_timeouts` and, where those cannot help, of `bounded`."""
     full = async_url(url)
     if make_url(full).get_backend_name() == "sqlite":
-        database = make_url(full).database
-        if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(make_url(full).database)
         engine = create_async_engine(full, echo=echo)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
@@ -155,8 +190,8 @@ def upgrade_database(url: str, revision: str = "head", timeout_seconds: float = 
     connection has the timeouts of `postgres_timeouts`: a start against a database that does not answer fails
     instead of waiting (waiting for the lock, or a long migration, sends nothing and is not cut short)."""
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    if parsed.get_backend_name() == "sqlite":
+        private_sqlite(parsed.database)
     config = alembic_config(url)
     if parsed.get_backend_name() != "postgresql":
         command.upgrade(config, revision)

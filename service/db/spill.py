@@ -27,6 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from service.db.engine import PRIVATE_FILE_MODE, private_folder
+
 logger = logging.getLogger(__name__)
 
 Insert = Callable[[list[dict[str, Any]]], Awaitable[None]]
@@ -212,8 +214,8 @@ def _lock_path(path: Path) -> Path:
 def _try_lock(path: Path) -> int | None:
     """An exclusive flock on `path` (created), held by the returned descriptor; None when a live process holds it.
     The kernel lets it go when its process ends, however it ends."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    private_folder(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -240,9 +242,10 @@ def _parse(raw: bytes, datetime_fields: tuple[str, ...]) -> dict[str, Any] | Non
 
 def _append_durably(path: Path, text: str) -> None:
     """Append and fsync; a torn last line from a crash gets its newline first so it stays one bad line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(path.parent)
     created = not path.exists()
-    with path.open("ab+") as handle:
+    # Only this user's: a spilled row is a caller's query, or the record of its call.
+    with os.fdopen(os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, PRIVATE_FILE_MODE), "ab+") as handle:
         if handle.tell() > 0:
             handle.seek(-1, os.SEEK_END)
             if handle.read(1) != b"\n":

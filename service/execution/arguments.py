@@ -13,7 +13,7 @@ for 10-20 s.
 A flood of invalid arguments is bounded as well: a check stops at the MAX_REPORTED_ERRORS + 1st error (1.5 MB
 of rows that each broke the schema spent the whole 1 s budget listing 45,000 errors to report 20, and the call
 was refused as invalid-tool), the depth is measured in the worker thread too, and the threads are taken caller
-by caller, one at a time each (turns.py)."""
+by caller, one at a time each (service/security/turns.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from jsonschema.validators import validator_for
 from service.db.models import Tool
 from service.errors import InvalidArguments, InvalidTool, UpstreamError, json_pointer
 from service.execution.keywords import METER, Meter, TooCostly, Unmatchable, checking_class
-from service.execution.turns import Turns
+from service.security.turns import Turns
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ MAX_REASON_CHARS = 300  # jsonschema's messages repeat the value: a 5 MB bad str
 _VALIDATOR_CACHE_SIZE = 4096
 # CPU time of the worker thread one check may take (a `$ref` fan-out, a huge `enum` times many arguments).
 MAX_CHECK_CPU_SECONDS = 1.0
-CHECK_THREADS = 2  # checks running at once; the others wait their caller's turn (turns.py)
+CHECK_THREADS = 2  # checks running at once; the others wait their caller's turn (security/turns.py)
 
 
 class _Unusable(Exception):

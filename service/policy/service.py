@@ -14,9 +14,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Any, cast
 
-from fastapi import Depends, Request
+from fastapi import Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -31,11 +31,13 @@ from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
 from service.security.hosts import ANY_ORIGIN_MARK
+from service.security.json_body import PARSE_TURN, before_body
 from service.security.openmode import not_local, open_mode_allowed, refuse_unsafe_start
 
 logger = logging.getLogger(__name__)
 
 FILE_CHECK_SECONDS = 2.0
+RESOLVED_CALLER = "toolscout.caller"  # the request scope's key for its resolved caller
 CATALOG_REFRESH_SECONDS = 30.0
 
 
@@ -243,9 +245,13 @@ def is_approver(resources: Resources, caller: Caller) -> bool:
     return caller.is_open or policy_state(resources).current().is_approver(caller.roles)
 
 
+@before_body
 async def resolve_caller(request: Request) -> Caller:
     """The caller of a request: its API key, else (under /console/api) its console session. With no API keys
-    configured the service runs open for one local user."""
+    configured the service runs open for one local user. Resolved (and charged) once a request: before the body
+    is read, then again as the routes' dependency."""
+    if (resolved := request.scope.get(RESOLVED_CALLER)) is not None:
+        return cast(Caller, resolved)
     resources = request.app.state.resources
     resolver = key_resolver(resources)
     key = presented_key(request)
@@ -268,13 +274,18 @@ async def resolve_caller(request: Request) -> Caller:
         )
     request.state.caller = caller  # for the request's log line (observability reads it when the request ends)
     await ensure_fresh(resources)
+    request.scope[RESOLVED_CALLER] = caller
+    request.scope[PARSE_TURN] = caller.key_id or caller.id  # its long bodies take the parse thread in turn
     return caller
 
 
-def require_admin(action: str) -> Callable[[Caller], Awaitable[Caller]]:
-    """A route dependency: the caller, who must have the admin role for `action` ("Managing API keys")."""
+def require_admin(action: str) -> Callable[[Request], Awaitable[Caller]]:
+    """A route dependency: the caller, who must have the admin role for `action` ("Managing API keys"); checked
+    before the body is read (a dev key's registration body was parsed before its 403)."""
 
-    async def admin(caller: Annotated[Caller, Depends(resolve_caller)]) -> Caller:
+    @before_body
+    async def admin(request: Request) -> Caller:
+        caller = await resolve_caller(request)
         if not caller.is_admin:
             raise PermissionDenied(f"{action} needs the admin role", caller=caller.id)
         return caller
@@ -282,8 +293,10 @@ def require_admin(action: str) -> Callable[[Caller], Awaitable[Caller]]:
     return admin
 
 
-async def require_approver(request: Request, caller: Annotated[Caller, Depends(resolve_caller)]) -> Caller:
-    """A route dependency: the caller, who must be allowed to grant approvals."""
+@before_body
+async def require_approver(request: Request) -> Caller:
+    """A route dependency: the caller, who must be allowed to grant approvals (checked before the body is read)."""
+    caller = await resolve_caller(request)
     if not is_approver(request.app.state.resources, caller):
         raise PermissionDenied("Granting approvals needs an approver role", caller=caller.id)
     return caller

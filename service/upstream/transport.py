@@ -42,6 +42,7 @@ from service.upstream.result_bounds import (
     bounded_reads,
     refused_unparsed,
 )
+from service.upstream.stray_lines import StrayLines, may_be_message
 
 logger = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ async def stdio_transport(
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     server_log = logging.getLogger(f"{__name__}.{log_name}")
     scrub = Scrubber(env.values())  # a child that prints its token must not put it in our logs or /servers
+    strays = StrayLines()
 
     async def read_stdout() -> None:
         assert process.stdout is not None
@@ -203,6 +205,9 @@ async def stdio_transport(
                             continue
                         for secret in hidden:  # verbatim in JSON: the proxy's password is URL-safe ASCII
                             line = line.replace(secret, REDACTED)
+                        if not may_be_message(line):
+                            await stray(line, None)
+                            continue
                         if (refusal := refused_unparsed(line)) is not None:
                             await read_writer.send(refusal)
                             continue
@@ -212,14 +217,30 @@ async def stdio_transport(
                                 message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                             item: SessionMessage | Exception = blocks_bounded(SessionMessage(message))
                         except ValueError as exc:
-                            server_log.warning("not a JSON-RPC message on stdout: %.200s", scrub(line))
                             item = await _refused_response(line, exc, on_lost)
+                            if isinstance(item, Exception):  # answers no request: stray
+                                await stray(line, item)
+                                continue
+                            server_log.warning("a response on stdout that is not JSON-RPC: %.200s", scrub(line))
                         await read_writer.send(item)
         except MessageTooLarge as exc:
             server_log.warning("%s", exc)
             on_lost(str(exc))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             pass
+        finally:
+            if strays.left_out:
+                server_log.warning("%s more lines on stdout that are not JSON-RPC were not logged", strays.left_out)
+
+    async def stray(line: str, error: Exception | None) -> None:
+        """A stdout line that is no message: logged, and handed to the session (which logs it too), within the
+        server's budget of stray lines."""
+        logged, left_out = strays.admit()
+        if left_out:
+            server_log.warning("%s more lines on stdout that are not JSON-RPC were not logged", left_out)
+        if logged:
+            server_log.warning("not a JSON-RPC message on stdout: %.200s", scrub(line))
+            await read_writer.send(error or ValueError(f"not a JSON-RPC message: {scrub(line[:200])}"))
 
     stderr_done = anyio.Event()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from service.execution.turns import Turns
+from service.security.turns import Turns
 
 
 async def test_waiting_callers_take_the_free_slots_in_turn() -> None:

@@ -18,7 +18,7 @@ import uvicorn
 from service.http_transport import HEAD_SECONDS, listening_server
 from service.security.limits import BODY_GRACE_SECONDS
 from tests.processes import free_port
-from tests.security.conftest import assert_problem, cli_key, make_settings, running
+from tests.security.conftest import assert_problem, bearer, cli_key, make_settings, running
 
 WHOLE = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 HALF = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -85,10 +85,12 @@ async def test_a_connection_without_a_whole_head_in_time_is_closed() -> None:
     assert whole[0] == "answered" and whole[1] < 2
 
 
-async def test_a_body_that_does_not_come_in_time_is_a_408_before_any_key_is_asked(tmp_path: Path) -> None:
+async def test_a_body_that_does_not_come_in_time_is_a_408_and_without_a_key_a_401_unread(tmp_path: Path) -> None:
     """FastAPI reads a body before it resolves the caller: a client without a key trickled one to /execute a byte a
-    second and held the request as long as it liked. Now the body comes whole within BODY_GRACE_SECONDS plus a
-    second for each BODY_MIN_BYTES_PER_SECOND, else 408 problem+json (and the connection closes)."""
+    second and held the request as long as it liked. Now the key is checked before the body is read
+    (test_key_before_body.py): without one the answer is a 401 at once; with one, the body comes whole within
+    BODY_GRACE_SECONDS plus a second for each BODY_MIN_BYTES_PER_SECOND, else 408 problem+json (and the connection
+    closes)."""
 
     async def trickle() -> AsyncIterator[bytes]:
         yield b'{"name": "x", '
@@ -98,12 +100,17 @@ async def test_a_body_that_does_not_come_in_time_is_a_408_before_any_key_is_aske
         yield b'"arguments": {}}'
 
     async with running(make_settings(tmp_path)) as (app, http):
-        await cli_key(app, "root", ["admin"])  # keys exist: every request needs one
+        admin = await cli_key(app, "root", ["admin"])  # keys exist: every request needs one
         headers = {"Content-Type": "application/json"}
         started = time.monotonic()
-        slow = await http.post("/execute", content=trickle(), headers=headers)
+        keyless = await http.post("/execute", content=trickle(), headers=headers)
+        keyless_waited = time.monotonic() - started
+        started = time.monotonic()
+        slow = await http.post("/execute", content=trickle(), headers={**headers, **bearer(admin)})
         waited = time.monotonic() - started
         fast = await http.post("/execute", json={"name": "x", "arguments": {}})
+    assert_problem(keyless, 401, "unauthorized")
+    assert keyless_waited < 2, keyless_waited  # before: 408 after the grace (10 s), the body read meanwhile
     body = assert_problem(slow, 408, "request-timeout")
     assert body["instance"] == "/execute" and slow.headers["connection"] == "close"
     assert BODY_GRACE_SECONDS - 1 <= waited <= BODY_GRACE_SECONDS + 3, waited

@@ -133,7 +133,7 @@ class CodeMode:
             "max_log_chars": settings.max_log_line_chars,
             "max_value_chars": settings.max_value_chars,
         }
-        sandbox = await Sandbox.start(config)
+        sandbox = await Sandbox.start(config, run.caller.key_id or run.caller.id)
         try:
             async with asyncio.timeout(budget):
                 return await self._converse(run, sandbox)

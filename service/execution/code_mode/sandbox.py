@@ -24,11 +24,12 @@ _STDERR_TAIL = 2000
 class Sandbox:
     """One child process running one script."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, turn: str = "") -> None:
         self.process = process
+        self.turn = turn  # whose turn its long messages take at the parse thread: the run's caller
 
     @classmethod
-    async def start(cls, config: dict[str, Any]) -> Sandbox:
+    async def start(cls, config: dict[str, Any], turn: str = "") -> Sandbox:
         """Start a child (isolated mode: no user site, no PYTHON* variables; an empty environment, so the
         service's secrets are not in the engine's process) and hand it the run."""
         process = await asyncio.create_subprocess_exec(
@@ -41,7 +42,7 @@ class Sandbox:
             limit=STREAM_LIMIT,
             env={},
         )
-        sandbox = cls(process)
+        sandbox = cls(process, turn)
         await sandbox.send(config)
         return sandbox
 
@@ -65,7 +66,7 @@ class Sandbox:
             return None
         # A call's arguments and the return value reach 1 MB: read on the event loop with the collector running,
         # 110,000 small objects of one call held it 0.25-0.65 s (every call, refused ones too).
-        message = await read_json(line)
+        message = await read_json(line, self.turn)
         return message if isinstance(message, dict) else None
 
     async def diagnostics(self) -> str:

@@ -1,4 +1,5 @@
-"""Turns at a few worker threads, taken caller by caller.
+"""Turns at a few worker threads, taken caller by caller: the argument checks' threads
+(service/execution/arguments.py) and the thread that parses long request bodies (json_body.py).
 
 The argument checks share CHECK_THREADS threads. Behind one first-come limiter, a caller who sent eight 1.5 MB
 invalid calls at once had every other caller wait behind all eight: an admin's one-line /execute took 3.0 s
