@@ -10,8 +10,10 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -71,11 +73,22 @@ def record(tab: Any, name: str, render_ms: float) -> None:
     (SHOTS / "timings.json").write_text(json.dumps(TIMINGS, indent=2, sort_keys=True))
 
 
+def asked_since(tab: Any, live: Live, name: str, query: str = "") -> str:
+    """Open a console page and return the `since` its timeseries request sent."""
+    with tab.expect_request(lambda r: "/console/api/analytics/timeseries" in r.url) as request:
+        open_page(tab, live, name, query)
+    return parse_qs(urlsplit(request.value.url).query)["since"][0]
+
+
 def test_overview_charts_show_the_logged_calls(page: Any, live: Live) -> None:
     render_ms = open_page(page, live, "overview")
+    since = asked_since(page, live, "overview")
+    first_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
+    assert since == first_hour.strftime("%Y-%m-%dT%H:%M:%SZ")  # the first column's hour, not "24 hours ago"
     with live.client(live.admin_key) as admin:
         series = {b["bucket"]: b for b in admin.get("/analytics/timeseries").json()["series"]}
-        tools = admin.get("/analytics/tools", params={"limit": 1000}).json()["tools"]
+        in_window = admin.get("/analytics/timeseries", params={"since": since}).json()["series"]
+        tools = admin.get("/analytics/tools", params={"limit": 1000, "since": since}).json()["tools"]
         never = admin.get("/analytics/tools/never-found", params={"limit": 1000}).json()["tools"]
     columns = page.eval_on_selector_all(
         "#calls-chart g.col", "els => els.map(e => [e.dataset.bucket, +e.dataset.total, +e.dataset.part])"
@@ -88,17 +101,21 @@ def test_overview_charts_show_the_logged_calls(page: Any, live: Live) -> None:
     for label, (total, part) in shown.items():
         assert total == series.get(label, {"calls": 0})["calls"]
         assert part == series.get(label, {"failures": 0})["failures"]
-    assert page.text_content("#tile-calls .tile-value") == f"{live.calls:,}"
+    # The tiles count what the API counts for the same window, and that is the columns: the calls of the hour
+    # 24 hours back (asked from "24 hours ago", the API counted its whole bucket) are in neither.
+    calls = live.calls - live.outside_24h
+    assert sum(b["calls"] for b in in_window) == calls == sum(total for total, _ in shown.values())
+    assert page.text_content("#tile-calls .tile-value") == f"{calls:,}"
     failures = sum(b["failures"] for b in series.values())
     assert failures == live.failures
-    assert page.text_content("#tile-error-rate .tile-value") == f"{100 * failures / live.calls:.1f}%"
+    assert page.text_content("#tile-error-rate .tile-value") == f"{100 * failures / calls:.1f}%"
     bars = page.eval_on_selector_all(
         "#latency-chart g.hbar", "els => els.map(e => [e.dataset.label, +e.dataset.value])"
     )
     p95 = {t["tool"]: t["latency_ms"]["p95"] for t in tools if t["latency_ms"]["p95"] is not None}
     assert bars and dict(bars) == {name: p95[name] for name, _ in bars}
     assert [v for _, v in bars] == sorted((v for _, v in bars), reverse=True)
-    assert bars[0][0] == "fetch__fetch"  # the seeded 300 ms tool is the slowest
+    assert bars[0][0] == "fetch__fetch"  # the seeded 300 ms tool is the slowest (the 5 s calls are a day old)
     funnel = page.eval_on_selector_all("#funnel-chart g.hbar", "els => els.map(e => +e.dataset.value)")
     assert funnel == [live.searches, live.followed, live.followed_ok]
     zero = page.eval_on_selector_all(
@@ -109,15 +126,17 @@ def test_overview_charts_show_the_logged_calls(page: Any, live: Live) -> None:
     assert page.locator("#never-table tbody tr").count() == min(25, len(never))
     record(page, "overview", render_ms)
     # 30 days, one column a day: the API's day buckets read 2026-12-07 (they were 2026-12-07T00:00:00Z).
-    open_page(page, live, "overview", "?window=30d")
+    since = asked_since(page, live, "overview", "?window=30d")
+    first_day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=29)
+    assert since == first_day.strftime("%Y-%m-%dT%H:%M:%SZ")
     with live.client(live.admin_key) as admin:
-        days = {
-            b["bucket"]: b["calls"]
-            for b in admin.get("/analytics/timeseries", params={"bucket": "day"}).json()["series"]
-        }
+        series = admin.get("/analytics/timeseries", params={"bucket": "day", "since": since}).json()["series"]
+    days = {b["bucket"]: b["calls"] for b in series}
     daily = page.eval_on_selector_all("#calls-chart g.col", "els => els.map(e => [e.dataset.bucket, +e.dataset.total])")
     assert len(daily) == 30 and all(len(label) == 10 for label, _ in daily)
-    assert {label: total for label, total in daily if total} == days and sum(days.values()) == live.calls
+    assert {label: total for label, total in daily if total} == days
+    assert sum(days.values()) == live.calls - live.outside_30d
+    assert page.text_content("#tile-calls .tile-value") == f"{live.calls - live.outside_30d:,}"
 
 
 def test_playground_search_explain_and_a_call_through_the_form(page: Any, live: Live) -> None:
@@ -166,7 +185,7 @@ def test_playground_search_explain_and_a_call_through_the_form(page: Any, live: 
             "the call",
         )
     open_page(page, live, "overview")
-    assert page.text_content("#tile-calls .tile-value") == f"{live.calls:,}"
+    assert page.text_content("#tile-calls .tile-value") == f"{live.calls - live.outside_24h:,}"
 
 
 def test_every_signal_label_shows_whole(page: Any, live: Live) -> None:
@@ -231,9 +250,11 @@ def test_grant_a_pending_approval(page: Any, live: Live) -> None:
 
 
 def test_keys_and_callers_for_admins(page: Any, live: Live) -> None:
+    since = (datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=29)).isoformat()
+
     def calls_per_caller() -> dict[str, int]:
         with live.client(live.admin_key) as admin:
-            callers = admin.get("/analytics/callers", params={"limit": 100}).json()["callers"]
+            callers = admin.get("/analytics/callers", params={"limit": 100, "since": since}).json()["callers"]
         return {c["caller"]: c["calls"] for c in callers}
 
     # The earlier tests' last calls reach the analytics at the next statistics refresh: compare the page with
@@ -251,12 +272,16 @@ def test_keys_and_callers_for_admins(page: Any, live: Live) -> None:
     callers = page.eval_on_selector_all("#keys-table tbody tr", "rows => rows.map(r => r.dataset.caller)")
     assert sorted(callers) == ["agent", "ops"]
     assert dict(shown) == api and api["agent"] >= 35
+    # "Callers (last 30 days)" are those of the 30 UTC days the overview's 30d window shows: one last active on the
+    # day 30 days back is not among them (asked without `since`, the API counted that day too).
+    assert "retired-agent" not in dict(shown)
+    assert page.text_content("#callers-table").count("retired-agent") == 0
     # The day a caller was last active, as a day (it read 2026-12-07T00:00:00+00:00, a midnight it never saw).
     days = page.eval_on_selector_all(
         "#callers-table tbody tr", "rows => rows.map(r => [r.dataset.caller, r.cells[5].textContent])"
     )
     with live.client(live.admin_key) as admin:
-        listed = admin.get("/analytics/callers", params={"limit": 100}).json()["callers"]
+        listed = admin.get("/analytics/callers", params={"limit": 100, "since": since}).json()["callers"]
     assert dict(days) == {c["caller"]: c["last_active_day"][:10] for c in listed}
     record(page, "keys", render_ms)
 

@@ -66,7 +66,7 @@
   }
 
   async function renderKeys(root) {
-    const [keys, callers] = await Promise.all([get("/keys"), get("/analytics/callers" + qs({ limit: 100 }))]);
+    const [keys, callers] = await Promise.all([get("/keys"), get("/analytics/callers" + qs({ since: TS.iso(TS.bucketStarts(30, "day")[0]), limit: 100 }))]);
     const out = h("div", { id: "key-message" });
     const caller = h("input", { id: "new-caller", placeholder: "caller id", required: true });
     const roles = h("input", { id: "new-roles", placeholder: "roles, comma separated (admin, approver, metrics …)" });

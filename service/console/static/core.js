@@ -104,9 +104,16 @@ window.TS = (function () {
     return h("section", { class: "card" }, title ? h("h2", {}, title) : null, children);
   }
 
-  function sinceHours(hours) {
-    return new Date(Date.now() - hours * 3600 * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+  /* The starts (ms) of the last `count` UTC hours or days, the current one last. A window is asked of the API
+     from its first bucket's start (iso): asked from "24 hours ago", the API counts that hour's whole bucket,
+     a 25th the chart had no column for, so the tiles and the tables counted calls the chart did not show. */
+  function bucketStarts(count, bucket) {
+    const step = bucket === "hour" ? 3600e3 : 86400e3;
+    const last = Date.now() - (Date.now() % step);  // UTC hours and days are whole steps since the epoch
+    return Array.from({ length: count }, (_, i) => last - (count - 1 - i) * step);
   }
+
+  const iso = (ms) => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
 
   /* Replace an element's children (arrays flattened, null and false skipped). */
   function fill(el, ...children) {
@@ -114,5 +121,5 @@ window.TS = (function () {
     return append(el, children);
   }
 
-  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, session, Problem, sinceHours, pages: {}, me: null };
+  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, session, Problem, bucketStarts, iso, pages: {}, me: null };
 })();
