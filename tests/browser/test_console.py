@@ -239,8 +239,16 @@ def test_grant_a_pending_approval(page: Any, live: Live) -> None:
     assert row.locator("td").nth(2).text_content() == "t__big"
     record(page, "approvals", render_ms)
     row.locator("button.grant").click()
-    page.wait_for_selector("#approval-message .ok")
-    assert "granted" in page.text_content("#approval-message")
+    # The message stays on the page the grant re-rendered (it was gone 0.6 s later), and says what comes next.
+    page.wait_for_selector('.page[data-page="approvals"][aria-busy="false"] #notice .ok')
+    page.wait_for_timeout(1000)
+    assert page.text_content("#notice") == (
+        f"Approval {live.approval_id} is granted: agent may now repeat the call of t__big with approval_id "
+        f"{live.approval_id}."
+    )
+    assert page.locator(f'#pending-table tbody tr[data-id="{live.approval_id}"]').count() == 0
+    recent = page.locator('#recent-approvals tbody tr:has-text("t__big")').first
+    assert recent.locator("td").nth(3).text_content() == "granted"
     with live.client(live.agent_key) as agent:
         assert agent.get(f"/approvals/{live.approval_id}").json()["status"] == "granted"
         again = agent.post(
@@ -336,10 +344,12 @@ def test_an_admin_reviews_a_held_tool_and_approves_it(page: Any, live: Live) -> 
     record(page, "held", float(page.get_attribute(".page", "data-render-ms")))
     page.once("dialog", lambda dialog: dialog.accept())
     row.locator("button.grant").click()
-    page.wait_for_selector("#held-message .ok")
+    page.wait_for_selector('.page[data-page="held"][aria-busy="false"] #notice .ok')
+    page.wait_for_timeout(1000)
+    assert page.text_content("#notice") == "calc__add is approved: it is searchable and callable again."
+    assert page.locator('#held-table tbody tr[data-name="calc__add"]').count() == 0
     with live.client(live.agent_key) as agent:
         assert agent.get("/tools/calc__add").json()["description"] == poisoned  # approved: listed and callable
-    page.wait_for_selector('.page[data-page="held"][aria-busy="false"]')
 
 
 def test_a_non_admin_sees_its_own_scope(browser: Any, live: Live) -> None:

@@ -15,8 +15,9 @@
     async function act(a, verb) {
       try {
         const r = verb === "grant" ? await post("/approvals", { approval_id: a.id }) : await post("/approvals/" + a.id + "/deny");
-        TS.fill(note, h("p", { class: "ok" }, "Approval " + r.id + " is now " + r.status + "."));
-        setTimeout(() => TS.route(), 600);
+        const next = r.status === "granted" ? ": " + a.caller + " may now repeat the call of " + a.tool + " with approval_id " + r.id + "."
+          : ": the call of " + a.tool + " by " + a.caller + " stays refused.";
+        await TS.route(h("p", { class: "ok" }, "Approval " + r.id + " is " + r.status + next));
       } catch (err) { TS.fill(note, problemBox(err)); }
     }
     root.append(h("h1", {}, "Approvals"), note,
@@ -52,8 +53,7 @@
       if (!window.confirm("Approve " + t.name + "? Agents will be given its text and may call it.")) return;
       try {
         await post("/tools/" + encodeURIComponent(t.name) + "/approve");
-        TS.fill(note, h("p", { class: "ok" }, t.name + " is approved: it is searchable and callable again."));
-        setTimeout(() => TS.route(), 600);
+        await TS.route(h("p", { class: "ok" }, t.name + " is approved: it is searchable and callable again."));
       } catch (err) { TS.fill(note, problemBox(err)); }
     }
     root.append(h("h1", {}, "Held tools"), note,
