@@ -176,7 +176,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         json.dumps({"mcpServers": {"t": {"command": sys.executable, "args": [str(TEST_SERVER)]}}})
     )
     (data / "permissions.yaml").write_text(
-        "roles:\n  default:\n    allow: ['*']\napprover_roles: [approver, admin]\ndestructive: ['t__big']\n"
+        "roles:\n  default:\n    allow: ['*']\n  jailed:\n    deny: ['*']\n"
+        "approver_roles: [approver, admin]\ndestructive: ['t__big']\n"
     )
     port = free_port()
     live = Live(f"http://127.0.0.1:{port}", "", "")

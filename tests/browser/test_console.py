@@ -399,3 +399,26 @@ def test_static_files_and_headers(live: Live) -> None:
     TIMINGS["static"] = {"bytes": total, "render_ms": 0.0}
     (SHOTS / "timings.json").write_text(json.dumps(TIMINGS, indent=2, sort_keys=True))
     assert total < 100_000
+
+
+def test_a_caller_whose_roles_allow_no_tool_is_told_why(browser: Any, live: Live) -> None:
+    """The catalog of a key whose roles allow no tool said "Nothing yet" and "0 of 0 tools", and the overview
+    "Every search found something." with no search at all: neither said what was the matter or what to do."""
+    with live.client(live.admin_key) as admin:
+        jailed = admin.post("/keys", json={"caller": "jailed", "roles": ["jailed"]}).json()
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        tab.goto(live.url + "/console")
+        tab.fill("#signin-key", jailed["key"])
+        tab.click("#signin-form button")
+        tab.wait_for_selector('.page[data-page="overview"][aria-busy="false"]')
+        assert tab.text_content("#zero-table tbody") == "No search in this window."
+        open_page(tab, live, "catalog")
+        told = "No tool is open to your roles (jailed): an admin allows tools to roles in the permissions file."
+        assert tab.text_content("#servers-table tbody") == told
+        assert tab.text_content("#tool-count") == told
+    finally:
+        context.close()
+        with live.client(live.admin_key) as admin:
+            admin.delete(f"/keys/{jailed['id']}")

@@ -113,6 +113,14 @@ window.TS = (function () {
     return Array.from({ length: count }, (_, i) => last - (count - 1 - i) * step);
   }
 
+  /* What an empty catalog means for who is reading: an admin sees every tool, so none are registered; anyone
+     else may see none (their roles allow none), and "Nothing yet" told neither what to do. */
+  function noTools() {
+    const me = window.TS.me || {};
+    if (me.admin) return "The catalog has no tool: add MCP servers (TOOLSCOUT_EXECUTION__SERVERS_FILE) or register a catalog (toolscout index FILE).";
+    return "No tool is open to your roles (" + ((me.roles || []).join(", ") || "none") + "): an admin allows tools to roles in the permissions file.";
+  }
+
   const iso = (ms) => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
 
   /* Replace an element's children (arrays flattened, null and false skipped). */
@@ -121,5 +129,5 @@ window.TS = (function () {
     return append(el, children);
   }
 
-  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, session, Problem, bucketStarts, iso, pages: {}, me: null };
+  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, session, Problem, bucketStarts, iso, noTools, pages: {}, me: null };
 })();

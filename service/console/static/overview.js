@@ -66,7 +66,7 @@
           { title: "times", num: true, cell: (r) => fmt.int(r.count) },
           { title: "callers", num: true, cell: (r) => fmt.int(r.callers) },
           { title: "last", cell: (r) => fmt.time(r.last_at) },
-        ], zero.queries, { id: "zero-table", empty: "Every search found something." }))),
+        ], zero.queries, { id: "zero-table", empty: searches ? "Every search found something." : "No search in this window." }))),
       card("Tools never found by a search (" + fmt.int(never.tools.length) + ")", table([
         { title: "tool", cell: (r) => r.tool }, { title: "server", cell: (r) => r.server },
         { title: "calls by name", num: true, cell: (r) => fmt.int(r.calls) }, { title: "in catalog since", cell: (r) => fmt.time(r.first_seen_at) },
