@@ -10,9 +10,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+# Without this every counter and histogram label set had a twin gauge `<name>_created` (its creation time, which
+# Prometheus's text format has no place for): a family the README did not list, named like a counter without
+# `_total`, and a third of the scrape's samples. Process-wide: the client library keeps the switch globally.
+disable_created_metrics()
 
 UNKNOWN_TOOL = "(unknown)"
 # Statuses of calls that never resolved a catalog tool: their name is whatever the caller sent.

@@ -41,6 +41,11 @@ SEEDED_TOOLS = [
     ("fetch__fetch", "fetch", 300.0),
 ]
 ZERO_RESULT_QUERIES = {"teleport me to mars": 6, "brew a coffee": 4}
+# Calls just outside the console's windows: slow ones in the hour 24 hours back (the 24-hour window is the
+# current hour and the 23 before it), and a caller last active on the day 30 days back (the 30-day window is the
+# current UTC day and the 29 before it). Both are inside the API's default window (30 days back, floored).
+DAY_OLD_CALLS = (3, "time__get_current_time", "time", 5000.0)
+MONTH_OLD_CALLS = (2, "git__git_status", "git", "retired-agent")
 
 
 @dataclass
@@ -52,7 +57,9 @@ class Live:
     agent_key: str
     per_hour: dict[str, int] = field(default_factory=dict)  # bucket label -> calls
     failures: int = 0
-    calls: int = 0
+    calls: int = 0  # every call logged, those outside the console's windows included
+    outside_24h: int = 0  # calls older than the 24-hour window's first hour
+    outside_30d: int = 0  # calls older than the 30-day window's first day
     searches: int = 0
     followed: int = 0
     followed_ok: int = 0
@@ -67,7 +74,8 @@ def hour_label(moment: datetime) -> str:
 
 
 def seed(database_url: str, live: Live) -> None:
-    """Executions and searches of the last 12 hours, written straight into the log before the service starts."""
+    """Executions and searches of the last 12 hours, and a few calls just outside the console's 24-hour and 30-day
+    windows, written straight into the log before the service starts."""
     upgrade_database(database_url)
     now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     executions: list[dict[str, Any]] = []
@@ -87,21 +95,18 @@ def seed(database_url: str, live: Live) -> None:
                 live.followed += 1
                 live.followed_ok += status == "ok"
             live.failures += status != "ok"
-            started = moment + timedelta(seconds=i)
             executions.append(
-                {
-                    "id": str(uuid.uuid4()),
-                    "caller": f"agent-{i % 3}",
-                    "tool": tool,
-                    "server_id": server,
-                    "search_id": search_id,
-                    "arguments_digest": "0" * 64,
-                    "status": status,
-                    "duration_ms": duration,
-                    "started_at": started,
-                    "finished_at": started + timedelta(milliseconds=duration),
-                }
+                _call(tool, server, f"agent-{i % 3}", moment + timedelta(seconds=i), duration, status, search_id)
             )
+    count, tool, server, duration = DAY_OLD_CALLS
+    day_old = now - timedelta(hours=24) + timedelta(minutes=10)
+    executions.extend(_call(tool, server, "agent-0", day_old, duration) for _ in range(count))
+    live.outside_24h += count
+    count, tool, server, caller = MONTH_OLD_CALLS
+    month_old = now - timedelta(days=30) + timedelta(minutes=10)
+    executions.extend(_call(tool, server, caller, month_old, 10.0) for _ in range(count))
+    live.outside_24h += count
+    live.outside_30d += count
     for query, times in ZERO_RESULT_QUERIES.items():
         searches.extend(_search(str(uuid.uuid4()), query, now - timedelta(hours=2), 0) for _ in range(times))
     live.calls, live.searches = len(executions), len(searches)
@@ -110,6 +115,29 @@ def seed(database_url: str, live: Live) -> None:
         connection.execute(insert(Execution), executions)
         connection.execute(insert(Search), searches)
     engine.dispose()
+
+
+def _call(
+    tool: str,
+    server: str,
+    caller: str,
+    started: datetime,
+    duration: float,
+    status: str = "ok",
+    search_id: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": str(uuid.uuid4()),
+        "caller": caller,
+        "tool": tool,
+        "server_id": server,
+        "search_id": search_id,
+        "arguments_digest": "0" * 64,
+        "status": status,
+        "duration_ms": duration,
+        "started_at": started,
+        "finished_at": started + timedelta(milliseconds=duration),
+    }
 
 
 def _search(search_id: str, query: str, moment: datetime, results: int, caller: str = "agent-0") -> dict[str, Any]:
@@ -148,7 +176,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         json.dumps({"mcpServers": {"t": {"command": sys.executable, "args": [str(TEST_SERVER)]}}})
     )
     (data / "permissions.yaml").write_text(
-        "roles:\n  default:\n    allow: ['*']\napprover_roles: [approver, admin]\ndestructive: ['t__big']\n"
+        "roles:\n  default:\n    allow: ['*']\n  jailed:\n    deny: ['*']\n"
+        "approver_roles: [approver, admin]\ndestructive: ['t__big']\n"
     )
     port = free_port()
     live = Live(f"http://127.0.0.1:{port}", "", "")

@@ -10,8 +10,10 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -71,11 +73,22 @@ def record(tab: Any, name: str, render_ms: float) -> None:
     (SHOTS / "timings.json").write_text(json.dumps(TIMINGS, indent=2, sort_keys=True))
 
 
+def asked_since(tab: Any, live: Live, name: str, query: str = "") -> str:
+    """Open a console page and return the `since` its timeseries request sent."""
+    with tab.expect_request(lambda r: "/console/api/analytics/timeseries" in r.url) as request:
+        open_page(tab, live, name, query)
+    return parse_qs(urlsplit(request.value.url).query)["since"][0]
+
+
 def test_overview_charts_show_the_logged_calls(page: Any, live: Live) -> None:
     render_ms = open_page(page, live, "overview")
+    since = asked_since(page, live, "overview")
+    first_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
+    assert since == first_hour.strftime("%Y-%m-%dT%H:%M:%SZ")  # the first column's hour, not "24 hours ago"
     with live.client(live.admin_key) as admin:
         series = {b["bucket"]: b for b in admin.get("/analytics/timeseries").json()["series"]}
-        tools = admin.get("/analytics/tools", params={"limit": 1000}).json()["tools"]
+        in_window = admin.get("/analytics/timeseries", params={"since": since}).json()["series"]
+        tools = admin.get("/analytics/tools", params={"limit": 1000, "since": since}).json()["tools"]
         never = admin.get("/analytics/tools/never-found", params={"limit": 1000}).json()["tools"]
     columns = page.eval_on_selector_all(
         "#calls-chart g.col", "els => els.map(e => [e.dataset.bucket, +e.dataset.total, +e.dataset.part])"
@@ -88,17 +101,21 @@ def test_overview_charts_show_the_logged_calls(page: Any, live: Live) -> None:
     for label, (total, part) in shown.items():
         assert total == series.get(label, {"calls": 0})["calls"]
         assert part == series.get(label, {"failures": 0})["failures"]
-    assert page.text_content("#tile-calls .tile-value") == f"{live.calls:,}"
+    # The tiles count what the API counts for the same window, and that is the columns: the calls of the hour
+    # 24 hours back (asked from "24 hours ago", the API counted its whole bucket) are in neither.
+    calls = live.calls - live.outside_24h
+    assert sum(b["calls"] for b in in_window) == calls == sum(total for total, _ in shown.values())
+    assert page.text_content("#tile-calls .tile-value") == f"{calls:,}"
     failures = sum(b["failures"] for b in series.values())
     assert failures == live.failures
-    assert page.text_content("#tile-error-rate .tile-value") == f"{100 * failures / live.calls:.1f}%"
+    assert page.text_content("#tile-error-rate .tile-value") == f"{100 * failures / calls:.1f}%"
     bars = page.eval_on_selector_all(
         "#latency-chart g.hbar", "els => els.map(e => [e.dataset.label, +e.dataset.value])"
     )
     p95 = {t["tool"]: t["latency_ms"]["p95"] for t in tools if t["latency_ms"]["p95"] is not None}
     assert bars and dict(bars) == {name: p95[name] for name, _ in bars}
     assert [v for _, v in bars] == sorted((v for _, v in bars), reverse=True)
-    assert bars[0][0] == "fetch__fetch"  # the seeded 300 ms tool is the slowest
+    assert bars[0][0] == "fetch__fetch"  # the seeded 300 ms tool is the slowest (the 5 s calls are a day old)
     funnel = page.eval_on_selector_all("#funnel-chart g.hbar", "els => els.map(e => +e.dataset.value)")
     assert funnel == [live.searches, live.followed, live.followed_ok]
     zero = page.eval_on_selector_all(
@@ -109,15 +126,17 @@ def test_overview_charts_show_the_logged_calls(page: Any, live: Live) -> None:
     assert page.locator("#never-table tbody tr").count() == min(25, len(never))
     record(page, "overview", render_ms)
     # 30 days, one column a day: the API's day buckets read 2026-12-07 (they were 2026-12-07T00:00:00Z).
-    open_page(page, live, "overview", "?window=30d")
+    since = asked_since(page, live, "overview", "?window=30d")
+    first_day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=29)
+    assert since == first_day.strftime("%Y-%m-%dT%H:%M:%SZ")
     with live.client(live.admin_key) as admin:
-        days = {
-            b["bucket"]: b["calls"]
-            for b in admin.get("/analytics/timeseries", params={"bucket": "day"}).json()["series"]
-        }
+        series = admin.get("/analytics/timeseries", params={"bucket": "day", "since": since}).json()["series"]
+    days = {b["bucket"]: b["calls"] for b in series}
     daily = page.eval_on_selector_all("#calls-chart g.col", "els => els.map(e => [e.dataset.bucket, +e.dataset.total])")
     assert len(daily) == 30 and all(len(label) == 10 for label, _ in daily)
-    assert {label: total for label, total in daily if total} == days and sum(days.values()) == live.calls
+    assert {label: total for label, total in daily if total} == days
+    assert sum(days.values()) == live.calls - live.outside_30d
+    assert page.text_content("#tile-calls .tile-value") == f"{live.calls - live.outside_30d:,}"
 
 
 def test_playground_search_explain_and_a_call_through_the_form(page: Any, live: Live) -> None:
@@ -166,7 +185,7 @@ def test_playground_search_explain_and_a_call_through_the_form(page: Any, live: 
             "the call",
         )
     open_page(page, live, "overview")
-    assert page.text_content("#tile-calls .tile-value") == f"{live.calls:,}"
+    assert page.text_content("#tile-calls .tile-value") == f"{live.calls - live.outside_24h:,}"
 
 
 def test_every_signal_label_shows_whole(page: Any, live: Live) -> None:
@@ -220,8 +239,16 @@ def test_grant_a_pending_approval(page: Any, live: Live) -> None:
     assert row.locator("td").nth(2).text_content() == "t__big"
     record(page, "approvals", render_ms)
     row.locator("button.grant").click()
-    page.wait_for_selector("#approval-message .ok")
-    assert "granted" in page.text_content("#approval-message")
+    # The message stays on the page the grant re-rendered (it was gone 0.6 s later), and says what comes next.
+    page.wait_for_selector('.page[data-page="approvals"][aria-busy="false"] #notice .ok')
+    page.wait_for_timeout(1000)
+    assert page.text_content("#notice") == (
+        f"Approval {live.approval_id} is granted: agent may now repeat the call of t__big with approval_id "
+        f"{live.approval_id}."
+    )
+    assert page.locator(f'#pending-table tbody tr[data-id="{live.approval_id}"]').count() == 0
+    recent = page.locator('#recent-approvals tbody tr:has-text("t__big")').first
+    assert recent.locator("td").nth(3).text_content() == "granted"
     with live.client(live.agent_key) as agent:
         assert agent.get(f"/approvals/{live.approval_id}").json()["status"] == "granted"
         again = agent.post(
@@ -231,9 +258,11 @@ def test_grant_a_pending_approval(page: Any, live: Live) -> None:
 
 
 def test_keys_and_callers_for_admins(page: Any, live: Live) -> None:
+    since = (datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=29)).isoformat()
+
     def calls_per_caller() -> dict[str, int]:
         with live.client(live.admin_key) as admin:
-            callers = admin.get("/analytics/callers", params={"limit": 100}).json()["callers"]
+            callers = admin.get("/analytics/callers", params={"limit": 100, "since": since}).json()["callers"]
         return {c["caller"]: c["calls"] for c in callers}
 
     # The earlier tests' last calls reach the analytics at the next statistics refresh: compare the page with
@@ -251,14 +280,50 @@ def test_keys_and_callers_for_admins(page: Any, live: Live) -> None:
     callers = page.eval_on_selector_all("#keys-table tbody tr", "rows => rows.map(r => r.dataset.caller)")
     assert sorted(callers) == ["agent", "ops"]
     assert dict(shown) == api and api["agent"] >= 35
+    # "Callers (last 30 days)" are those of the 30 UTC days the overview's 30d window shows: one last active on the
+    # day 30 days back is not among them (asked without `since`, the API counted that day too).
+    assert "retired-agent" not in dict(shown)
+    assert page.text_content("#callers-table").count("retired-agent") == 0
     # The day a caller was last active, as a day (it read 2026-12-07T00:00:00+00:00, a midnight it never saw).
     days = page.eval_on_selector_all(
         "#callers-table tbody tr", "rows => rows.map(r => [r.dataset.caller, r.cells[5].textContent])"
     )
     with live.client(live.admin_key) as admin:
-        listed = admin.get("/analytics/callers", params={"limit": 100}).json()["callers"]
+        listed = admin.get("/analytics/callers", params={"limit": 100, "since": since}).json()["callers"]
     assert dict(days) == {c["caller"]: c["last_active_day"][:10] for c in listed}
     record(page, "keys", render_ms)
+
+
+def test_a_key_created_in_the_console_is_listed_and_revoked_there(page: Any, live: Live) -> None:
+    """A created key appeared nowhere but in the message (the table was read once, before), so it could not be
+    revoked without reloading the page, and a revocation said nothing."""
+    open_page(page, live, "keys")
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.fill("#new-caller", "console-made")
+    page.fill("#new-roles", "approver")
+    page.click("#key-form button")
+    page.wait_for_selector('#keys-table tr[data-caller="console-made"]')
+    secret = page.text_content("#new-key")
+    assert secret.startswith("tsk_") and "(roles: approver)" in page.text_content("#key-message")
+    with live.client(secret) as made:
+        assert made.get("/console/api/me").json()["caller"] == "console-made"
+    prefix = page.text_content('#keys-table tr[data-caller="console-made"] code')
+    assert secret.startswith(prefix)
+    page.click('#keys-table tr[data-caller="console-made"] button')
+    page.wait_for_selector("#key-message p.ok")
+    assert page.text_content("#key-message") == (
+        f"Key {prefix}… of console-made is revoked: every request with it is refused from now on."
+    )
+    assert page.locator('#keys-table tr[data-caller="console-made"]').count() == 0
+    with live.client(secret) as made:
+        assert made.get("/console/api/me").status_code == 401
+    # A refused creation is shown as the problem it is, where it went wrong.
+    page.fill("#new-caller", "x")
+    page.fill("#new-roles", "r" * 65)
+    page.click("#key-form button")
+    page.wait_for_selector("#key-message .problem")
+    assert "/body/roles/0" in page.text_content("#key-message .problem li")
+    assert page.text_content("#key-message .problem strong") == "422 The request body or parameters are invalid"
 
 
 def test_an_admin_reviews_a_held_tool_and_approves_it(page: Any, live: Live) -> None:
@@ -279,10 +344,12 @@ def test_an_admin_reviews_a_held_tool_and_approves_it(page: Any, live: Live) -> 
     record(page, "held", float(page.get_attribute(".page", "data-render-ms")))
     page.once("dialog", lambda dialog: dialog.accept())
     row.locator("button.grant").click()
-    page.wait_for_selector("#held-message .ok")
+    page.wait_for_selector('.page[data-page="held"][aria-busy="false"] #notice .ok')
+    page.wait_for_timeout(1000)
+    assert page.text_content("#notice") == "calc__add is approved: it is searchable and callable again."
+    assert page.locator('#held-table tbody tr[data-name="calc__add"]').count() == 0
     with live.client(live.agent_key) as agent:
         assert agent.get("/tools/calc__add").json()["description"] == poisoned  # approved: listed and callable
-    page.wait_for_selector('.page[data-page="held"][aria-busy="false"]')
 
 
 def test_a_non_admin_sees_its_own_scope(browser: Any, live: Live) -> None:
@@ -332,3 +399,26 @@ def test_static_files_and_headers(live: Live) -> None:
     TIMINGS["static"] = {"bytes": total, "render_ms": 0.0}
     (SHOTS / "timings.json").write_text(json.dumps(TIMINGS, indent=2, sort_keys=True))
     assert total < 100_000
+
+
+def test_a_caller_whose_roles_allow_no_tool_is_told_why(browser: Any, live: Live) -> None:
+    """The catalog of a key whose roles allow no tool said "Nothing yet" and "0 of 0 tools", and the overview
+    "Every search found something." with no search at all: neither said what was the matter or what to do."""
+    with live.client(live.admin_key) as admin:
+        jailed = admin.post("/keys", json={"caller": "jailed", "roles": ["jailed"]}).json()
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        tab.goto(live.url + "/console")
+        tab.fill("#signin-key", jailed["key"])
+        tab.click("#signin-form button")
+        tab.wait_for_selector('.page[data-page="overview"][aria-busy="false"]')
+        assert tab.text_content("#zero-table tbody") == "No search in this window."
+        open_page(tab, live, "catalog")
+        told = "No tool is open to your roles (jailed): an admin allows tools to roles in the permissions file."
+        assert tab.text_content("#servers-table tbody") == told
+        assert tab.text_content("#tool-count") == told
+    finally:
+        context.close()
+        with live.client(live.admin_key) as admin:
+            admin.delete(f"/keys/{jailed['id']}")

@@ -15,8 +15,9 @@
     async function act(a, verb) {
       try {
         const r = verb === "grant" ? await post("/approvals", { approval_id: a.id }) : await post("/approvals/" + a.id + "/deny");
-        TS.fill(note, h("p", { class: "ok" }, "Approval " + r.id + " is now " + r.status + "."));
-        setTimeout(() => TS.route(), 600);
+        const next = r.status === "granted" ? ": " + a.caller + " may now repeat the call of " + a.tool + " with approval_id " + r.id + "."
+          : ": the call of " + a.tool + " by " + a.caller + " stays refused.";
+        await TS.route(h("p", { class: "ok" }, "Approval " + r.id + " is " + r.status + next));
       } catch (err) { TS.fill(note, problemBox(err)); }
     }
     root.append(h("h1", {}, "Approvals"), note,
@@ -52,8 +53,7 @@
       if (!window.confirm("Approve " + t.name + "? Agents will be given its text and may call it.")) return;
       try {
         await post("/tools/" + encodeURIComponent(t.name) + "/approve");
-        TS.fill(note, h("p", { class: "ok" }, t.name + " is approved: it is searchable and callable again."));
-        setTimeout(() => TS.route(), 600);
+        await TS.route(h("p", { class: "ok" }, t.name + " is approved: it is searchable and callable again."));
       } catch (err) { TS.fill(note, problemBox(err)); }
     }
     root.append(h("h1", {}, "Held tools"), note,
@@ -66,33 +66,48 @@
   }
 
   async function renderKeys(root) {
-    const [keys, callers] = await Promise.all([get("/keys"), get("/analytics/callers" + qs({ limit: 100 }))]);
-    const out = h("div", { id: "key-message" });
+    const since = TS.iso(TS.bucketStarts(30, "day")[0]);
+    const [keys, callers] = await Promise.all([get("/keys"), get("/analytics/callers" + qs({ since, limit: 100 }))]);
+    const out = h("div", { id: "key-message", role: "status" });
     const caller = h("input", { id: "new-caller", placeholder: "caller id", required: true });
     const roles = h("input", { id: "new-roles", placeholder: "roles, comma separated (admin, approver, metrics …)" });
+    const listed = h("div", {});
+    const showKeys = (list) => TS.fill(listed, table([
+      { title: "prefix", cell: (k) => h("code", {}, k.prefix) }, { title: "caller", cell: (k) => k.caller },
+      { title: "roles", cell: (k) => k.roles.join(", ") }, { title: "created", cell: (k) => fmt.time(k.created_at) },
+      { title: "", cell: (k) => h("button", { type: "button", class: "secondary", onclick: () => revoke(k) }, "Revoke") },
+    ], list, { id: "keys-table", rowAttrs: (k) => ({ "data-caller": k.caller, "data-id": k.id }), empty: "No key is active: create one above." }));
+    /* After a change the table is read again, so a key just created can be revoked without reloading the page,
+       and the message above it says what happened (the secret stays on screen until the next action). */
+    async function refresh(message) {
+      TS.fill(out, message);
+      try { showKeys((await get("/keys")).keys); } catch (err) { out.append(problemBox(err)); }
+    }
     async function create(ev) {
       ev.preventDefault();
       try {
         const r = await post("/keys", { caller: caller.value, roles: roles.value.split(",").map((x) => x.trim()).filter(Boolean) });
-        TS.fill(out, h("div", { class: "secret" }, "Key for ", h("strong", {}, r.caller), " (shown once): ", h("code", { id: "new-key" }, r.key)));
+        caller.value = ""; roles.value = "";
+        await refresh(h("div", { class: "secret" }, "Key for ", h("strong", {}, r.caller), " (roles: " + (r.roles.join(", ") || "none") + "), shown once: ",
+          h("code", { id: "new-key" }, r.key), h("div", { class: "muted" }, "Store it now: only its hash is kept.")));
       } catch (err) { TS.fill(out, problemBox(err)); }
     }
     async function revoke(k) {
       if (!window.confirm("Revoke key " + k.prefix + " of " + k.caller + "?")) return;
-      try { await api("DELETE", "/keys/" + k.id); TS.route(); } catch (err) { TS.fill(out, problemBox(err)); }
+      try {
+        await api("DELETE", "/keys/" + k.id);
+        await refresh(h("p", { class: "ok" }, "Key " + k.prefix + "… of " + k.caller + " is revoked: every request with it is refused from now on."));
+      } catch (err) { TS.fill(out, problemBox(err)); }
     }
+    showKeys(keys.keys);
     root.append(h("h1", {}, "Keys & callers"),
       card("Create a key", h("form", { id: "key-form", class: "inline", onsubmit: create }, caller, roles, h("button", { type: "submit" }, "Create")), out),
-      card("API keys", table([
-        { title: "prefix", cell: (k) => h("code", {}, k.prefix) }, { title: "caller", cell: (k) => k.caller },
-        { title: "roles", cell: (k) => k.roles.join(", ") }, { title: "created", cell: (k) => fmt.time(k.created_at) },
-        { title: "", cell: (k) => h("button", { type: "button", class: "secondary", onclick: () => revoke(k) }, "Revoke") },
-      ], keys.keys, { id: "keys-table", rowAttrs: (k) => ({ "data-caller": k.caller }) })),
+      card("API keys", listed),
       card("Callers (last 30 days)", table([
         { title: "caller", cell: (c) => c.caller }, { title: "calls", num: true, cell: (c) => fmt.int(c.calls) },
         { title: "success", num: true, cell: (c) => fmt.pct(c.success_rate) }, { title: "tools", num: true, cell: (c) => fmt.int(c.tools) },
         { title: "searches", num: true, cell: (c) => fmt.int(c.searches) }, { title: "last active (UTC day)", cell: (c) => fmt.day(c.last_active_day) },
-      ], callers.callers, { id: "callers-table", rowAttrs: (c) => ({ "data-caller": c.caller }) })));
+      ], callers.callers, { id: "callers-table", rowAttrs: (c) => ({ "data-caller": c.caller }), empty: "No caller made a call or a search in these 30 days." })));
   }
 
   TS.pages.approvals = { title: "Approvals", render: renderApprovals };

@@ -36,6 +36,7 @@
       const shown = tools.filter((t) => !needle || t.name.toLowerCase().includes(needle) || (t.description || "").toLowerCase().includes(needle));
       const groups = new Map();
       for (const t of shown) (groups.get(t.server) || groups.set(t.server, []).get(t.server)).push(t);
+      if (!tools.length) return TS.fill(list, h("p", { class: "problem", id: "tool-count" }, TS.noTools()));
       TS.fill(list, h("p", { class: "muted", id: "tool-count" }, shown.length + " of " + fmt.count(tools.length, "tool")),
         [...groups.entries()].map(([server, group]) => h("details", { class: "server-tools", open: needle || groups.size < 4, "data-server": server },
           h("summary", {}, server, " ", h("span", { class: "muted" }, "(" + group.length + ")")),
@@ -56,7 +57,7 @@
         { title: "restarts", num: true, cell: (s) => fmt.int(s.health ? s.health.restarts : null) },
         { title: "p95", num: true, cell: (s) => fmt.ms(s.health && s.health.latency ? s.health.latency.p95_ms : null) },
         { title: "last error", cell: (s) => (s.health && s.health.last_error) || "" },
-      ], servers.servers, { id: "servers-table", rowAttrs: (s) => ({ "data-server": s.id }) })),
+      ], servers.servers, { id: "servers-table", rowAttrs: (s) => ({ "data-server": s.id }), empty: TS.noTools() })),
       h("div", { class: "two wide-left" }, card("Tools", filter, list), detail));
   }
 

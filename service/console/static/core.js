@@ -104,9 +104,24 @@ window.TS = (function () {
     return h("section", { class: "card" }, title ? h("h2", {}, title) : null, children);
   }
 
-  function sinceHours(hours) {
-    return new Date(Date.now() - hours * 3600 * 1000).toISOString().replace(/\.\d+Z$/, "Z");
+  /* The starts (ms) of the last `count` UTC hours or days, the current one last. A window is asked of the API
+     from its first bucket's start (iso): asked from "24 hours ago", the API counts that hour's whole bucket,
+     a 25th the chart had no column for, so the tiles and the tables counted calls the chart did not show. */
+  function bucketStarts(count, bucket) {
+    const step = bucket === "hour" ? 3600e3 : 86400e3;
+    const last = Date.now() - (Date.now() % step);  // UTC hours and days are whole steps since the epoch
+    return Array.from({ length: count }, (_, i) => last - (count - 1 - i) * step);
   }
+
+  /* What an empty catalog means for who is reading: an admin sees every tool, so none are registered; anyone
+     else may see none (their roles allow none), and "Nothing yet" told neither what to do. */
+  function noTools() {
+    const me = window.TS.me || {};
+    if (me.admin) return "The catalog has no tool: add MCP servers (TOOLSCOUT_EXECUTION__SERVERS_FILE) or register a catalog (toolscout index FILE).";
+    return "No tool is open to your roles (" + ((me.roles || []).join(", ") || "none") + "): an admin allows tools to roles in the permissions file.";
+  }
+
+  const iso = (ms) => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
 
   /* Replace an element's children (arrays flattened, null and false skipped). */
   function fill(el, ...children) {
@@ -114,5 +129,5 @@ window.TS = (function () {
     return append(el, children);
   }
 
-  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, session, Problem, sinceHours, pages: {}, me: null };
+  return { h, append, fill, api, get, post, qs, fmt, table, problemBox, card, session, Problem, bucketStarts, iso, noTools, pages: {}, me: null };
 })();

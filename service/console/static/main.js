@@ -28,7 +28,9 @@
     return true;
   }
 
-  async function route() {
+  /* Render the page the address names; `notice` (an element: what an action just did) is shown under its title,
+     so the message outlives the re-render that shows the action's effect (it was gone 0.6 s after an approval). */
+  async function route(notice) {
     if (!TS.me) return;
     const hash = location.hash.replace(/^#\/?/, "") || "overview";
     const [name, query] = hash.split("?");
@@ -43,6 +45,11 @@
       await page.render(root, new URLSearchParams(query || ""));
     } catch (err) {
       root.append(TS.problemBox(err));
+    }
+    if (notice instanceof Node) {
+      const box = TS.h("div", { id: "notice", role: "status" }, notice);
+      const title = root.querySelector("h1");
+      if (title) title.after(box); else root.prepend(box);
     }
     root.setAttribute("aria-busy", "false");
     root.dataset.renderMs = (performance.now() - started).toFixed(1);

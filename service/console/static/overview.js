@@ -5,21 +5,12 @@
   const WINDOWS = { "24h": { hours: 24, bucket: "hour" }, "7d": { hours: 168, bucket: "hour" }, "30d": { hours: 720, bucket: "day" } };
 
   /* Every bucket of the window, empty ones included, oldest first. */
-  function fill(series, hours, bucket) {
+  function fill(series, starts, bucket) {
     const byLabel = new Map(series.map((b) => [b.bucket, b]));
-    const stepMs = bucket === "hour" ? 3600e3 : 86400e3;
-    const now = new Date();
-    const last = bucket === "hour"
-      ? Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate(), now.getUTCHours())
-      : Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate());
-    const count = bucket === "hour" ? hours : Math.ceil(hours / 24);
-    const out = [];
-    for (let i = count - 1; i >= 0; i--) {
-      const iso = new Date(last - i * stepMs).toISOString();  // a day bucket is labelled 2026-12-07
-      const label = bucket === "hour" ? iso.replace(/:00\.000Z$/, ":00Z") : iso.slice(0, 10);
-      out.push(byLabel.get(label) || { bucket: label, calls: 0, failures: 0, searches: 0, empty_searches: 0 });
-    }
-    return out;
+    return starts.map((start) => {
+      const label = bucket === "hour" ? TS.iso(start) : TS.iso(start).slice(0, 10);  // a day reads 2026-12-07
+      return byLabel.get(label) || { bucket: label, calls: 0, failures: 0, searches: 0, empty_searches: 0 };
+    });
   }
 
   function tile(label, value, id, note) {
@@ -37,7 +28,8 @@
   async function render(root, params) {
     const win = WINDOWS[params.get("window")] ? params.get("window") : "24h";
     const { hours, bucket } = WINDOWS[win];
-    const since = TS.sinceHours(hours);
+    const starts = TS.bucketStarts(bucket === "hour" ? hours : hours / 24, bucket);
+    const since = TS.iso(starts[0]);
     const [ts, tools, fun, zero, never] = await Promise.all([
       get("/analytics/timeseries" + qs({ bucket, since })),
       get("/analytics/tools" + qs({ since, limit: 1000 })),
@@ -45,7 +37,7 @@
       get("/analytics/searches/unanswered" + qs({ kind: "no_result", since, limit: 10 })),
       get("/analytics/tools/never-found" + qs({ limit: 1000 })),
     ]);
-    const series = fill(ts.series, hours, bucket);
+    const series = fill(ts.series, starts, bucket);
     const calls = series.reduce((a, b) => a + b.calls, 0), failures = series.reduce((a, b) => a + b.failures, 0);
     const searches = series.reduce((a, b) => a + b.searches, 0), empty = series.reduce((a, b) => a + b.empty_searches, 0);
     const picker = h("div", { class: "picker" }, Object.keys(WINDOWS).map((w) =>
@@ -74,7 +66,7 @@
           { title: "times", num: true, cell: (r) => fmt.int(r.count) },
           { title: "callers", num: true, cell: (r) => fmt.int(r.callers) },
           { title: "last", cell: (r) => fmt.time(r.last_at) },
-        ], zero.queries, { id: "zero-table", empty: "Every search found something." }))),
+        ], zero.queries, { id: "zero-table", empty: searches ? "Every search found something." : "No search in this window." }))),
       card("Tools never found by a search (" + fmt.int(never.tools.length) + ")", table([
         { title: "tool", cell: (r) => r.tool }, { title: "server", cell: (r) => r.server },
         { title: "calls by name", num: true, cell: (r) => fmt.int(r.calls) }, { title: "in catalog since", cell: (r) => fmt.time(r.first_seen_at) },
