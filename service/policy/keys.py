@@ -21,6 +21,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.db.models import ApiKey, ConsoleSession, Search, as_utc, utcnow
+from service.db.shared_reads import SharedReads
 from service.errors import InvalidRequest, NotFound, RateLimited, Unauthorized, body_pointer, counted
 from service.policy.callers import OPEN_CALLER, Caller
 from service.policy.ratelimit import RateLimiter, TokenBucketLimiter
@@ -165,6 +166,9 @@ class KeyResolver:
         self._keys_exist: tuple[bool, float] | None = None
         self._active: OrderedDict[str, tuple[bool, float]] = OrderedDict()  # key id -> unrevoked, until
         self.generation = 0  # counts invalidations: a holder of a long-lived answer checks its key again after one
+        # Requests that find the same entry expired share its query; keyed by generation, so a request after an
+        # invalidation never joins a read that began before it.
+        self._reads = SharedReads()
 
     def invalidate(self) -> None:
         """Forget cached keys (after a key is created or revoked in this process)."""
@@ -199,14 +203,16 @@ class KeyResolver:
         cached = self._active.get(caller.key_id)
         if cached is not None and cached[1] > now:
             return cached[0]
-        generation = self.generation
-        async with self.resources.session() as session:
-            found = await session.scalar(
-                select(ApiKey.id).where(ApiKey.id == caller.key_id, ApiKey.revoked_at.is_(None))
-            )
-        if generation == self.generation:  # no key changed meanwhile: the answer may be kept
-            self._keep_active(caller.key_id, found is not None, now + self.ttl)
-        return found is not None
+        key_id, generation = caller.key_id, self.generation
+
+        async def read() -> bool:
+            async with self.resources.session() as session:
+                found = await session.scalar(select(ApiKey.id).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)))
+            if generation == self.generation:  # no key changed meanwhile: the answer may be kept
+                self._keep_active(key_id, found is not None, now + self.ttl)
+            return found is not None
+
+        return await self._reads.read(("active", key_id, generation), read)
 
     async def changed(self) -> None:
         """A key was created or revoked here: forget cached keys in this process and, through `on_change`, on
@@ -220,10 +226,16 @@ class KeyResolver:
         now = time.monotonic()
         if self._keys_exist is not None and self._keys_exist[1] > now:
             return self._keys_exist[0]
-        async with self.resources.session() as session:
-            found = (await session.scalars(select(ApiKey.id).limit(1))).first()
-        self._keys_exist = (found is not None, now + self.ttl)
-        return found is not None
+        generation = self.generation
+
+        async def read() -> bool:
+            async with self.resources.session() as session:
+                found = (await session.scalars(select(ApiKey.id).limit(1))).first()
+            if generation == self.generation:
+                self._keys_exist = (found is not None, now + self.ttl)
+            return found is not None
+
+        return await self._reads.read(("exist", generation), read)
 
     async def lookup(self, key: str) -> Caller | None:
         digest = hash_key(key)
@@ -233,20 +245,25 @@ class KeyResolver:
             self._seen_active(cached[0], cached[1])
             return cached[0]
         generation = self.generation
-        async with self.resources.session() as session:
-            row = (
-                await session.scalars(select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)))
-            ).first()
-        caller = Caller(row.caller, frozenset(row.roles or ()), row.id) if row is not None else None
-        if generation != self.generation:
-            # A key was revoked (or made) while this read was in flight: its answer may predate the revocation,
-            # and cached it would keep a revoked key working for `ttl` after DELETE /keys said it stopped.
+
+        async def read() -> Caller | None:
+            async with self.resources.session() as session:
+                row = (
+                    await session.scalars(select(ApiKey).where(ApiKey.key_hash == digest, ApiKey.revoked_at.is_(None)))
+                ).first()
+            caller = Caller(row.caller, frozenset(row.roles or ()), row.id) if row is not None else None
+            if generation != self.generation:
+                # A key was revoked (or made) while this read was in flight: its answer may predate the
+                # revocation, and cached it would keep a revoked key working for `ttl` after DELETE /keys said
+                # it stopped.
+                return caller
+            self._cache[digest] = (caller, now + self.ttl)
+            self._seen_active(caller, now + self.ttl)
+            while len(self._cache) > 10_000:
+                self._cache.popitem(last=False)
             return caller
-        self._cache[digest] = (caller, now + self.ttl)
-        self._seen_active(caller, now + self.ttl)
-        while len(self._cache) > 10_000:
-            self._cache.popitem(last=False)
-        return caller
+
+        return await self._reads.read(("key", digest, generation), read)
 
     def admit(self, address: str) -> None:
         """429 while this address waits after failed authentications: a guesser of keys or of console sessions
