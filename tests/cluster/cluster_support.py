@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +20,10 @@ from sqlalchemy import create_engine, text
 from indexer.embedding import HashingEmbedder
 from service.resources import Resources, build_resources, close_resources, start_resources
 from service.search.service import start_search
-from tests.conftest import make_settings
+from tests.conftest import fresh_database, make_settings
+from tests.database_link import DatabaseLink
 from tests.processes import free_port, stop_process
+from tests.upstream.upstream_support import TEST_SERVER
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -175,3 +177,33 @@ def rows(database_url: str, query: str, **params: Any) -> list[tuple[Any, ...]]:
             return [tuple(r) for r in connection.execute(text(query), params)]
     finally:
         engine.dispose()
+
+
+@contextmanager
+def split_replicas(tmp_path: Path) -> Iterator[tuple[Cluster, str, DatabaseLink]]:
+    """Two replicas sharing a spill folder and the test echo server: r0 reaches a fresh PostgreSQL database
+    directly, r1 through a link the test cuts. Yields the replicas, the database's URL and the link."""
+    servers = tmp_path / "servers.json"
+    servers.write_text(
+        json.dumps({"mcpServers": {"echoer": {"command": sys.executable, "args": [str(TEST_SERVER), "stdio"]}}})
+    )
+    link = DatabaseLink()
+    with fresh_database() as url:
+        env = {
+            **BUSY_REPLICAS,
+            "TOOLSCOUT_EXECUTION__SERVERS_FILE": str(servers),
+            "TOOLSCOUT_DB__TIMEOUT_SECONDS": "3",
+            "TOOLSCOUT_DB__SPILL_DIR": str(tmp_path / "spill"),
+            # One ONNX export for every replica (written atomically): each data folder's own costs ~25 s here.
+            "TOOLSCOUT_EMBEDDING__MODELS_DIR": str(tmp_path / "models"),
+        }
+        group = Cluster(tmp_path, url, **env)
+        try:
+            group.start(1)
+            group.env["TOOLSCOUT_DB__URL"] = link.url(url)
+            group.start(1)
+            group.env["TOOLSCOUT_DB__URL"] = url
+            yield group, url, link
+        finally:
+            link.restore()
+            group.stop()

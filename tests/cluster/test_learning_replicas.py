@@ -10,8 +10,6 @@ ranked the same request differently for as long as the running one lived."""
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster, Replica, rows
-from tests.conftest import fresh_database
+from tests.cluster.cluster_support import Cluster, Replica, rows, split_replicas
 from tests.database_link import DatabaseLink
-from tests.upstream.upstream_support import TEST_SERVER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.model, pytest.mark.upstream]
 
@@ -35,31 +31,8 @@ ON_TIME = "echo a message"  # searched and called on the other replica while the
 
 @pytest.fixture
 def split(tmp_path: Path) -> Iterator[tuple[Cluster, str, DatabaseLink]]:
-    """Two replicas sharing a spill folder: r0 reaches PostgreSQL directly, r1 through a link the test cuts."""
-    servers = tmp_path / "servers.json"
-    servers.write_text(
-        json.dumps({"mcpServers": {"echoer": {"command": sys.executable, "args": [str(TEST_SERVER), "stdio"]}}})
-    )
-    link = DatabaseLink()
-    with fresh_database() as url:
-        env = {
-            **BUSY_REPLICAS,
-            "TOOLSCOUT_EXECUTION__SERVERS_FILE": str(servers),
-            "TOOLSCOUT_DB__TIMEOUT_SECONDS": "3",
-            "TOOLSCOUT_DB__SPILL_DIR": str(tmp_path / "spill"),
-            # One ONNX export for the three replicas (written atomically): each data folder's own costs ~25 s here.
-            "TOOLSCOUT_EMBEDDING__MODELS_DIR": str(tmp_path / "models"),
-        }
-        group = Cluster(tmp_path, url, **env)
-        try:
-            group.start(1)
-            group.env["TOOLSCOUT_DB__URL"] = link.url(url)
-            group.start(1)
-            group.env["TOOLSCOUT_DB__URL"] = url
-            yield group, url, link
-        finally:
-            link.restore()
-            group.stop()
+    with split_replicas(tmp_path) as replicas:
+        yield replicas
 
 
 async def _search(http: httpx.AsyncClient, replica: Replica, query: str) -> str:

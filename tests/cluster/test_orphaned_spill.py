@@ -8,9 +8,7 @@ long as no replica started)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +17,8 @@ import httpx
 import pytest
 
 from tests.cluster.chaos_support import logged_ids
-from tests.cluster.cluster_support import BUSY_REPLICAS, Cluster
-from tests.conftest import fresh_database
+from tests.cluster.cluster_support import Cluster, split_replicas
 from tests.database_link import DatabaseLink
-from tests.upstream.upstream_support import TEST_SERVER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.postgres, pytest.mark.model, pytest.mark.upstream]
 
@@ -31,28 +27,8 @@ CALL = {"name": "echoer__echo", "arguments": {"text": "hi", "times": 1}}
 
 @pytest.fixture
 def split(tmp_path: Path) -> Iterator[tuple[Cluster, str, DatabaseLink]]:
-    """Two replicas sharing a spill folder: r0 reaches PostgreSQL directly, r1 through a link the test cuts."""
-    servers = tmp_path / "servers.json"
-    servers.write_text(
-        json.dumps({"mcpServers": {"echoer": {"command": sys.executable, "args": [str(TEST_SERVER), "stdio"]}}})
-    )
-    link = DatabaseLink()
-    with fresh_database() as url:
-        env = {
-            **BUSY_REPLICAS,
-            "TOOLSCOUT_EXECUTION__SERVERS_FILE": str(servers),
-            "TOOLSCOUT_DB__TIMEOUT_SECONDS": "3",
-            "TOOLSCOUT_DB__SPILL_DIR": str(tmp_path / "spill"),
-        }
-        group = Cluster(tmp_path, url, **env)
-        try:
-            group.start(1)
-            group.env["TOOLSCOUT_DB__URL"] = link.url(url)
-            group.start(1)
-            yield group, url, link
-        finally:
-            link.restore()
-            group.stop()
+    with split_replicas(tmp_path) as replicas:
+        yield replicas
 
 
 async def test_the_spill_of_a_replica_killed_during_its_own_outage_is_written_by_a_live_one(
