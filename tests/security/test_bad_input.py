@@ -94,9 +94,8 @@ async def test_a_body_that_is_not_json_says_why_and_points_at_the_body(tmp_path:
             assert "line 1, column 12" in body["errors"][0]["reason"]  # not a pointer to a field named "11"
         wrong_type = await http.post("/tools", content=b'{"tools": []}', headers={"Content-Type": "text/plain"})
         body = assert_problem(wrong_type, 415, "unsupported-media-type")
-        assert body["errors"] == [
-            {"pointer": "/body", "reason": "the body must be JSON, sent with Content-Type: application/json, not text/plain"}
-        ]
+        reason = "the body must be JSON, sent with Content-Type: application/json, not text/plain"
+        assert body["errors"] == [{"pointer": "/body", "reason": reason}]
         # What FastAPI answered with a bare 400 "There was an error parsing the body".
         unreadable = {
             b'{"name": "a__b", "arguments": {"x": "\xff"}}': "not UTF-8 (byte 0xff at offset 37)",
