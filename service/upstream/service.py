@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from service.catalog.holds import held_by_server
-from service.catalog.lookup import count_tools, server_not_found
+from service.catalog.lookup import count_tools, unknown_server
 from service.catalog.removal import remove_server
 from service.catalog.service import ensure_server
 from service.cluster.changes import SERVER_ADDED, record_change
@@ -141,7 +141,7 @@ async def get_server(
         connection = pool.get(server_id)
         if row is None and connection is None:
             known = set((await session.scalars(select(Server.id))).all()) | {c.id for c in pool.connections()}
-            raise server_not_found(server_id, known if seen is None else known & seen)
+            raise await unknown_server(server_id, known if seen is None else known & seen)
         counts = await count_tools(session, server_id) if counted else {}
         held = await held_by_server(session, server_id) if counted else {}
     spec = connection.spec if connection else None
