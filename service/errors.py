@@ -13,6 +13,7 @@
     │   └── HiddenTool (404, not-found)                  a tool the caller may not use: the same answer
     ├── Conflict (409, conflict)
     ├── PayloadTooLarge (413, payload-too-large)         a body or registration over a configured limit
+    ├── UnsupportedMediaType (415, unsupported-media-type)  a body not sent as application/json
     ├── RateLimited (429, rate-limited)
     ├── UpstreamError (502, upstream-error)              crash or protocol error of an upstream server
     ├── Unavailable (503, unavailable)                   answered with Retry-After
@@ -42,7 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from indexer.json_pointer import pointer_token
 from service.observability.tracing import current_ids
-from service.security.route_errors import api_paths, extra_field_reason, http_detail
+from service.security.route_errors import api_paths, extra_field_reason, http_detail, json_position, unreadable_body
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +142,10 @@ class PayloadTooLarge(ToolscoutError):
     status, slug, title = 413, "payload-too-large", "Request over a configured limit"
 
 
+class UnsupportedMediaType(ToolscoutError):
+    status, slug, title = 415, "unsupported-media-type", "The body must be sent as application/json"
+
+
 class RateLimited(ToolscoutError):
     status, slug, title = 429, "rate-limited", "Rate limit exceeded"
 
@@ -193,6 +198,7 @@ _DOCUMENTED = {
     404: "Not found (or not visible to this caller)",
     409: "Conflict",
     413: "Over a configured limit",
+    415: "A body not sent as application/json",
     421: "Host not served here (DNS rebinding protection)",
     422: "Invalid request, arguments or tool",
     429: "Rate limited (Retry-After)",
@@ -242,27 +248,21 @@ def problem_response(error: ToolscoutError, request: Request | None = None) -> J
 NOT_JSON = "the body must be JSON, sent with Content-Type: application/json"
 
 
-def _json_position(doc: Any, pos: Any) -> str:
-    """Where in a body a JSON error is, as line and column (the character offset when the text is not at hand)."""
-    if not isinstance(pos, int):
-        return ""
-    if not isinstance(doc, str):
-        return f" at character {pos + 1}"
-    line, line_start = doc.count("\n", 0, pos) + 1, doc.rfind("\n", 0, pos) + 1
-    return f" at line {line}, column {pos - line_start + 1}"
+def _not_json(err: Any) -> bool:
+    """A body FastAPI left as bytes: sent with another Content-Type than JSON's (or none)."""
+    return tuple(err.get("loc", ())) == ("body",) and isinstance(err.get("input"), bytes | bytearray)
 
 
-def _validation_errors(exc: RequestValidationError, route: object = None) -> list[dict[str, Any]]:
+def _validation_errors(exc: RequestValidationError, route: object = None, sent_as: str = "") -> list[dict[str, Any]]:
     errors = []
     for err in exc.errors()[:MAX_REPORTED_ERRORS]:
-        loc = [str(part) for part in err.get("loc", ())]
         if err.get("type") == "json_invalid":
             # FastAPI puts the character offset in the location: it is no field, so the pointer is the body.
-            where = _json_position(exc.body, err["loc"][1] if len(err.get("loc", ())) > 1 else None)
+            where = json_position(exc.body, err["loc"][1] if len(err.get("loc", ())) > 1 else None)
             reason = f"not valid JSON: {(err.get('ctx') or {}).get('error', 'malformed')}{where}"
             errors.append({"pointer": "/body", "reason": reason})
-        elif loc == ["body"] and isinstance(err.get("input"), bytes | bytearray):
-            errors.append({"pointer": "/body", "reason": NOT_JSON})  # a body of another (or no) content type
+        elif _not_json(err):
+            errors.append({"pointer": "/body", "reason": f"{NOT_JSON}, {sent_as}"})
         else:
             pointer = echoed_path(json_pointer(err.get("loc", ())))
             reason = err.get("msg", "invalid").removeprefix("Value error, ")  # pydantic's class of a check's own words
@@ -270,15 +270,6 @@ def _validation_errors(exc: RequestValidationError, route: object = None) -> lis
                 reason = extra_field_reason(route, tuple(err.get("loc", ())), reason)
             errors.append({"pointer": pointer, "reason": reason})
     return errors
-
-
-def unreadable_body(cause: BaseException) -> str:
-    """Why a body that the JSON parser gave up on (other than with a JSONDecodeError) is not valid JSON."""
-    if isinstance(cause, UnicodeDecodeError):
-        return f"not valid JSON: not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
-    if isinstance(cause, RecursionError):
-        return "not valid JSON for this service: arrays and objects nest too deeply"
-    return f"not valid JSON: {str(cause).splitlines()[0] if str(cause) else type(cause).__name__}"
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -290,12 +281,20 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        errors = _validation_errors(exc, request.scope.get("route"))
+        sent = request.headers.get("content-type")
+        sent_as = f"not {sent[:100]}" if sent else "and it came with none"
+        errors = _validation_errors(exc, request.scope.get("route"), sent_as)
         more = len(exc.errors()) > MAX_REPORTED_ERRORS
         detail = "; ".join(f"{e['pointer']}: {e['reason']}" for e in errors) or "invalid request"
         detail += f" (the first {len(errors)} errors; there are more)" if more else ""
         extra = {"more_errors": True} if more else {}
-        return problem_response(InvalidRequest(f"Invalid request: {detail}", errors=errors, **extra), request)
+        if any(_not_json(err) for err in exc.errors()):  # RFC 9110: a body of a type the route does not take is a 415
+            error: ToolscoutError = UnsupportedMediaType(
+                f"Unsupported media type: {detail}", errors=errors, expected="application/json", **extra
+            )
+        else:
+            error = InvalidRequest(f"Invalid request: {detail}", errors=errors, **extra)
+        return problem_response(error, request)
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

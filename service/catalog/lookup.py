@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+import anyio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from indexer.closest import close_names
 from indexer.tools import MAX_NAME_CHARS
 from service.db.among import among
 from service.db.models import Tool, active, held_for_review
@@ -58,6 +60,23 @@ def tool_not_found(
     hint = f"; closest: {', '.join(closest)}" if closest else ""
     error = HiddenTool if hidden else NotFound
     return error(f"No tool named {name!r}{hint}", tool=name, closest=closest)
+
+
+def server_not_found(server_id: str, known: Iterable[str]) -> NotFound:
+    """The 404 of a missing server, naming the closest of the `known` servers: only those the caller may see, so a
+    server it may not use is answered, suggestions and all, like one that does not exist."""
+    closest: list[str] = []
+    if len(server_id) > MAX_NAME_CHARS:
+        server_id = server_id[:MAX_NAME_CHARS] + "..."
+    else:  # spelt another way, a typo away or made of the same words, by the rules of a tool's closest names
+        closest = close_names(server_id, {known_id: known_id for known_id in known if known_id != server_id})
+    hint = f"; closest: {', '.join(closest)}" if closest else ""
+    return NotFound(f"No server named {server_id!r}{hint}", server=server_id, closest=closest)
+
+
+async def unknown_server(server_id: str, known: Iterable[str]) -> NotFound:
+    """`server_not_found` in a worker thread: among 4,000 servers it compares for 26 ms, off the event loop here."""
+    return await anyio.to_thread.run_sync(server_not_found, server_id, list(known))
 
 
 async def find_tool(

@@ -6,14 +6,13 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from service.catalog.events import publish_tools_changed, shown_tools
-from service.catalog.lookup import find_tool
+from service.catalog.lookup import find_tool, unknown_server
 from service.catalog.server_vectors import refresh_servers
 from service.catalog.service import unindex
 from service.cluster.changes import SERVER_REMOVED, TOOLS, record_change
 from service.cluster.state import announce, cluster_state
 from service.db.engine import CATALOG_WRITE_LOCK_KEY, take_turn
 from service.db.models import Server, Tool
-from service.errors import NotFound
 from service.resources import Resources
 
 CATALOG_ONLY = "catalog"  # a server's transport when it was only registered with its tools (no connection)
@@ -54,7 +53,7 @@ async def remove_server(resources: Resources, server_id: str) -> list[str]:
             await take_turn(session, CATALOG_WRITE_LOCK_KEY)
             server = await session.get(Server, server_id)
             if server is None:
-                raise NotFound(f"No server named {server_id!r}", server=server_id)
+                raise await unknown_server(server_id, (await session.scalars(select(Server.id))).all())
             names = list((await session.scalars(select(Tool.qualified_name).where(Tool.server_id == server_id))).all())
             await session.execute(delete(Tool).where(Tool.server_id == server_id))
             await session.delete(server)

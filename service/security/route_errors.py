@@ -58,6 +58,25 @@ def http_detail(method: str, path: str, exc: HTTPException, routes: Iterable[str
     return str(exc.detail)
 
 
+def json_position(doc: Any, pos: Any) -> str:
+    """Where in a body a JSON error is, as line and column (the character offset when the text is not at hand)."""
+    if not isinstance(pos, int):
+        return ""
+    if not isinstance(doc, str):
+        return f" at character {pos + 1}"
+    line, line_start = doc.count("\n", 0, pos) + 1, doc.rfind("\n", 0, pos) + 1
+    return f" at line {line}, column {pos - line_start + 1}"
+
+
+def unreadable_body(cause: BaseException) -> str:
+    """Why a body that the JSON parser gave up on (other than with a JSONDecodeError) is not valid JSON."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"not valid JSON: not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "not valid JSON for this service: arrays and objects nest too deeply"
+    return f"not valid JSON: {str(cause).splitlines()[0] if str(cause) else type(cause).__name__}"
+
+
 def extra_field_reason(route: object, loc: tuple[int | str, ...], reason: str) -> str:
     """Pydantic's "Extra inputs are not permitted" for a body field the route does not define, with the fields of
     that object and the nearest (`/body/server` of /search: did you mean servers?), as an unknown query parameter

@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.catalog.lookup import server_not_found
 from service.deps import CallerDep, GatewayDep, ResourcesDep, ServersAdminDep
-from service.errors import InvalidRequest, NotFound, body_pointer
+from service.errors import InvalidRequest, body_pointer
 from service.policy.callers import Caller
 from service.policy.service import policy_state, visible_names
 from service.security.json_body import StrictJsonBodyRoute
@@ -102,9 +103,10 @@ async def get_one_server(
     if caller.is_admin:
         return await get_server(resources, gateway.pool, server_id)
     usable, counts = _usable_servers(resources, caller)
-    if usable is not None and server_id not in usable:
-        raise NotFound(f"No server named {server_id!r}", server=server_id)
-    view = await get_server(resources, gateway.pool, server_id, counted=usable is None)
+    seen = None if usable is None else frozenset(usable)
+    if seen is not None and server_id not in seen:
+        raise server_not_found(server_id, seen)  # a server it may not use reads like a missing one
+    view = await get_server(resources, gateway.pool, server_id, counted=seen is None, seen=seen)
     return _limited_view(view, counts.get(server_id) if usable is not None else None)
 
 

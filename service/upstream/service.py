@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 
 from service.catalog.holds import held_by_server
-from service.catalog.lookup import count_tools
+from service.catalog.lookup import count_tools, unknown_server
 from service.catalog.removal import remove_server
 from service.catalog.service import ensure_server
 from service.cluster.changes import SERVER_ADDED, record_change
@@ -127,15 +127,23 @@ async def list_servers(
     return views
 
 
-async def get_server(resources: Resources, pool: UpstreamPool, server_id: str, counted: bool = True) -> dict[str, Any]:
-    """One server's view (without `counted`, no tool count or held tools: see list_servers)."""
+async def get_server(
+    resources: Resources,
+    pool: UpstreamPool,
+    server_id: str,
+    counted: bool = True,
+    seen: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """One server's view (without `counted`, no tool count or held tools: see list_servers). A missing one's 404
+    names the closest servers (of `seen` when given: those the caller may see)."""
     async with resources.session() as session:
         row = await session.get(Server, server_id)
+        connection = pool.get(server_id)
+        if row is None and connection is None:
+            known = set((await session.scalars(select(Server.id))).all()) | {c.id for c in pool.connections()}
+            raise await unknown_server(server_id, known if seen is None else known & seen)
         counts = await count_tools(session, server_id) if counted else {}
         held = await held_by_server(session, server_id) if counted else {}
-    connection = pool.get(server_id)
-    if row is None and connection is None:
-        raise NotFound(f"No server named {server_id!r}", server=server_id)
     spec = connection.spec if connection else None
     return server_view(spec, row, connection, counts.get(server_id, 0), held.get(server_id))
 

@@ -1,5 +1,6 @@
 """`toolscout servers remove NAME`: the undoing of `toolscout index` (a server and its tools out of the catalog and
-the index), on the local data folder and through a running service. It had none but a `DELETE /servers/...` by hand."""
+the index), on the local data folder and through a running service. It had none but a `DELETE /servers/...` by hand.
+An unknown name is told the closest servers, as an unknown tool is told the closest tools."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def test_a_server_indexed_from_a_file_is_removed_on_the_local_data_folder(
     assert _searched(capsys, "weather in Paris") == ["kept__get_weather"]
     assert main(["servers", "remove", "mine"]) == 1
     assert capsys.readouterr().err == "error: No server named 'mine'\n"
+    assert main(["servers", "remove", "kep"]) == 1  # a misspelt name is told the servers it may have meant
+    assert capsys.readouterr().err == "error: No server named 'kep'; closest: kept\n"
 
 
 async def test_a_server_is_removed_through_the_running_service(
@@ -51,6 +54,8 @@ async def test_a_server_is_removed_through_the_running_service(
             monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", url)
             monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_KEY", admin)
             capsys.readouterr()
+            assert await anyio.to_thread.run_sync(main, ["servers", "remove", "mien"]) == 1
+            assert capsys.readouterr().err == "error: No server named 'mien'; closest: mine\n"
             assert await anyio.to_thread.run_sync(main, ["servers", "remove", "mine", "--json"]) == 0
             removed = json.loads(capsys.readouterr().out)
         assert removed["id"] == "mine" and sorted(removed["removed_tools"]) == ["mine__get_weather", "mine__send_email"]

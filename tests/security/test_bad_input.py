@@ -55,6 +55,36 @@ def schema_host() -> Iterator[tuple[str, list[str]]]:
         server.server_close()
 
 
+async def test_a_body_of_another_content_type_is_a_415_naming_the_type_expected(tmp_path: Path) -> None:
+    """A JSON body sent as text/plain or as a form (curl -d's default) was a 422, as if the JSON were wrong: HTTP says
+    415 Unsupported Media Type. The problem says which type the route takes, and which came; a JSON type with a
+    suffix or parameters is JSON."""
+    async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
+        content = b'{"query": "weather in Paris"}'
+        for sent, said in [
+            ("text/plain", "not text/plain"),
+            ("application/x-www-form-urlencoded", "not application/x-www-form-urlencoded"),
+            ("multipart/form-data; boundary=x", "not multipart/form-data; boundary=x"),
+            (None, "and it came with none"),
+        ]:
+            headers = {"Content-Type": sent} if sent else {}
+            body = assert_problem(await http.post("/search", content=content, headers=headers), 415)
+            reason = f"the body must be JSON, sent with Content-Type: application/json, {said}"
+            assert body == {
+                "type": "https://toolscout.dev/problems/unsupported-media-type",
+                "title": "The body must be sent as application/json",
+                "status": 415,
+                "detail": f"Unsupported media type: /body: {reason}",
+                "instance": "/search",
+                "errors": [{"pointer": "/body", "reason": reason}],
+                "expected": "application/json",
+            }
+        for sent in ("application/json", "application/json; charset=utf-8", "application/merge-patch+json"):
+            assert (await http.post("/search", content=content, headers={"Content-Type": sent})).status_code == 200
+        missing = assert_problem(await http.post("/search", headers={"Content-Type": "text/plain"}), 422)
+        assert missing["errors"] == [{"pointer": "/body", "reason": "Field required"}]  # no body: none to type
+
+
 async def test_a_body_that_is_not_json_says_why_and_points_at_the_body(tmp_path: Path) -> None:
     async with running(make_settings(tmp_path, permissions=None)) as (_app, http):
         for path in ("/tools", "/execute"):
@@ -63,10 +93,9 @@ async def test_a_body_that_is_not_json_says_why_and_points_at_the_body(tmp_path:
             assert body["errors"][0]["reason"].startswith("not valid JSON: ")
             assert "line 1, column 12" in body["errors"][0]["reason"]  # not a pointer to a field named "11"
         wrong_type = await http.post("/tools", content=b'{"tools": []}', headers={"Content-Type": "text/plain"})
-        body = assert_problem(wrong_type, 422, "invalid-request")
-        assert body["errors"] == [
-            {"pointer": "/body", "reason": "the body must be JSON, sent with Content-Type: application/json"}
-        ]
+        body = assert_problem(wrong_type, 415, "unsupported-media-type")
+        reason = "the body must be JSON, sent with Content-Type: application/json, not text/plain"
+        assert body["errors"] == [{"pointer": "/body", "reason": reason}]
         # What FastAPI answered with a bare 400 "There was an error parsing the body".
         unreadable = {
             b'{"name": "a__b", "arguments": {"x": "\xff"}}': "not UTF-8 (byte 0xff at offset 37)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.security.conftest import bearer, statements
+from tests.security.conftest import assert_problem, bearer, statements
 
 
 async def test_a_restricted_callers_servers_read_its_own_servers_only(world: dict[str, Any]) -> None:
@@ -30,3 +30,29 @@ async def test_a_restricted_callers_servers_read_its_own_servers_only(world: dic
     assert all("WHERE servers.id" in sql for sql in read if "FROM servers" in sql), read  # its servers only
     everything = (await http.get("/servers", headers=bearer(admin))).json()["servers"]
     assert len(everything) == 304 and {"held_tools", "config"} <= set(everything[0])
+
+
+async def test_an_unknown_server_names_the_closest_servers_the_caller_may_see(world: dict[str, Any]) -> None:
+    """`GET /servers/tim` said "No server named 'tim'" and no more; tools' 404s name the closest tools. A restricted
+    caller is offered only its own servers: a hidden server, asked by its name or misspelt, reads like a missing one."""
+    http, admin, dev = world["http"], world["admin"], world["dev"]
+    for path, key, closest in [
+        ("/servers/pubilc", admin, ["public"]),
+        ("/servers/vaul", admin, ["vault"]),
+        ("/servers/Payroll", admin, ["payroll"]),
+        ("/servers/utli", dev, ["util"]),
+        ("/servers/vaul", dev, []),
+        ("/servers/vault", dev, []),
+        ("/servers/nothing-like-it", admin, []),
+    ]:
+        body = assert_problem(await http.get(path, headers=bearer(key)), 404, "not-found")
+        asked = path.rsplit("/", 1)[1]
+        hint = f"; closest: {', '.join(closest)}" if closest else ""
+        assert (body["detail"], body["server"], body["closest"]) == (f"No server named {asked!r}{hint}", asked, closest)
+    hidden = (await http.get("/servers/vault", headers=bearer(dev))).json()
+    missing = (await http.get("/servers/vaulx", headers=bearer(dev))).json()
+    assert {k: v for k, v in hidden.items() if k not in ("detail", "server", "instance")} == {
+        k: v for k, v in missing.items() if k not in ("detail", "server", "instance")
+    }
+    removed = assert_problem(await http.delete("/servers/pubic", headers=bearer(admin)), 404, "not-found")
+    assert (removed["detail"], removed["closest"]) == ("No server named 'pubic'; closest: public", ["public"])
