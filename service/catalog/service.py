@@ -334,7 +334,8 @@ async def sync_server_tools(
                     resources, session, [t for t in batch.tools if t.qualified_name in changed], *report.removed
                 )
             infos = screened({server_id: info} if info else {}, report.notes)
-            described = await store_info(session, infos, cluster_state(resources).replica_id)
+            origin, hold = cluster_state(resources).replica_id, resources.settings.policy.hold_changed_tools
+            described = await store_info(session, infos, origin, hold=hold)  # its own listing: changes held
             await session.commit()
         await _index_unheld(resources, batch.tools, vectors, report, changed, shown_before=[*changed, *report.removed])
         if report.removed:
