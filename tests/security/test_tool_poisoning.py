@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import mcp.types as types
 import pytest
 from mcp import Client
 
+from service.cli import main
 from service.db.models import Server
 from service.mcp.server import create_frontend
 from tests.security.conftest import (
@@ -25,6 +27,7 @@ from tests.security.conftest import (
     make_settings,
     running,
     servers_file,
+    serving,
 )
 from tests.security.scripted_servers import scripted_entry
 
@@ -342,7 +345,9 @@ async def lookup_scores(http: httpx.AsyncClient, key: str) -> dict[str, float]:
     return {r["name"]: r["score"] for r in answer.json()["results"] if r["name"].endswith("__lookup")}
 
 
-async def test_a_servers_instructions_changed_after_its_first_start_are_held_out_of_ranking(tmp_path: Path) -> None:
+async def test_a_servers_instructions_changed_after_its_first_start_are_held_out_of_ranking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A rug pull through ranking: an upstream's instructions feed its tools' scores (its server document); changed
     after they were first taken, they are held as a changed tool is, until an admin approves them."""
     (tmp_path / "util.txt").write_text(LEDGER)
@@ -369,10 +374,46 @@ async def test_a_servers_instructions_changed_after_its_first_start_are_held_out
         assert view["held_info"]["info"]["instructions"] == HIJACK
         listing = (await http.get("/tools", params={"held": "true"}, headers=bearer(admin))).json()
         assert listing["held_servers"] == [{"server": "public", **view["held_info"]}]
+        assert "held_info" not in (await http.get("/servers/public", headers=bearer(dev))).json()  # admins' only
         assert_problem(await http.post("/servers/public/info/approve", headers=bearer(dev)), 403, "permission-denied")
-        approved = await http.post("/servers/public/info/approve", headers=bearer(admin))
-        assert approved.status_code == 200, approved.text
-        assert approved.json()["held_info"] is None
+    async with running(settings) as (app, http):  # a restart gives the same change: still held, since the first time
+        admin, dev = await cli_key(app, "root2", ["admin"]), await cli_key(app, "dev3", ["dev"])
+        assert await lookup_scores(http, dev) == pytest.approx(first, abs=1e-6)
+        assert (await http.get("/servers/public", headers=bearer(admin))).json()["held_info"] == view["held_info"]
+        async with serving(app) as url:  # the review of held tools, from the command line
+            monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", url)
+            monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_KEY", admin)
+            capsys.readouterr()
+            assert await anyio.to_thread.run_sync(main, ["tools", "held"]) == 0
+            assert capsys.readouterr().out == (
+                f"0 tools held\nserver public  info held since {view['held_info']['held_at']}\n"
+                "  server info changed after it was taken: instructions "
+                "(`toolscout tools approve-info SERVER` takes it)\n"
+            )
+            assert await anyio.to_thread.run_sync(main, ["tools", "approve-info", "public"]) == 0
+            assert capsys.readouterr().out == "approved: server public's info ranks its tools from now on\n"
+            assert await anyio.to_thread.run_sync(main, ["tools", "approve-info", "public"]) == 1
+            assert "Server 'public' has no info held for review" in capsys.readouterr().err
         after = await lookup_scores(http, dev)
         assert after["public__lookup"] > after["util__lookup"] + 0.1, (first, after)  # now it ranks, as approved
+        assert (await http.get("/servers/public", headers=bearer(admin))).json()["held_info"] is None
         assert_problem(await http.post("/servers/public/info/approve", headers=bearer(admin)), 409, "conflict")
+        assert_problem(await http.post("/servers/nothing/info/approve", headers=bearer(admin)), 404, "not-found")
+
+
+async def test_with_holds_of_changed_tools_off_a_servers_changed_instructions_are_taken_at_once(tmp_path: Path) -> None:
+    (tmp_path / "util.txt").write_text(LEDGER)
+    (tmp_path / "public.txt").write_text(LEDGER)
+    servers = {
+        name: scripted_entry(tmp_path, name, READ_INSTRUCTIONS, str(tmp_path / f"{name}.txt"), name)
+        for name in ("util", "public")
+    }
+    settings = upstream_settings(tmp_path, servers, hold_changed_tools=False)
+    async with running(settings) as (app, http):
+        first = await lookup_scores(http, await cli_key(app, "dev-agent", ["dev"]))
+    (tmp_path / "public.txt").write_text(HIJACK)
+    async with running(settings) as (app, http):
+        admin, dev = await cli_key(app, "root", ["admin"]), await cli_key(app, "dev2", ["dev"])
+        after = await lookup_scores(http, dev)
+        assert after["public__lookup"] > after["util__lookup"] + 0.1, (first, after)
+        assert (await http.get("/servers/public", headers=bearer(admin))).json()["held_info"] is None
