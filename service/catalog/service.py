@@ -43,7 +43,7 @@ class RegisterReport:
     warnings: list[ToolProblem] = field(default_factory=list)  # keys no tool has, ignored
     more_warnings: int = 0  # such keys past the first MAX_WARNINGS, counted only
     held: dict[str, str] = field(default_factory=dict)  # the batch's tools held for review, and why
-    notes: list[str] = field(default_factory=list)  # what was dropped of the servers' own info blocks
+    notes: list[str] = field(default_factory=list)  # what was dropped or held of the servers' own info blocks
     shown: set[str] = field(default_factory=set)  # the changed tools callers were or are shown (events.shown_tools)
 
     def as_dict(self) -> dict[str, Any]:
@@ -335,7 +335,7 @@ async def sync_server_tools(
                 )
             infos = screened({server_id: info} if info else {}, report.notes)
             origin, hold = cluster_state(resources).replica_id, resources.settings.policy.hold_changed_tools
-            described = await store_info(session, infos, origin, hold=hold)  # its own listing: changes held
+            described = await store_info(session, infos, origin, hold=hold, notes=report.notes)  # changes held
             await session.commit()
         await _index_unheld(resources, batch.tools, vectors, report, changed, shown_before=[*changed, *report.removed])
         if report.removed:

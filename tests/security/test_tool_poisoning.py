@@ -372,6 +372,10 @@ async def test_a_servers_instructions_changed_after_its_first_start_are_held_out
         assert view["held_info"]["changes"] == ["instructions"]
         assert view["held_info"]["previous"]["instructions"] == LEDGER
         assert view["held_info"]["info"]["instructions"] == HIJACK
+        assert view["health"]["last_error"] == (
+            "server public: server info changed after it was taken: instructions; held for an admin's review "
+            "(`toolscout tools approve-info public` takes it)"
+        )
         listing = (await http.get("/tools", params={"held": "true"}, headers=bearer(admin))).json()
         assert listing["held_servers"] == [{"server": "public", **view["held_info"]}]
         assert "held_info" not in (await http.get("/servers/public", headers=bearer(dev))).json()  # admins' only
