@@ -72,7 +72,8 @@ async def approve_info(resources: Resources, server_id: str) -> dict[str, Any]:
             if row is None:
                 raise NotFound(f"No server named {server_id!r}", server=server_id)
             if row.held_info is None:
-                raise Conflict(f"Server {server_id!r} has no info held for review: nothing to approve", server=server_id)
+                problem = f"Server {server_id!r} has no info held for review: nothing to approve"
+                raise Conflict(problem, server=server_id)
             row.info, row.held_info = row.held_info["info"], None
             record_change(session, TOOLS, [], server=server_id, origin=cluster_state(resources).replica_id)
             await session.commit()

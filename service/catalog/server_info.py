@@ -20,12 +20,18 @@ logger = logging.getLogger(__name__)
 
 
 async def store_info(
-    session: AsyncSession, servers: Mapping[str, Any], origin: str, *, hold: bool = False, notes: list[str] | None = None
+    session: AsyncSession,
+    servers: Mapping[str, Any],
+    origin: str,
+    *,
+    hold: bool = False,
+    notes: list[str] | None = None,
 ) -> set[str]:
     """Merge the info of these existing servers (server id -> info block); returns the ids whose info changed.
     Each gets a change row without tool names, so other replicas refresh that server's document. With `hold` (an
-    upstream's own listing, holds of changed tools on), a field known before that now says otherwise is not taken:
-    the new block waits in `held_info` for an admin (approve_info), ranking keeps the approved text, and `notes`
+    upstream listed before, holds of changed tools on: its first listing's info was taken, over what a bundled
+    catalog said, as a tool's first definition is), a field that now says otherwise, or one it did not give, is not
+    taken: the new block waits in `held_info` for an admin (approve_info), ranking keeps the approved text, and `notes`
     (the sync's report, the server's `last_error`) say so."""
     changed: set[str] = set()
     for server_id, raw in sorted(servers.items()):
@@ -37,14 +43,13 @@ async def store_info(
         # description its bundled catalog file gave. What a source does give replaces the older value.
         known = row.info or {}
         info = {**known, **given}
-        taken = {k: given[k] for k in given if k in known}  # the fields it gave before; the others are new
-        if hold and (fields := changed_keys({k: known[k] for k in taken}, taken)):
+        if hold and (fields := changed_keys({k: known.get(k) for k in given}, given)):
             _hold(row, info, fields)
             if notes is not None:
                 reason = f"{row.held_info['reason']}; held for an admin's review"
                 notes.append(f"server {row.id}: {reason} (`toolscout tools approve-info {row.id}` takes it)")
             continue
-        row.held_info = None  # back to the approved text (or the fields it adds are new): nothing left to review
+        row.held_info = None  # the approved text again (or its first listing): nothing left to review
         if row.info != info:
             row.info = info
             record_change(session, TOOLS, [], server=server_id, origin=origin)

@@ -318,6 +318,7 @@ async def sync_server_tools(
                 logger.info("server %s was removed before its listing was written: not brought back", server_id)
                 return report
             server = await ensure_server(session, server_id, transport, config)
+            listed_before = server.last_sync_at is not None  # its info came from a listing: a change is held
             await _upsert_rows(session, batch.tools, report, review)
             gone = (
                 await session.scalars(select(Tool).where(Tool.server_id == server_id, Tool.deprecated.is_(False)))
@@ -334,7 +335,8 @@ async def sync_server_tools(
                     resources, session, [t for t in batch.tools if t.qualified_name in changed], *report.removed
                 )
             infos = screened({server_id: info} if info else {}, report.notes)
-            origin, hold = cluster_state(resources).replica_id, resources.settings.policy.hold_changed_tools
+            hold = listed_before and resources.settings.policy.hold_changed_tools
+            origin = cluster_state(resources).replica_id
             described = await store_info(session, infos, origin, hold=hold, notes=report.notes)  # changes held
             await session.commit()
         await _index_unheld(resources, batch.tools, vectors, report, changed, shown_before=[*changed, *report.removed])

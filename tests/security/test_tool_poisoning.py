@@ -421,3 +421,38 @@ async def test_with_holds_of_changed_tools_off_a_servers_changed_instructions_ar
         after = await lookup_scores(http, dev)
         assert after["public__lookup"] > after["util__lookup"] + 0.1, (first, after)
         assert (await http.get("/servers/public", headers=bearer(admin))).json()["held_info"] is None
+
+
+async def test_a_servers_first_listing_is_taken_over_its_catalog_and_instructions_it_adds_later_are_held(
+    tmp_path: Path,
+) -> None:
+    # As the demo: a bundled catalog says what `public` is; its first listing's own words are taken over them (trust
+    # on first use, as a tool's). `util` starts without instructions: instructions added later are a change too.
+    async with running(make_settings(tmp_path)) as (app, http):
+        admin = await cli_key(app, "root", ["admin"])
+        tool = {"server": "public", "name": "lookup", "description": "Look up a record by its key"}
+        body = {"tools": [tool], "servers": {"public": {"name": "public", "instructions": "Bundled words."}}}
+        assert (await http.post("/tools", json=body, headers=bearer(admin))).status_code == 200
+    (tmp_path / "public.txt").write_text(LEDGER)
+    (tmp_path / "util.txt").write_text("")
+    servers = {
+        name: scripted_entry(tmp_path, name, READ_INSTRUCTIONS, str(tmp_path / f"{name}.txt"), name)
+        for name in ("util", "public")
+    }
+    settings = upstream_settings(tmp_path, servers)
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root2", ["admin"])
+        for name, instructions in (("public", LEDGER), ("util", None)):
+            view = (await http.get(f"/servers/{name}", headers=bearer(admin))).json()
+            assert view["held_info"] is None, view
+            async with app.state.resources.session() as session:
+                assert (await session.get(Server, name)).info.get("instructions") == instructions
+    (tmp_path / "public.txt").write_text(HIJACK)
+    (tmp_path / "util.txt").write_text(HIJACK)
+    async with running(settings) as (app, http):
+        admin = await cli_key(app, "root3", ["admin"])
+        held = (await http.get("/tools", params={"held": "true"}, headers=bearer(admin))).json()["held_servers"]
+        assert [(h["server"], h["changes"], h["previous"], h["info"]["instructions"]) for h in held] == [
+            ("public", ["instructions"], {"instructions": LEDGER}, HIJACK),
+            ("util", ["instructions"], {"instructions": None}, HIJACK),
+        ]
