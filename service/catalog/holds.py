@@ -32,7 +32,7 @@ def definition_of(row: Tool) -> dict[str, Any]:
     return _fields(row.description, row.input_schema, row.annotations)
 
 
-def _stamp(moment: datetime | None) -> str:
+def stamp(moment: datetime | None) -> str:
     return as_utc(moment).isoformat(timespec="seconds").replace("+00:00", "Z") if moment else "its first listing"
 
 
@@ -105,10 +105,10 @@ def judge(row: Tool, tool: Any, review: Review, *, fresh: bool, now: datetime) -
         if policy.hold_suspicious_tools and (found := review.finding(tool)) is not None:
             reasons.append(found.reason)
         if listed and policy.hold_changed_tools and row.trusted_hash is not None and digest != row.trusted_hash:
-            reasons.append(f"definition changed since {_stamp(row.trusted_at)}")
+            reasons.append(f"definition changed since {stamp(row.trusted_at)}")
     held_before = row.held_reason is not None
     if reasons:
-        hold = dict(row.hold or {}) if held_before else {"held_at": _stamp(now)}
+        hold = dict(row.hold or {}) if held_before else {"held_at": stamp(now)}
         if not held_before:  # what agents were given until now; a tool held already keeps the one before
             hold["previous"] = None if fresh else definition_of(row)
         hold.update(

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from service.catalog import lookup, removal
 from service.catalog import service as catalog
-from service.catalog.review import admin_view, approve_tool
+from service.catalog.review import admin_view, approve_info, approve_tool, held_server_infos
 from service.deps import CallerDep, ResourcesDep, SessionDep, ToolsAdminDep
 from service.errors import InvalidTool, PayloadTooLarge, PermissionDenied, body_pointer, counted
 from service.security.json_body import StrictJsonBodyRoute
@@ -68,7 +68,9 @@ async def get_tools(
         if not caller.is_admin:
             raise PermissionDenied("Listing the tools held for review needs the admin role", caller=caller.id)
         rows, total = await lookup.list_tools(session, server=server, tag=tag, limit=limit, offset=offset, held=True)
-        return {"tools": [admin_view(r) for r in rows], "total": total, "limit": limit, "offset": offset}
+        tools = [admin_view(r) for r in rows]
+        servers = await held_server_infos(resources)  # changed server info held out of ranking, as tools are
+        return {"tools": tools, "total": total, "limit": limit, "offset": offset, "held_servers": servers}
     rows, total = await lookup.list_visible_tools(
         session, resources, caller, server=server, tag=tag, limit=limit, offset=offset
     )
@@ -94,6 +96,13 @@ async def approve(name: str, resources: ResourcesDep, caller: ToolsAdminDep) -> 
     """Release a tool held for review (admin): it is indexed, listed and callable again, and its definition is
     trusted (not held again for the same text). 404 for no such tool, 409 for a tool that is not held."""
     return await approve_tool(resources, name)
+
+
+@router.post("/servers/{server_id}/info/approve")
+async def approve_server_info(server_id: str, resources: ResourcesDep, caller: ToolsAdminDep) -> dict[str, Any]:
+    """Take a server's changed info held for review (admin): its title, description and instructions rank its
+    tools from now on. 404 for no such server, 409 for a server whose info is not held."""
+    return await approve_info(resources, server_id)
 
 
 @router.post("/tools", response_model=RegisterResponse, response_model_exclude_none=True)

@@ -12,27 +12,63 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from indexer.screening import find_hidden, find_instruction
 from indexer.servers import info_fields, server_info
 from service.catalog.files import DEMO_CATALOGS, load_catalog_file
+from service.catalog.holds import changed_keys, stamp
 from service.cluster.changes import TOOLS, record_change
-from service.db.models import Server
+from service.db.models import Server, utcnow
 
 logger = logging.getLogger(__name__)
 
 
-async def store_info(session: AsyncSession, servers: Mapping[str, Any], origin: str) -> set[str]:
+async def store_info(
+    session: AsyncSession,
+    servers: Mapping[str, Any],
+    origin: str,
+    *,
+    hold: bool = False,
+    notes: list[str] | None = None,
+) -> set[str]:
     """Merge the info of these existing servers (server id -> info block); returns the ids whose info changed.
-    Each gets a change row without tool names, so other replicas refresh that server's document."""
+    Each gets a change row without tool names, so other replicas refresh that server's document. With `hold` (an
+    upstream listed before, holds of changed tools on: its first listing's info was taken, over what a bundled
+    catalog said, as a tool's first definition is), a field that now says otherwise, or one it did not give, is not
+    taken: the new block waits in `held_info` for an admin (approve_info), ranking keeps the approved text, and `notes`
+    (the sync's report, the server's `last_error`) say so."""
     changed: set[str] = set()
     for server_id, raw in sorted(servers.items()):
         given = server_info(raw)
         row = await session.get(Server, server_id)
+        if row is None or not given:
+            continue
         # Merged over what is known: a real server's initialize often gives only its name, and must not wipe the
         # description its bundled catalog file gave. What a source does give replaces the older value.
-        info = {**(row.info or {}), **given} if row is not None else given
-        if row is not None and given and row.info != info:
+        known = row.info or {}
+        info = {**known, **given}
+        if hold and (fields := changed_keys({k: known.get(k) for k in given}, given)):
+            _hold(row, info, fields)
+            if notes is not None:
+                reason = f"{row.held_info['reason']}; held for an admin's review"
+                notes.append(f"server {row.id}: {reason} (`toolscout tools approve-info {row.id}` takes it)")
+            continue
+        row.held_info = None  # the approved text again (or its first listing): nothing left to review
+        if row.info != info:
             row.info = info
             record_change(session, TOOLS, [], server=server_id, origin=origin)
             changed.add(server_id)
     return changed
+
+
+def _hold(row: Server, info: dict[str, Any], fields: list[str]) -> None:
+    if row.held_info is not None and row.held_info.get("info") == info:
+        return  # held already (a restart lists the same change): its first time stays
+    previous = {k: (row.info or {}).get(k) for k in fields}
+    row.held_info = {
+        "reason": f"server info changed after it was taken: {', '.join(fields)}",
+        "held_at": stamp(utcnow()),
+        "changes": fields,
+        "previous": previous,
+        "info": info,
+    }
+    logger.warning("server %s: %s, held for review", row.id, row.held_info["reason"])
 
 
 def screen_info(raw: Any) -> tuple[dict[str, Any], list[str]]:

@@ -43,7 +43,7 @@ class RegisterReport:
     warnings: list[ToolProblem] = field(default_factory=list)  # keys no tool has, ignored
     more_warnings: int = 0  # such keys past the first MAX_WARNINGS, counted only
     held: dict[str, str] = field(default_factory=dict)  # the batch's tools held for review, and why
-    notes: list[str] = field(default_factory=list)  # what was dropped of the servers' own info blocks
+    notes: list[str] = field(default_factory=list)  # what was dropped or held of the servers' own info blocks
     shown: set[str] = field(default_factory=set)  # the changed tools callers were or are shown (events.shown_tools)
 
     def as_dict(self) -> dict[str, Any]:
@@ -318,6 +318,7 @@ async def sync_server_tools(
                 logger.info("server %s was removed before its listing was written: not brought back", server_id)
                 return report
             server = await ensure_server(session, server_id, transport, config)
+            listed_before = server.last_sync_at is not None  # its info came from a listing: a change is held
             await _upsert_rows(session, batch.tools, report, review)
             gone = (
                 await session.scalars(select(Tool).where(Tool.server_id == server_id, Tool.deprecated.is_(False)))
@@ -334,7 +335,9 @@ async def sync_server_tools(
                     resources, session, [t for t in batch.tools if t.qualified_name in changed], *report.removed
                 )
             infos = screened({server_id: info} if info else {}, report.notes)
-            described = await store_info(session, infos, cluster_state(resources).replica_id)
+            hold = listed_before and resources.settings.policy.hold_changed_tools
+            origin = cluster_state(resources).replica_id
+            described = await store_info(session, infos, origin, hold=hold, notes=report.notes)  # changes held
             await session.commit()
         await _index_unheld(resources, batch.tools, vectors, report, changed, shown_before=[*changed, *report.removed])
         if report.removed:

@@ -1,4 +1,5 @@
-"""`toolscout tools held | approve NAME`: the tools held for an admin's review, and their release.
+"""`toolscout tools held | approve NAME | approve-info SERVER`: the tools (and servers' changed info) held for an
+admin's review, and their release.
 
 Through the running service (TOOLSCOUT_FRONTEND__API_URL, with an admin key in TOOLSCOUT_FRONTEND__API_KEY) when it
 answers, else straight on the local data folder, as `index` does."""
@@ -28,6 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     approve.add_argument("name", help="qualified name (<server>__<tool>)")
     approve.add_argument("--json", action="store_true", help="print the raw JSON response")
     approve.set_defaults(func=cmd_approve)
+    info = commands.add_parser("approve-info", help="take a server's changed info held out of ranking")
+    info.add_argument("server", help="server id")
+    info.add_argument("--json", action="store_true", help="print the raw JSON response")
+    info.set_defaults(func=cmd_approve_info)
 
 
 def service_or_local(method: str, path: str, local: Any, **options: Any) -> dict[str, Any] | int:
@@ -61,16 +66,19 @@ def cmd_held(args: argparse.Namespace) -> int:
         print(f"{printable(tool['name'])}  held since {tool['held'].get('held_at')}")
         print(f"  {printable(tool['held']['reason'])}")
     print(f"{counted(body['total'], 'tool')} held")
+    for server in body.get("held_servers", []):
+        print(f"server {printable(server['server'])}  info held since {server.get('held_at')}")
+        print(f"  {printable(server['reason'])} (`toolscout tools approve-info SERVER` takes it)")
     return 0
 
 
 async def _held_locally(resources: Any, server: str | None) -> dict[str, Any]:
     from service.catalog.lookup import list_tools
-    from service.catalog.review import admin_view
+    from service.catalog.review import admin_view, held_server_infos
 
     async with resources.session() as session:
         rows, total = await list_tools(session, server=server, limit=1000, held=True)
-    return {"tools": [admin_view(r) for r in rows], "total": total}
+    return {"tools": [admin_view(r) for r in rows], "total": total, "held_servers": await held_server_infos(resources)}
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
@@ -83,4 +91,18 @@ def cmd_approve(args: argparse.Namespace) -> int:
         print(json.dumps(body, indent=2))
     else:
         print(f"approved: {printable(body['name'])} is indexed and callable again")
+    return 0
+
+
+def cmd_approve_info(args: argparse.Namespace) -> int:
+    from service.catalog.review import approve_info
+
+    path = f"/servers/{quote(args.server, safe='')}/info/approve"
+    body = service_or_local("POST", path, lambda r: approve_info(r, args.server))
+    if isinstance(body, int):
+        return body
+    if args.json:
+        print(json.dumps(body, indent=2))
+    else:
+        print(f"approved: server {printable(body['server'])}'s info ranks its tools from now on")
     return 0

@@ -65,6 +65,9 @@ class Server(Base):
     config: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # What the server says about itself (serverInfo name, title, description; initialize's instructions).
     info: Mapped[dict[str, Any]] = mapped_column(default=dict, server_default="{}")
+    # 0015: an upstream's changed info held for an admin's review (service/catalog/server_info.py): `info` keeps the
+    # approved text, which ranking uses; this holds the new block, why, when and what changed. None: nothing held.
+    held_info: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
     state: Mapped[str] = mapped_column(String(16), default="registered")
     last_error: Mapped[str | None] = mapped_column(Text, default=None)
     last_sync_at: Mapped[datetime | None] = mapped_column(default=None)

@@ -72,6 +72,7 @@ def server_view(
     connection: UpstreamConnection | None,
     tools: int,
     held: list[dict[str, Any]] | None = None,
+    held_info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The public shape of a server: configuration (secrets redacted), catalog state and live health."""
     server_id = spec.id if spec else row.id if row else "?"
@@ -82,6 +83,7 @@ def server_view(
         "config": spec.public_config() if spec else {},
         "tools": tools,
         "held_tools": held or [],  # held for an admin's review (service/catalog/holds.py): name and reason
+        "held_info": held_info,  # its changed info held for review (service/catalog/server_info.py)
         # SQLite hands it back naive: it read 2026-12-07T16:54:53.239427, with no zone, beside health's +00:00.
         "last_sync_at": as_utc(row.last_sync_at).isoformat() if row and row.last_sync_at else None,
     }
@@ -122,6 +124,7 @@ async def list_servers(
                 connection,
                 counts.get(server_id, 0),
                 held.get(server_id),
+                rows[server_id].held_info if only is None and server_id in rows else None,
             )
         )
     return views
@@ -145,7 +148,8 @@ async def get_server(
         counts = await count_tools(session, server_id) if counted else {}
         held = await held_by_server(session, server_id) if counted else {}
     spec = connection.spec if connection else None
-    return server_view(spec, row, connection, counts.get(server_id, 0), held.get(server_id))
+    held_info = row.held_info if counted and row is not None else None
+    return server_view(spec, row, connection, counts.get(server_id, 0), held.get(server_id), held_info)
 
 
 async def add_server(resources: Resources, pool: UpstreamPool, spec: ServerSpec, wait_seconds: float) -> dict[str, Any]:

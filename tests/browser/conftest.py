@@ -64,6 +64,7 @@ class Live:
     followed: int = 0
     followed_ok: int = 0
     approval_id: str = ""
+    database_url: str = ""
 
     def client(self, key: str) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
@@ -181,7 +182,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     )
     port = free_port()
     live = Live(f"http://127.0.0.1:{port}", "", "")
-    seed(f"sqlite:///{data / 'toolscout.db'}", live)
+    live.database_url = f"sqlite:///{data / 'toolscout.db'}"
+    seed(live.database_url, live)
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),

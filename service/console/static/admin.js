@@ -62,7 +62,27 @@
         { title: "tool", cell: (t) => h("code", {}, t.name) }, { title: "held", cell: (t) => fmt.time((t.held || {}).held_at) },
         { title: "review", cell: heldDetail },
         { title: "", cell: (t) => h("button", { type: "button", class: "grant", onclick: () => approve(t) }, "Approve") },
-      ], page.tools, { id: "held-table", rowAttrs: (t) => ({ "data-name": t.name }), empty: "No tool is held for review." })));
+      ], page.tools, { id: "held-table", rowAttrs: (t) => ({ "data-name": t.name }), empty: "No tool is held for review." })),
+      heldServers(page.held_servers || [], note));
+  }
+
+  /* A server's changed introduction (instructions, title, description) ranks nothing until approved. */
+  function heldServers(servers, note) {
+    async function approve(s) {
+      if (!window.confirm("Approve the new info of " + s.server + "? It will rank its tools.")) return;
+      try {
+        await post("/servers/" + encodeURIComponent(s.server) + "/info/approve");
+        await TS.route(h("p", { class: "ok" }, s.server + "'s info is approved: it ranks its tools from now on."));
+      } catch (err) { TS.fill(note, problemBox(err)); }
+    }
+    const changed = (s) => h("div", { class: "tool-detail" }, h("p", {}, h("strong", {}, "Why: "), s.reason || ""),
+      (s.changes || []).map((f) => [h("h4", {}, f + " now"), h("p", { class: "held-info" }, String((s.info || {})[f] ?? "")),
+        h("h4", {}, f + " before"), h("p", {}, String((s.previous || {})[f] ?? ""))]));
+    return card("Server info held out of ranking (" + servers.length + ")", table([
+      { title: "server", cell: (s) => h("code", {}, s.server) }, { title: "held", cell: (s) => fmt.time(s.held_at) },
+      { title: "review", cell: changed },
+      { title: "", cell: (s) => h("button", { type: "button", class: "grant", onclick: () => approve(s) }, "Approve") },
+    ], servers, { id: "held-servers", rowAttrs: (s) => ({ "data-server": s.server }), empty: "No server's info is held." }));
   }
 
   async function renderKeys(root) {
