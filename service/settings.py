@@ -206,6 +206,9 @@ class PolicySettings(Section):
     rate_limit_per_minute: float = Field(default=600.0, ge=0)  # per API key (or the open local user); 0 = no limits
     rate_limit_burst: int = Field(default=60, ge=1)
     search_chars_per_token: int = Field(default=1000, ge=0)  # a search: a token per N query chars begun; 0: one
+    # A request body: a token per N KiB begun (the first N in the request's own token), charged before it is
+    # parsed; 0: one. 64 KiB: bodies parsed on the event loop cost one, a flood of 1.9 MB ones 30 tokens each.
+    body_kib_per_token: int = Field(default=64, ge=0)
     approval_ttl_seconds: int = Field(default=900, ge=1)
     # Approvals one caller may have waiting at once: past it a destructive call with new arguments is a 429.
     max_pending_approvals: int = Field(default=20, ge=1)

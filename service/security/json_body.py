@@ -125,6 +125,9 @@ def strict_json(body: bytes | str) -> Any:
 # Whose turn it is at the parse thread: the key of the request's caller, which its key check (run before the body
 # is read) leaves in the request's scope; requests without one (no key yet) share one turn.
 PARSE_TURN = "toolscout.parse_turn"
+# What a body sent without Content-Length (chunked) costs is charged once it has arrived, before it is parsed: the
+# key check leaves here an awaitable of the body's size that raises when the caller cannot pay for it.
+BODY_CHARGE = "toolscout.body_charge"
 _parse_turns: WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Turns, anyio.CapacityLimiter]] = WeakKeyDictionary()
 
 
@@ -154,7 +157,10 @@ class StrictJsonRequest(Request):
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = await read_json(await self.body(), str(self.scope.get(PARSE_TURN, "")))
+            body = await self.body()
+            if (charge := self.scope.pop(BODY_CHARGE, None)) is not None:
+                await charge(len(body))
+            self._json = await read_json(body, str(self.scope.get(PARSE_TURN, "")))
         return self._json
 
 
