@@ -71,9 +71,7 @@ async def test_a_body_without_content_length_is_charged_once_read_before_it_is_p
 
         statuses = []
         for _ in range(3):
-            answer = await http.post(
-                "/execute", content=chunks(), headers={"content-type": "application/json", **dev}
-            )
+            answer = await http.post("/execute", content=chunks(), headers={"content-type": "application/json", **dev})
             statuses.append(answer.status_code)
         # 29 tokens each (1.9 MB, 64 KiB a token): the bucket of 60 pays for two. Before, all three ran.
         assert 429 not in statuses[:2] and statuses[2] == 429, statuses
@@ -106,4 +104,3 @@ async def test_ordinary_bodies_cost_one_token(tmp_path: Path) -> None:
             assert answer.status_code != 429, answer.text
         problem = assert_problem(await http.post("/execute", json=call, headers=dev), 429, "rate-limited")
         assert "limit" not in problem or problem["limit"] != "policy.body_kib_per_token", problem
-
