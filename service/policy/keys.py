@@ -332,7 +332,9 @@ class KeyResolver:
             raise RateLimited(
                 f"A request body of {size:,} bytes costs {counted(cost, 'rate-limit token')} (one per "
                 f"{per_token:,} KiB begun, policy.body_kib_per_token) and the key's bucket holds too few now",
-                retry_after=wait,
+                # Sent again, the request takes its own token first: told only when the rest would be there, a
+                # client waiting exactly that long was refused again, each time.
+                retry_after=wait + 1 / self.limiter.rate,
                 limit="policy.body_kib_per_token",
                 cost=cost,
             )
