@@ -77,7 +77,8 @@ async def test_index_through_the_service_waits_out_the_rate_limit_its_parts_bodi
     """A part's body costs a rate-limit token per 64 KiB begun (policy.body_kib_per_token): parts sent faster than
     the bucket refills met a 429, which stopped the command after the parts before it had registered."""
     catalog = tmp_path / "catalog.jsonl"
-    lines = [{"name": f"tool_{i}", "description": f"Tool number {i} " + "x" * 600, "server": "big"} for i in range(2500)]
+    padding = "x" * 600
+    lines = [{"name": f"tool_{i}", "description": f"Tool {i} {padding}", "server": "big"} for i in range(2500)]
     catalog.write_text("".join(json.dumps(line) + "\n" for line in lines))
     settings = make_settings(tmp_path / "service")
     settings.policy.rate_limit_per_minute, settings.policy.rate_limit_burst = 60, 3  # a token a second

@@ -104,3 +104,18 @@ async def test_ordinary_bodies_cost_one_token(tmp_path: Path) -> None:
             assert answer.status_code != 429, answer.text
         problem = assert_problem(await http.post("/execute", json=call, headers=dev), 429, "rate-limited")
         assert "limit" not in problem or problem["limit"] != "policy.body_kib_per_token", problem
+
+
+async def test_a_body_sent_again_after_its_retry_after_is_paid_for(tmp_path: Path) -> None:
+    """A refused body's request took its token first, and takes one again when sent again: the 429 told the time
+    the rest of the cost would be there, so a client waiting exactly that long was refused again, every time."""
+    async with opened_world(tmp_path, policy={"rate_limit_per_minute": 60, "rate_limit_burst": 3}) as world:
+        http, dev = world["http"], bearer(world["dev"])
+        body = list_heavy_call(100_000)  # 2 tokens of a burst of 3
+        headers = {"content-type": "application/json", **dev}
+        assert (await http.post("/execute", content=body, headers=headers)).status_code != 429
+        problem = assert_problem(await http.post("/execute", content=body, headers=headers), 429, "rate-limited")
+        assert problem["limit"] == "policy.body_kib_per_token" and problem["cost"] == 2, problem
+        await asyncio.sleep(problem["retry_after"])
+        again = await http.post("/execute", content=body, headers=headers)
+        assert again.status_code != 429, again.text
