@@ -206,6 +206,7 @@ class PolicySettings(Section):
     rate_limit_per_minute: float = Field(default=600.0, ge=0)  # per API key (or the open local user); 0 = no limits
     rate_limit_burst: int = Field(default=60, ge=1)
     search_chars_per_token: int = Field(default=1000, ge=0)  # a search: a token per N query chars begun; 0: one
+    body_kib_per_token: int = Field(default=64, ge=0)  # a body: a token per N KiB begun, charged unparsed; 0: one
     approval_ttl_seconds: int = Field(default=900, ge=1)
     # Approvals one caller may have waiting at once: past it a destructive call with new arguments is a 429.
     max_pending_approvals: int = Field(default=20, ge=1)
@@ -225,8 +226,7 @@ class PolicySettings(Section):
         description="Proxies (addresses, networks such as 10.0.0.0/8, or * for any peer) whose X-Forwarded-For "
         "names the client, for the REST API and the MCP front end over HTTP; empty: the client is the TCP peer",
     )
-    # request bodies above this get 413 (registrations: POST /tools)
-    max_body_bytes: int = Field(default=20_000_000, ge=1)
+    max_body_bytes: int = Field(default=20_000_000, ge=1)  # bodies above it get 413 (registrations: POST /tools)
     # Every other body (calls, searches, scripts): parsing small JSON values costs the event loop ~1 s a MB.
     max_call_body_bytes: int = Field(default=2_000_000, ge=1)
     # tools in one POST /tools (the CLI sends big catalogs in parts)

@@ -69,3 +69,23 @@ async def test_index_through_the_service_keeps_each_part_under_its_body_limit_an
         " not 'array'"
     )
     assert lines[2].startswith("  rejected tool_1100 (/body/tools/1100): The request body is larger than the limit")
+
+
+async def test_index_through_the_service_waits_out_the_rate_limit_its_parts_bodies_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A part's body costs a rate-limit token per 64 KiB begun (policy.body_kib_per_token): parts sent faster than
+    the bucket refills met a 429, which stopped the command after the parts before it had registered."""
+    catalog = tmp_path / "catalog.jsonl"
+    padding = "x" * 600
+    lines = [{"name": f"tool_{i}", "description": f"Tool {i} {padding}", "server": "big"} for i in range(2500)]
+    catalog.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    settings = make_settings(tmp_path / "service")
+    settings.policy.rate_limit_per_minute, settings.policy.rate_limit_burst = 60, 3  # a token a second
+    app = create_app(settings, embedder=HashingEmbedder())
+    async with serving(app, free_port()) as url:
+        monkeypatch.setenv("TOOLSCOUT_FRONTEND__API_URL", url)
+        monkeypatch.delenv("TOOLSCOUT_FRONTEND__API_KEY", raising=False)
+        assert await anyio.to_thread.run_sync(main, ["index", str(catalog)]) == 0  # parts of ~650 KB: the burst each
+    out, _ = capsys.readouterr()
+    assert out.splitlines()[0] == "created 2500, updated 0, unchanged 0, rejected 0, held for review 0"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +18,9 @@ INDEX_PART = 1000  # tools per POST /tools: well under the service's registratio
 # registered. A part the service still refuses as too large (a lower limit) is sent again in halves.
 PART_BYTES = 4_000_000
 _PART_POINTER = re.compile(r"^/body/tools/(\d+)")
+# A part's body costs rate-limit tokens by its size (policy.body_kib_per_token): a 429 is waited out (its
+# Retry-After, at most this long) and the part sent again.
+MOST_RATE_WAIT_SECONDS = 60.0
 
 
 def _parts(tools: list[Any]) -> Iterator[tuple[int, list[Any]]]:
@@ -43,6 +47,15 @@ def _rebased(items: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
     return items
 
 
+def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds a 429 says to wait, None when it says none or more than MOST_RATE_WAIT_SECONDS."""
+    try:
+        wait = float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return wait if 0 <= wait <= MOST_RATE_WAIT_SECONDS else None
+
+
 def post_in_parts(
     client: httpx.Client,
     tools: list[Any],
@@ -60,6 +73,10 @@ def post_in_parts(
         start, tools_part = queue.popleft()
         response = client.post("/tools", json={"tools": tools_part, **({"servers": servers} if servers else {})})
         body = response.json()
+        if response.status_code == 429 and (wait := _retry_after(response)) is not None:
+            time.sleep(wait)
+            queue.appendleft((start, tools_part))
+            continue
         if response.status_code == 413 and len(tools_part) > 1:
             half = len(tools_part) // 2
             queue.extendleft([(start + half, tools_part[half:]), (start, tools_part[:half])])

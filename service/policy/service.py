@@ -31,7 +31,7 @@ from service.policy.keys import key_resolver, presented_key
 from service.policy.permissions import PermissionSet, PermissionsFileError, Rules, load_permissions
 from service.resources import Resources
 from service.security.hosts import ANY_ORIGIN_MARK
-from service.security.json_body import PARSE_TURN, before_body
+from service.security.json_body import BODY_CHARGE, PARSE_TURN, before_body
 from service.security.openmode import not_local, open_mode_allowed, refuse_unsafe_start
 
 logger = logging.getLogger(__name__)
@@ -248,8 +248,15 @@ def is_approver(resources: Resources, caller: Caller) -> bool:
 @before_body
 async def resolve_caller(request: Request) -> Caller:
     """The caller of a request: its API key, else (under /console/api) its console session. With no API keys
-    configured the service runs open for one local user. Resolved (and charged) once a request: before the body
-    is read, then again as the routes' dependency."""
+    configured the service runs open for one local user. Resolved (and charged, its body too) once a request:
+    before the body is read, then again as the routes' dependency."""
+    caller = await _resolved_caller(request)
+    await charge_body(request, caller)
+    return caller
+
+
+async def _resolved_caller(request: Request) -> Caller:
+    """`resolve_caller` before its body is charged: a role check refuses a body it will never read for free."""
     if (resolved := request.scope.get(RESOLVED_CALLER)) is not None:
         return cast(Caller, resolved)
     resources = request.app.state.resources
@@ -279,15 +286,38 @@ async def resolve_caller(request: Request) -> Caller:
     return caller
 
 
+BODY_TOKENS = "toolscout.body_tokens"  # the request scope's key for the tokens its caller and body took
+
+
+async def charge_body(request: Request, caller: Caller) -> None:
+    """Charge the request's body by its size (once) before it is read: by Content-Length now, a chunked body once
+    it has arrived (json_body.BODY_CHARGE). The tokens taken in all go in the scope (a batch caps its calls' by
+    them)."""
+    if BODY_TOKENS in request.scope:
+        return
+    request.scope[BODY_TOKENS] = 1
+    resolver = key_resolver(request.app.state.resources)
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit():
+        request.scope[BODY_TOKENS] = await resolver.charge_body(caller, int(length))
+    else:
+
+        async def charge(size: int) -> None:
+            request.scope[BODY_TOKENS] = await resolver.charge_body(caller, size)
+
+        request.scope[BODY_CHARGE] = charge
+
+
 def require_admin(action: str) -> Callable[[Request], Awaitable[Caller]]:
     """A route dependency: the caller, who must have the admin role for `action` ("Managing API keys"); checked
     before the body is read (a dev key's registration body was parsed before its 403)."""
 
     @before_body
     async def admin(request: Request) -> Caller:
-        caller = await resolve_caller(request)
+        caller = await _resolved_caller(request)
         if not caller.is_admin:
             raise PermissionDenied(f"{action} needs the admin role", caller=caller.id)
+        await charge_body(request, caller)
         return caller
 
     return admin
@@ -296,9 +326,10 @@ def require_admin(action: str) -> Callable[[Request], Awaitable[Caller]]:
 @before_body
 async def require_approver(request: Request) -> Caller:
     """A route dependency: the caller, who must be allowed to grant approvals (checked before the body is read)."""
-    caller = await resolve_caller(request)
+    caller = await _resolved_caller(request)
     if not is_approver(request.app.state.resources, caller):
         raise PermissionDenied("Granting approvals needs an approver role", caller=caller.id)
+    await charge_body(request, caller)
     return caller
 
 

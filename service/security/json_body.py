@@ -125,6 +125,10 @@ def strict_json(body: bytes | str) -> Any:
 # Whose turn it is at the parse thread: the key of the request's caller, which its key check (run before the body
 # is read) leaves in the request's scope; requests without one (no key yet) share one turn.
 PARSE_TURN = "toolscout.parse_turn"
+# What a body sent without Content-Length (chunked) costs is charged once it has arrived, before it is parsed: the
+# key check leaves here an awaitable of the body's size that raises when the caller cannot pay for it
+# (service/policy/service.py, charge_body).
+BODY_CHARGE = "toolscout.body_charge"
 _parse_turns: WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Turns, anyio.CapacityLimiter]] = WeakKeyDictionary()
 
 
@@ -183,6 +187,8 @@ class StrictJsonBodyRoute(APIRoute):
             strict = StrictJsonRequest(request.scope, request.receive)
             for guard in guards:
                 await guard(strict)
+            if (charge := strict.scope.pop(BODY_CHARGE, None)) is not None:  # here: FastAPI's reader makes a 400
+                await charge(len(await strict.body()))  # of what `json()` raises
             return await handler(strict)
 
         return route
