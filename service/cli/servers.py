@@ -19,7 +19,9 @@ from service.settings import Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    servers = subparsers.add_parser("servers", help="install the demo servers, list the upstream MCP servers or remove one")
+    servers = subparsers.add_parser(
+        "servers", help="install the demo servers, list the upstream MCP servers or remove one"
+    )
     commands = servers.add_subparsers(dest="servers_command", required=True)
     install = commands.add_parser(
         "install",
@@ -109,17 +111,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_remove(args: argparse.Namespace) -> int:
     from urllib.parse import quote
 
-    from service.cli.tools import service_or_local
+    from service.cli.tools import reported, service_or_local
 
     path = f"/servers/{quote(args.server, safe='')}"
     body = service_or_local("DELETE", path, lambda resources: _removed_locally(resources, args.server))
-    if isinstance(body, int):
-        return body
-    if args.json:
-        print(json.dumps(body, indent=2))
-    else:
-        print(f"removed {printable(body['id'])} and its {counted(len(body['removed_tools']), 'tool')}")
-    return 0
+    return reported(
+        args,
+        body,
+        lambda gone: f"removed {printable(gone['id'])} and its {counted(len(gone['removed_tools']), 'tool')}",
+    )
 
 
 async def _removed_locally(resources: Any, server: str) -> dict[str, Any]:

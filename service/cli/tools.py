@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -29,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     approve.add_argument("name", help="qualified name (<server>__<tool>)")
     approve.add_argument("--json", action="store_true", help="print the raw JSON response")
     approve.set_defaults(func=cmd_approve)
-    info = commands.add_parser("approve-info", help="take a server's changed info held out of ranking")
+    info = commands.add_parser(
+        "approve-info", help="release a server's held info (its changed description or instructions) into ranking"
+    )
     info.add_argument("server", help="server id")
     info.add_argument("--json", action="store_true", help="print the raw JSON response")
     info.set_defaults(func=cmd_approve_info)
@@ -52,6 +55,15 @@ def service_or_local(method: str, path: str, local: Any, **options: Any) -> dict
         return dict(asyncio.run(_direct(local)))
     except ToolscoutError as exc:
         return fail(exc)
+
+
+def reported(args: argparse.Namespace, body: dict[str, Any] | int, line: Callable[[dict[str, Any]], str]) -> int:
+    """The exit status of a service-or-local command, its answer printed: as JSON with --json, else `line(body)`
+    (a status is a failure already printed)."""
+    if isinstance(body, int):
+        return body
+    print(json.dumps(body, indent=2) if args.json else line(body))
+    return 0
 
 
 def cmd_held(args: argparse.Namespace) -> int:
@@ -85,13 +97,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from service.catalog.review import approve_tool
 
     body = service_or_local("POST", f"/tools/{quote(args.name, safe='')}/approve", lambda r: approve_tool(r, args.name))
-    if isinstance(body, int):
-        return body
-    if args.json:
-        print(json.dumps(body, indent=2))
-    else:
-        print(f"approved: {printable(body['name'])} is indexed and callable again")
-    return 0
+    return reported(args, body, lambda done: f"approved: {printable(done['name'])} is indexed and callable again")
 
 
 def cmd_approve_info(args: argparse.Namespace) -> int:
@@ -99,10 +105,6 @@ def cmd_approve_info(args: argparse.Namespace) -> int:
 
     path = f"/servers/{quote(args.server, safe='')}/info/approve"
     body = service_or_local("POST", path, lambda r: approve_info(r, args.server))
-    if isinstance(body, int):
-        return body
-    if args.json:
-        print(json.dumps(body, indent=2))
-    else:
-        print(f"approved: server {printable(body['server'])}'s info ranks its tools from now on")
-    return 0
+    return reported(
+        args, body, lambda done: f"approved: server {printable(done['server'])}'s info ranks its tools from now on"
+    )
