@@ -322,12 +322,17 @@ class KeyResolver:
         tokens = -(-size // per_token) if per_token > 0 else 1
         return max(1, min(tokens, int(self.limiter.burst)))
 
+    async def _take_beyond_first(self, caller: Caller, cost: int) -> float:
+        """Take the tokens a request costs beyond the one it took at its key check; the wait before they would be
+        there (0: taken)."""
+        return await self.limiter.acquire_async(caller.key_id or caller.id, cost - 1) if cost > 1 else 0.0
+
     async def charge_body(self, caller: Caller, size: int) -> int:
         """Take what a body of `size` bytes costs beyond the token its request took, before it is parsed: parsing
         holds the GIL, so one key's flood of 1.9 MB bodies held every other caller's request (an admin's /execute
         waited 2.4 s). Returns the tokens the request has taken in all."""
         cost = self.body_cost(size)
-        if cost > 1 and (wait := await self.limiter.acquire_async(caller.key_id or caller.id, cost - 1)) > 0:
+        if (wait := await self._take_beyond_first(caller, cost)) > 0:
             per_token = self.resources.settings.policy.body_kib_per_token
             raise RateLimited(
                 f"A request body of {size:,} bytes costs {counted(cost, 'rate-limit token')} (one per "
@@ -344,7 +349,7 @@ class KeyResolver:
         """Take what a search costs beyond the token its request took: a long query embeds up to 8 parts, so a flood
         of them meets the key's limit sooner than one of short queries costing as much CPU."""
         cost = self.search_cost(query)
-        if cost > 1 and (wait := await self.limiter.acquire_async(caller.key_id or caller.id, cost - 1)) > 0:
+        if (wait := await self._take_beyond_first(caller, cost)) > 0:
             per_token = self.resources.settings.policy.search_chars_per_token
             raise RateLimited(
                 f"A search of {counted(len(query), 'character')} costs {counted(cost, 'rate-limit token')} (one per "
